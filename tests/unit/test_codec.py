@@ -7,6 +7,7 @@ import enum
 import inspect
 import json
 import math
+import re
 import struct
 from collections import OrderedDict
 from decimal import Decimal
@@ -237,7 +238,8 @@ def test_canonical_form_uses_full_names() -> None:
         ("\ud800", UnsupportedValueType),
         ({"\udfff": 1}, UnsupportedValueType),
     ],
-    ids=repr,
+    # Ids must be stable across processes (pytest-xdist compares collections): no memory addresses.
+    ids=lambda v: re.sub(r" at 0x[0-9a-f]+", "", repr(v)),
 )
 def test_encoder_refuses(value: Any, error: type[CodecError]) -> None:
     with pytest.raises(error) as caught:

@@ -1,0 +1,831 @@
+"""Workflow-task command batches, retry policies and start input: PROTOCOL.md §8.7, §8.7.1, §11.6 and §12.1.
+
+:func:`validate_batch` turns the ``commands`` member of a complete request into a list of :class:`Command`, or
+raises :class:`~suite.protocol.errors.Rejection`. Two families, checked in this order:
+
+1. **Body shape → 422 ``validation_failed``**, with ``errors`` and ``validation_errors`` (the same map of
+   field path → messages, e.g. ``"commands.0.delay_seconds"``). Every shape error of the whole batch is
+   collected before raising. This covers: ``commands`` missing, not an array or empty; an item that is not
+   an object; a missing or non-string ``type``; a required field missing; a field of the wrong type or out
+   of range; a field not allowed on that type (the §8.7.1 scope rules); timeout ordering; the retry-policy
+   shape; payload envelopes, including ``unsupported_payload_codec:`` for a codec other than ``avro``.
+2. **Batch semantics → 409 ``invalid_commands``** with ``recorded:false`` and ``command_errors`` (the same
+   path → messages shape; named differently because §2.2 reserves ``errors`` for 422): an unknown command
+   ``type``, two or more terminal commands, and ``complete_update``/``fail_update`` for an update that is not
+   accepted-and-open on the run (or that an earlier command of the batch already closed).
+   §8.7: "The RS may use 409 or 422, and the suite accepts both" — the model uses 409, as UPS does.
+
+Decisions where the spec is loose:
+
+- ``null`` for an optional field means "absent" (Laravel ``nullable``), including for the scope rules: a
+  scoped field is "present" only when it is not ``null``. A required field that is ``null`` is missing.
+- Integers are JSON integers: ``true``/``false`` are not integers, and neither are ``5.0`` or ``"5"``.
+- ``retry_policy: {}`` is treated as **no policy** (``None``), which §8.7.1 allows: "the RS SHOULD treat `{}`
+  as "no policy" **or** reject it". A policy without ``max_attempts`` gets the default 1.
+- Unknown fields on a command are ignored (§0 "Unknown request fields MUST be ignored"); only the fields the
+  scope rules name are refused on the wrong command type. Unknown keys *inside* ``retry_policy`` are refused.
+- Payload fields (``result``, ``arguments``) must be an envelope (exactly ``{codec, blob}`` or
+  ``{codec, external_storage}``) or a bare base64 string. A ``blob`` must be non-empty standard base64 with
+  padding (§13.1): an empty blob can never hold an Avro frame.
+- ``upsert_search_attributes.attributes`` must be a non-empty object (it is required, and an upsert of
+  nothing is a worker bug).
+- The terminal command may sit anywhere in the batch; :func:`apply_order` puts it last, as §8.7 says the
+  server applies it ("Non-terminal commands … are applied **in order**, then the terminal command").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Literal, NoReturn
+
+from suite.protocol.errors import Rejection
+from suite.protocol.lifecycles import RunEvent
+
+__all__ = [
+    "ALL_TYPES",
+    "DEFAULT_RETRY_POLICY",
+    "NON_TERMINAL_TYPES",
+    "OPTIONAL_TYPES",
+    "PARENT_CLOSE_POLICIES",
+    "SCOPED_FIELDS",
+    "SUPPORTED_PAYLOAD_CODECS",
+    "TERMINAL_TYPES",
+    "WORKFLOW_ID_MAX_LENGTH",
+    "Command",
+    "RetryPolicy",
+    "StartInput",
+    "apply_order",
+    "batch_run_event",
+    "terminal_command",
+    "validate_batch",
+    "validate_retry_policy",
+    "validate_start_input",
+    "validate_workflow_id",
+]
+
+# §5.2 `supported_workflow_task_commands`: "Terminal types first, then non-terminal" in S0's order.
+TERMINAL_TYPES: Final[tuple[str, ...]] = ("complete_workflow", "fail_workflow", "continue_as_new")
+NON_TERMINAL_TYPES: Final[tuple[str, ...]] = (
+    "schedule_activity",
+    "start_timer",
+    "start_child_workflow",
+    "complete_update",
+    "fail_update",
+    "record_side_effect",
+    "record_version_marker",
+    "upsert_search_attributes",
+)
+ALL_TYPES: Final[tuple[str, ...]] = TERMINAL_TYPES + NON_TERMINAL_TYPES
+# §5.2: "[UPP] also lists `start_service_operation`, `open_condition_wait` and `open_signal_wait`. The RS MAY
+# add them only if it implements them." These types are validated only when the caller passes them in
+# ``validate_batch(optional_types=…)`` — a server that implements and advertises them; for everyone else they
+# stay unknown types (409 ``invalid_commands``), exactly like any other type outside S0's 11.
+OPTIONAL_TYPES: Final[tuple[str, ...]] = ("open_condition_wait",)
+
+# §8.7.1: "`parent_close_policy` ∈ {`abandon`, `request_cancel`, `request_cancellation`, `terminate`} [S0];
+# anything else is invalid."
+PARENT_CLOSE_POLICIES: Final[frozenset[str]] = frozenset(
+    {"abandon", "request_cancel", "request_cancellation", "terminate"}
+)
+
+# §13.1: "v2 has **one** language-neutral codec: **`avro`**."
+SUPPORTED_PAYLOAD_CODECS: Final[tuple[str, ...]] = ("avro",)
+
+_ACTIVITY_TIMEOUTS = (
+    "start_to_close_timeout",
+    "schedule_to_start_timeout",
+    "schedule_to_close_timeout",
+    "heartbeat_timeout",
+)
+_CHILD_TIMEOUTS = ("execution_timeout_seconds", "run_timeout_seconds")
+
+# §8.7.1 "Which fields are allowed on which command (UPS `validateWorkflowTaskCommandScopes`; 422 with
+# per-field errors)".
+SCOPED_FIELDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {
+        # "`retry_policy` only on `schedule_activity` and `start_child_workflow`."
+        "retry_policy": frozenset({"schedule_activity", "start_child_workflow"}),
+        # "`start_to_close_timeout`, `schedule_to_start_timeout`, `schedule_to_close_timeout` and
+        # `heartbeat_timeout` only on `schedule_activity`."
+        **{name: frozenset({"schedule_activity"}) for name in _ACTIVITY_TIMEOUTS},
+        # "`execution_timeout_seconds` and `run_timeout_seconds` only on `start_child_workflow`."
+        **{name: frozenset({"start_child_workflow"}) for name in _CHILD_TIMEOUTS},
+        # "`non_retryable` only on `fail_workflow` and `fail_update`."
+        "non_retryable": frozenset({"fail_workflow", "fail_update"}),
+    }
+)
+
+WORKFLOW_ID_MAX_LENGTH: Final = 128
+_WORKFLOW_ID = re.compile(r"[a-zA-Z0-9._:-]+", re.ASCII)
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?", re.ASCII)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Error collection
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Errors:
+    """Field path → messages, in the order found."""
+
+    def __init__(self) -> None:
+        self.by_path: dict[str, list[str]] = {}
+
+    def add(self, path: str, message: str) -> None:
+        self.by_path.setdefault(path, []).append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_path)
+
+    def raise_422(self, what: str) -> None:
+        """Raise the 422 if any error was collected."""
+        if self.by_path:
+            self.reject(what)
+
+    def reject(self, what: str) -> NoReturn:
+        first_path, first = next(iter(self.by_path.items()))
+        more = len(self.by_path) - 1
+        suffix = f" (and {more} more field error{'s' if more != 1 else ''})" if more else ""
+        raise Rejection(
+            422,
+            "validation_failed",
+            f"The {what} is invalid: {first_path}: {first[0]}{suffix}. Fix the listed fields and retry.",
+            {"errors": self.by_path, "validation_errors": {k: list(v) for k, v in self.by_path.items()}},
+        )
+
+
+def _is_int(value: object) -> bool:
+    # JSON booleans arrive as Python bools, which are ints; the protocol's integers exclude them.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_base64(value: str) -> bool:
+    if not value or _BASE64.fullmatch(value) is None:
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Retry policy (§8.7.1 shape, §11.6 semantics)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A validated ``retry_policy``; the defaults are §11.6's "no retry_policy is given" policy.
+
+    §11.6: "Default when no `retry_policy` is given | **`max_attempts = 1`**, i.e. no retry".
+    """
+
+    max_attempts: int = 1
+    backoff_seconds: tuple[int, ...] = ()
+    non_retryable_error_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if any(b < 0 for b in self.backoff_seconds):
+            raise ValueError(f"backoff_seconds must all be >= 0, got {self.backoff_seconds}")
+
+    def is_non_retryable(
+        self, failure_type: str | None = None, failure_class: str | None = None, non_retryable: bool = False
+    ) -> bool:
+        """§11.6: "`failure.non_retryable == true`, or `failure.type` or `failure.class` ∈
+        `non_retryable_error_types`"."""
+        listed = self.non_retryable_error_types
+        return non_retryable or (failure_type in listed) or (failure_class in listed)
+
+    def should_retry(
+        self,
+        attempt_number: int,
+        failure_type: str | None = None,
+        failure_class: str | None = None,
+        non_retryable: bool = False,
+    ) -> bool:
+        """Whether a failure of attempt ``attempt_number`` (1-based) schedules another attempt.
+
+        §11.6: "Retry if | The failure is not non-retryable **and** `attempt_number < max_attempts`".
+        """
+        if attempt_number < 1:
+            raise ValueError(f"attempt_number is 1-based, got {attempt_number}")
+        if self.is_non_retryable(failure_type, failure_class, non_retryable):
+            return False
+        return attempt_number < self.max_attempts
+
+    def backoff_before(self, next_attempt: int) -> int:
+        """Seconds to wait before attempt ``next_attempt`` (≥ 2).
+
+        §11.6: "Backoff before attempt n+1 | `backoff_seconds[min(n-1, len-1)]`, or 0 if the list is empty.
+        For example `[1,5,30]` gives 1 s, 5 s, 30 s, 30 s, …" — so attempt 2 waits 1 s, attempt 5 waits 30 s.
+        """
+        if next_attempt < 2:
+            raise ValueError(f"backoff applies before attempt 2 or later, got next_attempt={next_attempt}")
+        if not self.backoff_seconds:
+            return 0
+        n = next_attempt - 1
+        return self.backoff_seconds[min(n - 1, len(self.backoff_seconds) - 1)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The policy as JSON (the policy part of the §11.1 ``retry_policy`` snapshot)."""
+        return {
+            "max_attempts": self.max_attempts,
+            "backoff_seconds": list(self.backoff_seconds),
+            "non_retryable_error_types": list(self.non_retryable_error_types),
+        }
+
+
+DEFAULT_RETRY_POLICY: Final = RetryPolicy()
+
+_RETRY_KEYS = frozenset({"max_attempts", "backoff_seconds", "non_retryable_error_types"})
+
+
+def _retry_policy(obj: object, path: str, errs: _Errors) -> RetryPolicy | None:
+    # §8.7.1 "`retry_policy` object (shared by activities and children [S0])".
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        errs.add(path, "must be an object with max_attempts, backoff_seconds and non_retryable_error_types")
+        return None
+    if not obj:
+        return None  # Decision (module docstring): `{}` is "no policy".
+    before = len(errs.by_path)
+    for key in obj:
+        if key not in _RETRY_KEYS:
+            errs.add(
+                f"{path}.{key}",
+                "is not a retry_policy field; allowed: " + ", ".join(sorted(_RETRY_KEYS)),
+            )
+    max_attempts = obj.get("max_attempts")
+    if max_attempts is not None and not (_is_int(max_attempts) and max_attempts >= 1):
+        # "`max_attempts`: int ≥1."
+        errs.add(f"{path}.max_attempts", "must be an integer >= 1")
+    backoff = obj.get("backoff_seconds")
+    if backoff is not None:
+        # "`backoff_seconds`: list of ints ≥0."
+        if not isinstance(backoff, list):
+            errs.add(f"{path}.backoff_seconds", "must be an array of integers >= 0")
+        else:
+            for i, b in enumerate(backoff):
+                if not (_is_int(b) and b >= 0):
+                    errs.add(f"{path}.backoff_seconds.{i}", "must be an integer >= 0")
+    kinds = obj.get("non_retryable_error_types")
+    if kinds is not None:
+        # "`non_retryable_error_types`: list of non-empty strings."
+        if not isinstance(kinds, list):
+            errs.add(f"{path}.non_retryable_error_types", "must be an array of non-empty strings")
+        else:
+            for i, k in enumerate(kinds):
+                if not (isinstance(k, str) and k):
+                    errs.add(f"{path}.non_retryable_error_types.{i}", "must be a non-empty string")
+    if len(errs.by_path) != before:
+        return None
+    return RetryPolicy(
+        max_attempts=max_attempts if max_attempts is not None else 1,
+        backoff_seconds=tuple(backoff or ()),
+        non_retryable_error_types=tuple(kinds or ()),
+    )
+
+
+def validate_retry_policy(obj: object, path: str = "retry_policy") -> RetryPolicy | None:
+    """Validate a ``retry_policy``: ``None`` for null or ``{}`` ("no policy"), else a :class:`RetryPolicy`.
+
+    Raises ``Rejection(422, "validation_failed")`` with per-field paths under ``path``.
+    """
+    errs = _Errors()
+    policy = _retry_policy(obj, path, errs)
+    errs.raise_422("retry_policy")
+    return policy
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Field validators
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _string(cmd: Mapping[str, Any], key: str, p: str, errs: _Errors, *, required: bool) -> str | None:
+    value = cmd.get(key)
+    if value is None:
+        if required:
+            errs.add(f"{p}.{key}", "is required")
+        return None
+    if not isinstance(value, str):
+        errs.add(f"{p}.{key}", "must be a string")
+        return None
+    if required and not value.strip():
+        errs.add(f"{p}.{key}", "must be a non-empty string")
+        return None
+    return value
+
+
+def _integer(
+    cmd: Mapping[str, Any], key: str, p: str, errs: _Errors, *, required: bool, minimum: int | None
+) -> int | None:
+    value = cmd.get(key)
+    if value is None:
+        if required:
+            errs.add(f"{p}.{key}", "is required")
+        return None
+    if not _is_int(value):
+        errs.add(f"{p}.{key}", "must be an integer" + (f" >= {minimum}" if minimum is not None else ""))
+        return None
+    if minimum is not None and value < minimum:
+        errs.add(f"{p}.{key}", f"must be an integer >= {minimum}, got {value}")
+        return None
+    assert isinstance(value, int)
+    return value
+
+
+def _boolean(cmd: Mapping[str, Any], key: str, p: str, errs: _Errors) -> None:
+    value = cmd.get(key)
+    if value is not None and not isinstance(value, bool):
+        errs.add(f"{p}.{key}", "must be a boolean")
+
+
+def _object(cmd: Mapping[str, Any], key: str, p: str, errs: _Errors) -> None:
+    value = cmd.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        errs.add(f"{p}.{key}", "must be an object")
+
+
+def _unsupported_codec(codec: object) -> str:
+    # §13.1: "a command, start input, activity result or failure-details envelope with `codec ≠ "avro"` gives
+    # **422**, with a message that begins `unsupported_payload_codec:`."
+    return (
+        f"unsupported_payload_codec: codec {codec!r} is not supported; "
+        f"use one of {list(SUPPORTED_PAYLOAD_CODECS)} and carry the blob as base64"
+    )
+
+
+def _payload(cmd: Mapping[str, Any], key: str, p: str, errs: _Errors, *, required: bool) -> str | None:
+    """Check one payload field; returns the envelope codec when it is a valid envelope."""
+    # §8.7.1: "Payload fields (`result`, `arguments`) accept either a `{codec:"avro", blob:<base64>}` envelope
+    # or a bare base64 blob string … An envelope is an object whose keys are **exactly** `{codec, blob}` (or
+    # `{codec, external_storage}`)."
+    value = cmd.get(key)
+    path = f"{p}.{key}"
+    if value is None:
+        if required:
+            errs.add(path, "is required")
+        return None
+    if isinstance(value, str):
+        if not _is_base64(value):
+            errs.add(path, "must be a non-empty standard base64 blob (RFC 4648 §4, with padding)")
+        return None
+    if not isinstance(value, Mapping):
+        errs.add(path, "must be a {codec, blob} envelope or a base64 blob string")
+        return None
+    keys = set(value)
+    if keys not in ({"codec", "blob"}, {"codec", "external_storage"}):
+        errs.add(path, f"must be an envelope with exactly the keys {{codec, blob}}, got {sorted(keys)}")
+        return None
+    codec = value["codec"]
+    if codec not in SUPPORTED_PAYLOAD_CODECS:
+        errs.add(f"{path}.codec", _unsupported_codec(codec))
+        return None
+    if "blob" in value:
+        blob = value["blob"]
+        if not (isinstance(blob, str) and _is_base64(blob)):
+            errs.add(f"{path}.blob", "must be a non-empty standard base64 string (RFC 4648 §4, with padding)")
+    elif not isinstance(value["external_storage"], Mapping):
+        errs.add(f"{path}.external_storage", "must be an object")
+    assert isinstance(codec, str)
+    return codec
+
+
+def _payload_fields(
+    cmd: Mapping[str, Any], keys: Sequence[str], p: str, errs: _Errors, *, required: bool = False
+) -> None:
+    codecs = [c for c in (_payload(cmd, k, p, errs, required=required) for k in keys) if c is not None]
+    codec = cmd.get("payload_codec")
+    if codec is None:
+        return
+    # §8.7.1: "An optional `payload_codec` must agree with the envelope codec."
+    if not isinstance(codec, str):
+        errs.add(f"{p}.payload_codec", "must be a string")
+    elif codec not in SUPPORTED_PAYLOAD_CODECS:
+        errs.add(f"{p}.payload_codec", _unsupported_codec(codec))
+    elif any(c != codec for c in codecs):
+        errs.add(f"{p}.payload_codec", "must agree with the codec of the payload envelope")
+
+
+def _ordered(values: Mapping[str, int | None], smaller: str, larger: str, p: str, errs: _Errors) -> None:
+    lo, hi = values.get(smaller), values.get(larger)
+    if lo is not None and hi is not None and lo > hi:
+        errs.add(f"{p}.{smaller}", f"must be less than or equal to {larger} ({lo} > {hi})")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-type rules (§8.7.1 tables)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _schedule_activity(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`activity_type` (non-empty)", "`arguments` (envelope of an Avro array), `payload_codec`, `connection`,
+    # `queue`, `retry_policy`, … timeouts …, `worker_session`". "Timeouts are ints ≥1."
+    _string(cmd, "activity_type", p, errs, required=True)
+    _payload_fields(cmd, ("arguments",), p, errs)
+    _string(cmd, "connection", p, errs, required=False)
+    _string(cmd, "queue", p, errs, required=False)
+    _retry_policy(cmd.get("retry_policy"), f"{p}.retry_policy", errs)
+    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in _ACTIVITY_TIMEOUTS}
+    # §8.7.1 / §11.7: "`heartbeat ≤ start_to_close`, `start_to_close ≤ schedule_to_close`,
+    # `schedule_to_start ≤ schedule_to_close`".
+    _ordered(t, "heartbeat_timeout", "start_to_close_timeout", p, errs)
+    _ordered(t, "start_to_close_timeout", "schedule_to_close_timeout", p, errs)
+    _ordered(t, "schedule_to_start_timeout", "schedule_to_close_timeout", p, errs)
+
+
+def _start_timer(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`delay_seconds` (int ≥0) … Negative or non-int values are invalid".
+    _integer(cmd, "delay_seconds", p, errs, required=True, minimum=0)
+
+
+def _start_child_workflow(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`workflow_type`" required; "`arguments`, `payload_codec`, `connection`, `queue`, `parent_close_policy`,
+    # `retry_policy`, `execution_timeout_seconds`, `run_timeout_seconds`" optional.
+    _string(cmd, "workflow_type", p, errs, required=True)
+    _payload_fields(cmd, ("arguments",), p, errs)
+    _string(cmd, "connection", p, errs, required=False)
+    _string(cmd, "queue", p, errs, required=False)
+    policy = cmd.get("parent_close_policy")
+    if policy is not None and policy not in PARENT_CLOSE_POLICIES:
+        errs.add(f"{p}.parent_close_policy", f"must be one of {sorted(PARENT_CLOSE_POLICIES)}")
+    _retry_policy(cmd.get("retry_policy"), f"{p}.retry_policy", errs)
+    # "Timeouts are ints ≥1 with `run ≤ execution`."
+    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in _CHILD_TIMEOUTS}
+    _ordered(t, "run_timeout_seconds", "execution_timeout_seconds", p, errs)
+
+
+def _complete_update(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`update_id`" required; "`result` (`{codec, blob}`), `payload_codec`" optional.
+    _string(cmd, "update_id", p, errs, required=True)
+    _payload_fields(cmd, ("result",), p, errs)
+
+
+def _fail_update(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`update_id`, `message`" required; "`exception_class`, `exception_type`, `non_retryable` (bool)"
+    # optional.
+    _string(cmd, "update_id", p, errs, required=True)
+    _string(cmd, "message", p, errs, required=True)
+    _string(cmd, "exception_class", p, errs, required=False)
+    _string(cmd, "exception_type", p, errs, required=False)
+    _boolean(cmd, "non_retryable", p, errs)
+
+
+def _record_side_effect(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`result` (non-empty blob or envelope) … An empty result is invalid".
+    _payload_fields(cmd, ("result",), p, errs, required=True)
+
+
+def _record_version_marker(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`change_id` (non-empty), `version`, `min_supported`, `max_supported` (all ints) … `min_supported ≤
+    # version ≤ max_supported`".
+    _string(cmd, "change_id", p, errs, required=True)
+    v = {
+        k: _integer(cmd, k, p, errs, required=True, minimum=None)
+        for k in ("version", "min_supported", "max_supported")
+    }
+    version, lo, hi = v["version"], v["min_supported"], v["max_supported"]
+    if version is not None and lo is not None and hi is not None and not lo <= version <= hi:
+        errs.add(
+            f"{p}.version",
+            f"must satisfy min_supported <= version <= max_supported ({lo} <= {version} <= {hi})",
+        )
+
+
+def _is_attribute_value(value: object) -> bool:
+    # "`attributes` (object: key → scalar | string[] | null)".
+    if value is None or isinstance(value, (str, bool)) or _is_int(value):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _upsert_search_attributes(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    attributes = cmd.get("attributes")
+    if attributes is None:
+        errs.add(f"{p}.attributes", "is required")
+    elif not isinstance(attributes, Mapping):
+        errs.add(f"{p}.attributes", "must be an object of key → scalar, string array or null")
+    elif not attributes:
+        errs.add(f"{p}.attributes", "must contain at least one attribute")
+    else:
+        for key, value in attributes.items():
+            if not key:
+                errs.add(f"{p}.attributes", "attribute keys must be non-empty")
+            elif not _is_attribute_value(value):
+                errs.add(
+                    f"{p}.attributes.{key}", "must be a string, number, boolean, array of strings or null"
+                )
+    types = cmd.get("attribute_types")
+    if types is not None:
+        # "`attribute_types` (key → type)".
+        if not isinstance(types, Mapping):
+            errs.add(f"{p}.attribute_types", "must be an object of key → type name")
+        else:
+            for key, value in types.items():
+                if not isinstance(value, str):
+                    errs.add(f"{p}.attribute_types.{key}", "must be a string")
+
+
+def _complete_workflow(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "–" required; "`result` (`{codec, blob}`), `payload_codec`" optional.
+    _payload_fields(cmd, ("result",), p, errs)
+
+
+def _fail_workflow(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`message` (non-empty)" required; "`exception_class`, `exception_type`, `exception` (object; minimum
+    # protocol 1.10), `non_retryable` (bool)" optional.
+    _string(cmd, "message", p, errs, required=True)
+    _string(cmd, "exception_class", p, errs, required=False)
+    _string(cmd, "exception_type", p, errs, required=False)
+    _object(cmd, "exception", p, errs)
+    _boolean(cmd, "non_retryable", p, errs)
+
+
+def _continue_as_new(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # "`arguments`, `payload_codec`, `workflow_type` (defaults to the current type), `queue`" optional.
+    _payload_fields(cmd, ("arguments",), p, errs)
+    workflow_type = cmd.get("workflow_type")
+    if workflow_type is not None and not (isinstance(workflow_type, str) and workflow_type.strip()):
+        errs.add(f"{p}.workflow_type", "must be a non-empty string")
+    _string(cmd, "queue", p, errs, required=False)
+
+
+def _open_condition_wait(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
+    # Optional type (§5.2, [UPP]); the shape the official Python SDK 2.12.0 sends (SDK-INTEROP.md §4,
+    # workflow-task complete): `open_condition_wait{condition_key,
+    # condition_definition_fingerprint:"sha256:…", [timeout_seconds]}`. The SDK omits a null key or
+    # fingerprint, so all three are optional; `timeout_seconds` is an int ≥0 like
+    # `start_timer.delay_seconds` (the SDK rounds fractions up).
+    _string(cmd, "condition_key", p, errs, required=False)
+    _string(cmd, "condition_definition_fingerprint", p, errs, required=False)
+    _integer(cmd, "timeout_seconds", p, errs, required=False, minimum=0)
+
+
+_OPTIONAL_RULES: Final[Mapping[str, Callable[[Mapping[str, Any], str, _Errors], None]]] = {
+    "open_condition_wait": _open_condition_wait,
+}
+
+
+_RULES: Final[Mapping[str, Callable[[Mapping[str, Any], str, _Errors], None]]] = {
+    "complete_workflow": _complete_workflow,
+    "fail_workflow": _fail_workflow,
+    "continue_as_new": _continue_as_new,
+    "schedule_activity": _schedule_activity,
+    "start_timer": _start_timer,
+    "start_child_workflow": _start_child_workflow,
+    "complete_update": _complete_update,
+    "fail_update": _fail_update,
+    "record_side_effect": _record_side_effect,
+    "record_version_marker": _record_version_marker,
+    "upsert_search_attributes": _upsert_search_attributes,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One validated command: its ``type``, the command object as sent (``fields``, including ``type``), and
+    its ``index`` in the batch."""
+
+    type: str
+    fields: Mapping[str, Any] = field(hash=False)
+    index: int
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether this is ``complete_workflow``, ``fail_workflow`` or ``continue_as_new``."""
+        return self.type in TERMINAL_TYPES
+
+    def retry_policy(self) -> RetryPolicy | None:
+        """The command's validated ``retry_policy`` (``None`` when absent, null or ``{}``)."""
+        return _retry_policy(
+            self.fields.get("retry_policy"), f"commands.{self.index}.retry_policy", _Errors()
+        )
+
+
+def validate_batch(
+    commands: object, *, open_update_ids: Collection[str] = (), optional_types: Collection[str] = ()
+) -> list[Command]:
+    """Validate the ``commands`` of a workflow-task complete (§8.7, §8.7.1); see the module docstring.
+
+    ``commands`` is the body member as parsed (``None`` when absent). ``open_update_ids`` are the updates that
+    are accepted and open on the run. ``optional_types`` are the :data:`OPTIONAL_TYPES` the server implements
+    and advertises in ``supported_workflow_task_commands``; any other optional type is an unknown type.
+    Returns the commands in batch order.
+    """
+    unknown_optional = sorted(set(optional_types) - set(OPTIONAL_TYPES))
+    if unknown_optional:
+        raise ValueError(f"not optional command types: {unknown_optional}; known: {list(OPTIONAL_TYPES)}")
+    rules = {**_RULES, **{kind: _OPTIONAL_RULES[kind] for kind in optional_types}}
+    supported = (*ALL_TYPES, *(kind for kind in OPTIONAL_TYPES if kind in optional_types))
+    errs = _Errors()
+    # §8.7: "`commands` is a **non-empty** array of objects, each with a string `type`. An empty array, a
+    # missing array or a missing `type` gives **422** `validation_failed`."
+    if commands is None:
+        errs.add("commands", "is required: send a non-empty array of command objects")
+    elif not isinstance(commands, list):
+        errs.add("commands", "must be an array of command objects")
+    elif not commands:
+        errs.add("commands", "must contain at least one command")
+    errs.raise_422("command batch")
+    assert isinstance(commands, list)
+
+    parsed: list[Command] = []
+    for index, item in enumerate(commands):
+        p = f"commands.{index}"
+        if not isinstance(item, Mapping):
+            errs.add(p, "must be an object with a string type")
+            continue
+        kind = item.get("type")
+        if kind is None:
+            errs.add(f"{p}.type", "is required")
+            continue
+        if not isinstance(kind, str):
+            errs.add(f"{p}.type", "must be a string")
+            continue
+        if not kind:
+            errs.add(f"{p}.type", "must be a non-empty string")
+            continue
+        rule = rules.get(kind)
+        if rule is not None:
+            for name, allowed in SCOPED_FIELDS.items():
+                if item.get(name) is not None and kind not in allowed:
+                    errs.add(f"{p}.{name}", f"is not allowed on {kind}; only on {', '.join(sorted(allowed))}")
+            rule(item, p, errs)
+        parsed.append(Command(type=kind, fields=dict(item), index=index))
+    errs.raise_422("command batch")
+
+    semantic = _Errors()
+    for command in parsed:
+        if command.type not in rules:
+            # §8.7: "An unknown `type` makes the whole batch invalid (`invalid_commands`)."
+            semantic.add(
+                f"commands.{command.index}.type",
+                f"unknown command type {command.type!r}; supported: {', '.join(supported)}",
+            )
+    terminals = [c for c in parsed if c.is_terminal]
+    if len(terminals) > 1:
+        # §8.7: "**At most one terminal command** per completion. Two or more gives a rejection with
+        # `invalid_commands`."
+        for command in terminals:
+            semantic.add(
+                f"commands.{command.index}.type",
+                f"is one of {len(terminals)} terminal commands; a batch may hold at most one "
+                f"({', '.join(TERMINAL_TYPES)})",
+            )
+    open_updates = set(open_update_ids)
+    for command in parsed:
+        if command.type in ("complete_update", "fail_update"):
+            # §8.7.1: "The update must be accepted and open for this run, otherwise it is invalid".
+            update_id = command.fields["update_id"]
+            if update_id in open_updates:
+                open_updates.discard(update_id)  # closed by this command; a second close is invalid
+            else:
+                semantic.add(
+                    f"commands.{command.index}.update_id",
+                    f"update {update_id!r} is not accepted and open on this run "
+                    "(or an earlier command of this batch already closed it)",
+                )
+    if semantic:
+        first_path, first = next(iter(semantic.by_path.items()))
+        raise Rejection(
+            409,
+            "invalid_commands",
+            f"The command batch was rejected and nothing was applied: {first_path}: {first[0]}. "
+            "The task is still leased; fix the batch and complete again.",
+            {"recorded": False, "command_errors": semantic.by_path},
+        )
+    return parsed
+
+
+def terminal_command(commands: Sequence[Command]) -> Command | None:
+    """The batch's terminal command, or ``None`` (call on a validated batch: at most one)."""
+    return next((c for c in commands if c.is_terminal), None)
+
+
+def apply_order(commands: Sequence[Command]) -> list[Command]:
+    """Non-terminal commands in batch order, then the terminal one (§8.7 "applied **in order**, then the
+    terminal command if there is one")."""
+    return [c for c in commands if not c.is_terminal] + [c for c in commands if c.is_terminal]
+
+
+_TERMINAL_RUN_EVENTS: Final[Mapping[str, RunEvent]] = {
+    "complete_workflow": RunEvent.BATCH_COMPLETE,
+    "fail_workflow": RunEvent.BATCH_FAIL,
+    "continue_as_new": RunEvent.BATCH_CONTINUE_AS_NEW,
+}
+
+
+def batch_run_event(commands: Sequence[Command]) -> RunEvent:
+    """The :data:`~suite.protocol.lifecycles.RUN` event a validated batch fires.
+
+    §8.7: "With only non-terminal commands, the run becomes `waiting`" → ``BATCH_OPEN_WAITS``; otherwise the
+    terminal command's event.
+    """
+    terminal = terminal_command(commands)
+    return RunEvent.BATCH_OPEN_WAITS if terminal is None else _TERMINAL_RUN_EVENTS[terminal.type]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Start request (§12.1)
+# ---------------------------------------------------------------------------------------------------------
+
+StartInput = tuple[Literal["json_array"], list[Any]] | tuple[Literal["envelope"], str]
+"""``("json_array", values)`` for a plain JSON array, ``("envelope", blob)`` for an explicit Avro envelope."""
+
+
+def _json_value_errors(root: object, root_path: str, errs: _Errors) -> None:
+    # §12.1: "null→null, boolean→boolean, integer→long (outside int64 gives 422), non-integer number→double,
+    # string→string, array→ArrayValue, object→MapValue with string keys". Iterative, so deep nesting cannot
+    # exhaust the interpreter stack.
+    stack: list[tuple[object, str]] = [(root, root_path)]
+    while stack:
+        value, path = stack.pop()
+        if value is None or isinstance(value, (bool, str)):
+            continue
+        if isinstance(value, int):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                errs.add(path, "integer is outside the signed 64-bit range of an Avro long")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                errs.add(path, "number must be finite")
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}") for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    errs.add(path, "object keys must be strings")
+                else:
+                    stack.append((item, f"{path}.{key}"))
+        else:
+            errs.add(path, f"{type(value).__name__} is not a JSON value")
+
+
+def validate_start_input(obj: object) -> StartInput:
+    """Validate the ``input`` of ``POST /api/workflows`` (§12.1 "Input forms").
+
+    A JSON array gives ``("json_array", values)``; an explicit ``{codec:"avro", blob}`` envelope gives
+    ``("envelope", blob)`` (stored unchanged). Decision: an absent or null ``input`` is the empty argument
+    list ``("json_array", [])``. Anything else → 422 ``validation_failed``; a codec other than ``avro``
+    (including an empty one) → ``errors["input.codec"] = ["unsupported_payload_codec: …"]``.
+    """
+    errs = _Errors()
+    if obj is None:
+        return ("json_array", [])
+    if isinstance(obj, list):
+        _json_value_errors(obj, "input", errs)
+        errs.raise_422("workflow input")
+        return ("json_array", obj)
+    # §13.1: "The envelope is recognised by its exact key set `{codec, blob}`, or `{codec, external_storage}`
+    # … Any other object is treated as a plain JSON value" — and a plain object is not an argument array.
+    if isinstance(obj, Mapping) and set(obj) == {"codec", "blob"}:
+        codec, blob = obj["codec"], obj["blob"]
+        # "An unknown or empty codec gives **422** (`unsupported_payload_codec: …` in
+        # `errors["input.codec"]`)."
+        if codec not in SUPPORTED_PAYLOAD_CODECS:
+            errs.add("input.codec", _unsupported_codec(codec))
+        if not (isinstance(blob, str) and _is_base64(blob)):
+            errs.add("input.blob", "must be a non-empty standard base64 string (RFC 4648 §4, with padding)")
+        errs.raise_422("workflow input")
+        assert isinstance(blob, str)
+        return ("envelope", blob)
+    if isinstance(obj, Mapping) and set(obj) == {"codec", "external_storage"}:
+        errs.add("input.external_storage", "external payload storage is not supported for start input")
+    else:
+        errs.add("input", 'must be a JSON array of arguments or a {codec: "avro", blob} envelope')
+    return errs.reject("workflow input")
+
+
+def validate_workflow_id(value: object) -> str:
+    """Validate a client-supplied ``workflow_id``; 422 with ``errors["workflow_id"]`` if it is not valid.
+
+    §0: "Client-supplied `workflow_id` must match `^[a-zA-Z0-9._:-]+$` and be at most 128 characters."
+    """
+    errs = _Errors()
+    if not isinstance(value, str):
+        errs.add("workflow_id", "must be a string")
+    elif len(value) > WORKFLOW_ID_MAX_LENGTH:
+        errs.add("workflow_id", f"must be at most {WORKFLOW_ID_MAX_LENGTH} characters, got {len(value)}")
+    elif _WORKFLOW_ID.fullmatch(value) is None:
+        errs.add("workflow_id", "must match ^[a-zA-Z0-9._:-]+$ (letters, digits, '.', '_', ':' and '-')")
+    errs.raise_422("workflow_id")
+    assert isinstance(value, str)
+    return value
