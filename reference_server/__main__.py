@@ -1,0 +1,166 @@
+"""``python -m reference_server``: run the reference server of worker protocol 1.20.
+
+Prints the URL it serves on the first line of standard output (``--port 0`` picks a free port), so a
+harness can start it as a subprocess and read where to connect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from .config import Settings
+
+__all__ = ["build_parser", "main", "settings_from_args"]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw and raw.strip().isdigit() else default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m reference_server",
+        description="The reference server of the Durable Workflow worker protocol 1.20, on asyncio and SQLite. "
+        "It prints the URL it serves, creates the database on first start and keeps it across restarts.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
+    p.add_argument("--port", type=int, default=8080, help="Port to listen on; 0 picks a free port (default 8080).")
+    p.add_argument(
+        "--db",
+        default="./dw.sqlite",
+        help="SQLite database file; created on first start (default ./dw.sqlite).",
+    )
+    p.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=_env_int("DW_V2_WORKFLOW_TASK_LEASE_SECONDS", 300),
+        help="Workflow-task lease length in seconds (default 300, env DW_V2_WORKFLOW_TASK_LEASE_SECONDS). "
+        "Short leases let a conformance run cover lease expiry and redelivery.",
+    )
+    p.add_argument(
+        "--activity-lease-seconds",
+        type=int,
+        default=_env_int("DW_ACTIVITY_TASK_LEASE_SECONDS", 300),
+        help="Activity-task lease length in seconds (default 300, env DW_ACTIVITY_TASK_LEASE_SECONDS).",
+    )
+    p.add_argument(
+        "--query-timeout",
+        type=int,
+        default=_env_int("DW_QUERY_TASK_TIMEOUT", 30),
+        help="How long a control-plane query waits for a worker's answer before 504 query_worker_timeout "
+        "(default 30, env DW_QUERY_TASK_TIMEOUT).",
+    )
+    p.add_argument(
+        "--query-lease-seconds",
+        type=int,
+        default=_env_int("DW_QUERY_TASK_LEASE_TIMEOUT", 60),
+        help="Query-task lease length in seconds (default 60, env DW_QUERY_TASK_LEASE_TIMEOUT).",
+    )
+    p.add_argument(
+        "--long-poll-default",
+        type=int,
+        default=_env_int("DW_WORKER_POLL_TIMEOUT", 30),
+        help="Long-poll hold when a poll sends no timeout_seconds (default 30, env DW_WORKER_POLL_TIMEOUT).",
+    )
+    p.add_argument(
+        "--max-active-leases-per-queue",
+        type=int,
+        default=None,
+        help="Admission limit: with this many live leases on a queue, further polls answer "
+        "poll_status 'throttled' (default: no limit).",
+    )
+    p.add_argument(
+        "--worker-token",
+        default=os.environ.get("DW_WORKER_TOKEN"),
+        help="Bearer token of the worker role (env DW_WORKER_TOKEN). No tokens at all = no auth.",
+    )
+    p.add_argument(
+        "--operator-token",
+        default=os.environ.get("DW_OPERATOR_TOKEN"),
+        help="Bearer token of the operator role (env DW_OPERATOR_TOKEN).",
+    )
+    p.add_argument(
+        "--admin-token",
+        default=os.environ.get("DW_ADMIN_TOKEN"),
+        help="Bearer token of the admin role (env DW_ADMIN_TOKEN).",
+    )
+    p.add_argument("--event-log", default=None, help="Append every lifecycle transition as one JSON line to this file.")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
+        "--fault list prints the names.",
+    )
+    p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings(
+        db_path=args.db,
+        lease_seconds=args.lease_seconds,
+        activity_lease_seconds=args.activity_lease_seconds,
+        query_timeout_seconds=args.query_timeout,
+        query_lease_seconds=args.query_lease_seconds,
+        long_poll_default_seconds=args.long_poll_default,
+        max_active_leases_per_queue=args.max_active_leases_per_queue,
+        worker_token=args.worker_token or None,
+        operator_token=args.operator_token or None,
+        admin_token=args.admin_token or None,
+        event_log=args.event_log,
+        faults=frozenset(args.fault),
+    )
+
+
+async def _serve(settings: Settings, host: str, port: int) -> None:
+    from .server import Server
+
+    server = Server(settings)
+    url = await server.start(host, port)
+    print(url, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if "list" in args.fault:
+        from .faults import FAULTS
+
+        for name, doc in sorted(FAULTS.items()):
+            print(f"{name}\t{doc}")
+        return 0
+    settings = settings_from_args(args)
+    if settings.faults:
+        from .faults import FAULTS
+
+        unknown = sorted(settings.faults - FAULTS.keys())
+        if unknown:
+            print(f"unknown --fault {', '.join(unknown)}; --fault list prints the names", file=sys.stderr)
+            return 2
+    asyncio.run(_serve(settings, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

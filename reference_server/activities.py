@@ -1,0 +1,1225 @@
+"""Activity tasks (PROTOCOL.md §11): poll, complete, fail, heartbeat, status, and the §11.7 timeout enforcer.
+
+Three rows describe one activity, and each has its lifecycle table in :mod:`suite.protocol.lifecycles`
+(every state change below is asked of the table first, so an illegal move is a loud bug, not a silent one)::
+
+    activity_executions   one logical activity; ``activity_execution_id`` is stable across attempts
+       └── activity_tasks     one per retry (a retry is a NEW task_id); stable across lease redeliveries
+              └── activity_attempts  one per lease (every claim is a NEW activity_attempt_id)
+
+Fencing is decided twice, as for workflow tasks: the pure model's guards (``guard_activity_attempt``,
+``guard_activity_report``, ``activity_heartbeat_outcome``) produce the exact §11.2–§11.5 answer, and the write
+that records an outcome is a conditional ``UPDATE … WHERE attempt_id = ? AND status = 'running' AND
+lease_owner = ? AND lease_expires_at > now``, so no interleaving can record two outcomes for one attempt.
+
+Decisions where the spec leaves room (each is repeated where it is enforced):
+
+* **Lease expiry is found lazily.** An expired lease is not swept by a timer: the next matching poll closes
+  the old attempt as ``expired`` and leases the same task to a new attempt (§9 "Activity redelivery"). The
+  long poll's own due time includes lease expiries, so an expired task is pollable without outside help.
+* **Timeouts run before anything else** in every poll, complete, fail and heartbeat transaction (for the
+  execution concerned) as well as in the scheduler's maintenance pass, so a verdict never depends on whether
+  the scheduler has run yet: an outcome reported after a timeout deadline is ``stale_attempt``, exactly as if
+  the enforcer had been instantaneous.
+* **schedule_to_start is terminal.** §11.7 says the enforcer "retries, subject to attempts left", but an
+  activity that was never started has used no attempt: retrying it would either leave a gap in the attempt
+  numbers workers see (§14.2 "numbered 1, 2, 3, … with no gaps") or never be bounded by ``max_attempts``.
+* **The activity's worker learns of a closed run, the run hears nothing more.** A cancelled or terminated
+  run records ``ActivityCancelled`` for an attempt that was still running when it is closed (§11.5); a run
+  that completed or failed with an activity still open gets no history after its terminal event — the
+  attempt, task and execution are just closed as cancelled.
+* **The status verb is read-only** (§1.1: "liveness and cancel state **without** renewing the lease"): it
+  never renews, never closes an attempt and never enforces a timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from suite.protocol.codec import decode_blob
+from suite.protocol.commands import RetryPolicy
+from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.fencing import (
+    ActivityAttemptView,
+    activity_heartbeat_outcome,
+    guard_activity_attempt,
+    guard_activity_report,
+    stop_reason,
+)
+from suite.protocol.lifecycles import (
+    ACTIVITY_ATTEMPT,
+    ACTIVITY_EXECUTION,
+    ACTIVITY_TASK,
+    RUN_LIVE_STATUSES,
+    AttemptEvent,
+    AttemptStatus,
+    ExecutionEvent,
+    ExecutionStatus,
+    RunStatus,
+    TaskEvent,
+    TaskStatus,
+)
+
+from .app import WORKER, Ctx, validation_error
+from .engine import TERMINAL_RUN_STATUSES, T, append_event, empty_resume, open_workflow_task, ts, wake_run
+from .store import dumps, from_us, loads, new_id
+from .workflow_tasks import _forget_polls, _replay_poll
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = [
+    "FAILURE_KINDS",
+    "TIMEOUT_TYPES",
+    "Failure",
+    "Fence",
+    "Progress",
+    "activity_due_in",
+    "claim_activity_task",
+    "complete_activity_task",
+    "enforce_activity_timeouts",
+    "fail_activity_task",
+    "heartbeat_activity_task",
+    "parse_complete",
+    "parse_fail",
+    "parse_heartbeat",
+    "register",
+    "task_payload",
+]
+
+US = 1_000_000
+
+# §11.4: "`kind` | enum | `application`, `timeout`, `cancellation`, `malformed_output`, `handler_crash`,
+# `decode_failure`, `unsupported_payload`. Any other value gives 422".
+FAILURE_KINDS = frozenset(
+    {
+        "application",
+        "timeout",
+        "cancellation",
+        "malformed_output",
+        "handler_crash",
+        "decode_failure",
+        "unsupported_payload",
+    }
+)
+# §11.4: "`timeout_type` | enum | `schedule_to_start`, `start_to_close`, `schedule_to_close`, `heartbeat`,
+# `deadline_exceeded`. Any other value gives 422".
+TIMEOUT_TYPES = frozenset(
+    {"schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat", "deadline_exceeded"}
+)
+
+# §11.4 failure_category ∈ {application, cancelled, terminated, timeout, activity, …}. Decision: a worker's
+# `kind` maps onto the category that names it; the kinds that say "the activity machinery broke" rather
+# than "the business logic failed" are category `activity`.
+_CATEGORY_BY_KIND = {
+    "application": "application",
+    "timeout": "timeout",
+    "cancellation": "cancelled",
+    "malformed_output": "activity",
+    "handler_crash": "activity",
+    "decode_failure": "activity",
+    "unsupported_payload": "activity",
+}
+
+_TERMINAL_RUNS_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL_RUN_STATUSES))
+_SWEEP_LIMIT = 100
+
+
+# -- request bodies (422 before any lookup, §2.3) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fence:
+    """§11.2: "Request bodies always include `activity_attempt_id` (required) and `lease_owner`
+    (required)"."""
+
+    activity_attempt_id: str
+    lease_owner: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A validated §11.4 ``failure`` object."""
+
+    message: str
+    type: str | None
+    class_: str | None
+    code: int | None
+    stack_trace: str | None
+    non_retryable: bool
+    kind: str | None
+    timeout_type: str | None
+    cancelled: bool
+    details: dict[str, str] | None
+
+    def category(self) -> str:
+        if self.kind is not None:
+            return _CATEGORY_BY_KIND[self.kind]
+        return "cancelled" if self.cancelled else "application"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The §11.5 heartbeat progress, recorded as ``ActivityHeartbeatRecorded.progress``."""
+
+    message: str | None = None
+    current: int | float | None = None
+    total: int | float | None = None
+    unit: str | None = None
+    details: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "message": self.message,
+            "current": self.current,
+            "total": self.total,
+            "unit": self.unit,
+            "details": self.details,
+        }
+
+
+_Errors = dict[str, list[str]]
+
+
+def _fence(body: Mapping[str, Any], errors: _Errors) -> Fence:
+    attempt_id = body.get("activity_attempt_id")
+    owner = body.get("lease_owner")
+    if not isinstance(attempt_id, str) or not attempt_id:
+        errors["activity_attempt_id"] = [
+            "activity_attempt_id is required: send the activity_attempt_id from the poll response."
+        ]
+    if not isinstance(owner, str) or not owner:
+        errors["lease_owner"] = ["lease_owner is required: send the worker_id that polled the task."]
+    return Fence(attempt_id if isinstance(attempt_id, str) else "", owner if isinstance(owner, str) else "")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _optional_str(body: Mapping[str, Any], key: str, path: str, errors: _Errors) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        errors[path] = [f"{path} must be a string or null."]
+        return None
+    return value
+
+
+def _blob(value: object, path: str, errors: _Errors, *, bare_ok: bool) -> str | None:
+    """A payload: ``null``, an envelope with exactly ``{codec, blob}``, or (where allowed) a bare base64 blob.
+
+    §13.1: "A worker or server MUST check the codec before decoding", and "an activity result or
+    failure-details envelope with `codec ≠ "avro"` gives **422**, with a message that begins
+    `unsupported_payload_codec:`". The blob is decoded only to prove it is a well-formed frame; the stored
+    text is the worker's, byte for byte (§11.4 "The server stores the blob **unchanged**").
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and bare_ok:
+        blob = value
+    elif isinstance(value, dict):
+        if "codec" in value and value["codec"] != "avro":
+            errors[f"{path}.codec"] = [
+                f"unsupported_payload_codec: codec {value['codec']!r} is not supported; "
+                'the only payload codec is \'avro\' (send {"codec": "avro", "blob": <base64>}).'
+            ]
+            return None
+        if set(value) != {"codec", "blob"} or not isinstance(value["blob"], str):
+            errors[path] = [f"{path} must be an envelope with exactly the keys codec and blob."]
+            return None
+        blob = value["blob"]
+    else:
+        shapes = "an envelope {codec, blob}, a base64 blob string or null" if bare_ok else "an envelope or null"
+        errors[path] = [f"{path} must be {shapes}."]
+        return None
+    try:
+        decode_blob(blob)
+    except CodecError as exc:
+        errors[f"{path}.blob" if isinstance(value, dict) else path] = [f"{exc.code}: {exc.detail}"]
+        return None
+    return blob
+
+
+def parse_complete(body: Mapping[str, Any]) -> tuple[Fence, str | None]:
+    """§11.3: ``{activity_attempt_id, lease_owner, result: envelope | bare blob | null}``."""
+    errors: _Errors = {}
+    fence = _fence(body, errors)
+    result = _blob(body.get("result"), "result", errors, bare_ok=True)
+    if errors:
+        raise validation_error(errors)
+    return fence, result
+
+
+def parse_fail(body: Mapping[str, Any]) -> tuple[Fence, Failure]:
+    """§11.4 ``failure`` fields. ``message`` is required; an empty string is accepted, because the SDK sends
+    ``str(exc)`` and an exception may have no text — refusing it would strand the attempt until its lease
+    expires."""
+    errors: _Errors = {}
+    fence = _fence(body, errors)
+    raw = body.get("failure")
+    if not isinstance(raw, dict):
+        errors["failure"] = ["failure is required: an object with at least a message."]
+        raise validation_error(errors)
+    message = raw.get("message")
+    if not isinstance(message, str):
+        errors["failure.message"] = ["failure.message is required and must be a string."]
+    ftype = _optional_str(raw, "type", "failure.type", errors)
+    fclass = _optional_str(raw, "class", "failure.class", errors)
+    stack = _optional_str(raw, "stack_trace", "failure.stack_trace", errors)
+    code = raw.get("code")
+    if code is not None and not _is_int(code):
+        errors["failure.code"] = ["failure.code must be an integer or null."]
+    flags: dict[str, bool] = {}
+    for key in ("non_retryable", "retryable", "cancelled", "malformed_output"):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, bool):
+            errors[f"failure.{key}"] = [f"failure.{key} must be a boolean or null."]
+        flags[key] = value is True
+    kind = raw.get("kind")
+    if kind is not None and kind not in FAILURE_KINDS:
+        errors["failure.kind"] = [f"failure.kind must be one of {sorted(FAILURE_KINDS)} or null."]
+    timeout_type = raw.get("timeout_type")
+    if timeout_type is not None and timeout_type not in TIMEOUT_TYPES:
+        errors["failure.timeout_type"] = [f"failure.timeout_type must be one of {sorted(TIMEOUT_TYPES)} or null."]
+    details = _blob(raw.get("details"), "failure.details", errors, bare_ok=False)
+    if errors:
+        raise validation_error(errors)
+    assert isinstance(message, str)
+    return fence, Failure(
+        message=message,
+        type=ftype,
+        class_=fclass,
+        code=code,
+        stack_trace=stack,
+        # §11.4: "`retryable` | bool | Informational alias" — only `non_retryable` decides.
+        non_retryable=flags["non_retryable"],
+        kind=kind,
+        timeout_type=timeout_type,
+        cancelled=flags["cancelled"],
+        details=None if details is None else {"codec": "avro", "blob": details},
+    )
+
+
+def parse_heartbeat(body: Mapping[str, Any]) -> tuple[Fence, Progress]:
+    """§11.5: ``message?``, ``current?: number``, ``total?: number``, ``unit?``, ``details?: object``.
+
+    §14.1: malformed optional progress fields "never return 5xx. Either 422 or ignored" — this server answers
+    422 so a worker learns its progress report is being lost.
+    """
+    errors: _Errors = {}
+    fence = _fence(body, errors)
+    message = _optional_str(body, "message", "message", errors)
+    unit = _optional_str(body, "unit", "unit", errors)
+    numbers: dict[str, int | float | None] = {}
+    for key in ("current", "total"):
+        value = body.get(key)
+        if value is not None and not _is_number(value):
+            errors[key] = [f"{key} must be a finite number or null."]
+            value = None
+        numbers[key] = value
+    details = body.get("details")
+    if details is not None and not isinstance(details, dict):
+        errors["details"] = ["details must be a JSON object or null."]
+        details = None
+    if errors:
+        raise validation_error(errors)
+    return fence, Progress(message, numbers["current"], numbers["total"], unit, details)
+
+
+# -- lifecycle writes: the model's tables decide every target state -------------------------------------
+
+
+def _move_attempt(t: T, attempt_id: str, event: AttemptEvent, *, owner: str | None = None) -> bool:
+    """running → completed | failed | cancelled | expired. Every attempt transition leaves ``running``, so the
+    ``status = 'running'`` condition is the whole race. With ``owner`` this is the outcome-recording write:
+    only the live lease the guard saw may move it."""
+    target = ACTIVITY_ATTEMPT.step(AttemptStatus.RUNNING, event).value
+    sql = "UPDATE activity_attempts SET status = ?, closed_at = ? WHERE attempt_id = ? AND status = 'running'"
+    args: list[Any] = [target, t.now, attempt_id]
+    if owner is not None:
+        sql += " AND lease_owner = ? AND lease_expires_at > ?"
+        args += [owner, t.now]
+    moved = t.db.execute(sql, args).rowcount == 1
+    if moved:
+        t.fx.transition("activity_attempt", attempt_id, AttemptStatus.RUNNING.value, target, cause=event.value)
+    return moved
+
+
+def _move_task(t: T, task_id: str, event: TaskEvent) -> bool:
+    """Close a ready or leased task (complete, time_out, cancel); a closed task is left as it is."""
+    row = t.one("SELECT status FROM activity_tasks WHERE task_id = ?", task_id)
+    if row is None or not ACTIVITY_TASK.can(TaskStatus(row["status"]), event):
+        return False
+    target = ACTIVITY_TASK.step(TaskStatus(row["status"]), event).value
+    t.db.execute(
+        "UPDATE activity_tasks SET status = ?, lease_expires_at = NULL WHERE task_id = ? AND status = ?",
+        (target, task_id, row["status"]),
+    )
+    t.fx.transition("activity_task", task_id, row["status"], target, cause=event.value)
+    return True
+
+
+def _move_execution(t: T, execution_id: str, event: ExecutionEvent) -> bool:
+    row = t.one("SELECT status FROM activity_executions WHERE execution_id = ?", execution_id)
+    if row is None or not ACTIVITY_EXECUTION.can(ExecutionStatus(row["status"]), event):
+        return False
+    target = ACTIVITY_EXECUTION.step(ExecutionStatus(row["status"]), event)
+    closed = ACTIVITY_EXECUTION.is_terminal(target)
+    t.db.execute(
+        "UPDATE activity_executions SET status = ?, closed_at = CASE WHEN ? THEN ? ELSE closed_at END"
+        " WHERE execution_id = ? AND status = ?",
+        (target.value, closed, t.now, execution_id, row["status"]),
+    )
+    t.fx.transition("activity_execution", execution_id, row["status"], target.value, cause=event.value)
+    return True
+
+
+# -- shared pieces -----------------------------------------------------------------------------------------
+
+
+def _policy(execution: sqlite3.Row) -> RetryPolicy:
+    """The policy snapshot taken when the activity was scheduled (§11.1 ``retry_policy``); §11.6: with no
+    policy, ``max_attempts = 1``."""
+    snap = loads(execution["retry_policy"]) or {}
+    try:
+        return RetryPolicy(
+            max_attempts=int(snap.get("max_attempts") or 1),
+            backoff_seconds=tuple(int(b) for b in snap.get("backoff_seconds") or ()),
+            non_retryable_error_types=tuple(str(n) for n in snap.get("non_retryable_error_types") or ()),
+        )
+    except (TypeError, ValueError):
+        return RetryPolicy()
+
+
+def _event_base(execution: sqlite3.Row, attempt_id: str | None, attempt_number: int | None) -> dict[str, Any]:
+    # SDK-INTEROP §5: `sequence` is the step number of the ActivityScheduled command, stamped on every event
+    # of that step, so replay can match the outcome to the command.
+    return {
+        "sequence": execution["step_sequence"],
+        "activity_execution_id": execution["execution_id"],
+        "activity_attempt_id": attempt_id,
+        "activity_type": execution["activity_type"],
+        "attempt_number": attempt_number,
+    }
+
+
+def _resolve(
+    t: T, execution: sqlite3.Row, attempt_id: str | None, event_type: str, payload: dict[str, Any]
+) -> str | None:
+    """Record the execution's one terminal event and resume the workflow (§11.3, §11.6 "Final failure");
+    returns the workflow task that will see it. §14.2: "The workflow is resumed … **only** for the final
+    outcome"."""
+    seq = append_event(t, execution["run_id"], event_type, payload)
+    eid = execution["execution_id"]
+    # §8.3 plus §15: upstream emits workflow_wait_kind "activity" with open_wait_id "activity:{id}".
+    wake_run(
+        t,
+        execution["run_id"],
+        empty_resume(
+            workflow_wait_kind="activity",
+            open_wait_id=f"activity:{eid}",
+            resume_source_kind="activity_execution",
+            resume_source_id=eid,
+            activity_execution_id=eid,
+            activity_attempt_id=attempt_id,
+            activity_type=execution["activity_type"],
+            workflow_sequence=seq,
+            workflow_event_type=event_type,
+        ),
+    )
+    task = open_workflow_task(t, execution["run_id"])
+    return None if task is None else str(task["task_id"])
+
+
+def _schedule_retry(
+    t: T,
+    execution: sqlite3.Row,
+    old_task: sqlite3.Row,
+    attempt_id: str,
+    after_attempt: int,
+    cause: Mapping[str, Any],
+) -> str:
+    """§11.6 "How a retry is created": a new **ready** task (new task_id) with ``available_at = now +
+    backoff`` and ``ActivityRetryScheduled``; "**No workflow task is created** for a retry"."""
+    policy = _policy(execution)
+    backoff = policy.backoff_before(after_attempt + 1)
+    available_at = t.now + backoff * US
+    s2s = execution["schedule_to_start_timeout"]
+    task_id = new_id(t.now)
+    t.db.execute(
+        "INSERT INTO activity_tasks (task_id, namespace, execution_id, run_id, task_queue, activity_type,"
+        " compatibility, status, available_at, created_at, schedule_to_start_deadline)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+        (
+            task_id,
+            old_task["namespace"],
+            execution["execution_id"],
+            execution["run_id"],
+            old_task["task_queue"],
+            execution["activity_type"],
+            old_task["compatibility"],
+            available_at,
+            t.now,
+            # schedule_to_start runs from the moment the retry becomes claimable, not from its creation:
+            # the backoff is the server's own choice and must not eat into the worker's pickup budget.
+            available_at + s2s * US if s2s else None,
+        ),
+    )
+    t.db.execute(
+        "UPDATE activity_executions SET current_task_id = ? WHERE execution_id = ?",
+        (task_id, execution["execution_id"]),
+    )
+    _move_execution(t, execution["execution_id"], ExecutionEvent.RETRY)
+    t.fx.transition("activity_task", task_id, None, TaskStatus.READY.value, run_id=execution["run_id"])
+    t.fx.wake.add(("activity", old_task["namespace"], old_task["task_queue"]))
+    append_event(
+        t,
+        execution["run_id"],
+        "ActivityRetryScheduled",
+        {
+            **_event_base(execution, attempt_id, after_attempt),
+            "task_id": task_id,
+            "failed_task_id": old_task["task_id"],
+            "retry_after_attempt": after_attempt,
+            "retry_available_at": ts(available_at),
+            "retry_backoff_seconds": backoff,
+            "max_attempts": policy.max_attempts,
+            **cause,
+        },
+    )
+    return task_id
+
+
+def _cancel_execution(t: T, execution: sqlite3.Row, run: sqlite3.Row, reason: str) -> None:
+    """Close everything still open of an execution whose run closed (or that was cancelled itself).
+
+    §11.5: the heartbeat "closes the attempt as cancelled and records `ActivityCancelled`"; the same closing
+    happens whichever call notices first (heartbeat, a late complete or fail, a timeout, or an expired lease
+    nobody will report on), so the history has one ``ActivityCancelled`` per attempt that was running.
+    """
+    eid = execution["execution_id"]
+    quiet = run["status"] in ("completed", "failed")  # no history after the run's terminal event
+    for attempt in t.all("SELECT * FROM activity_attempts WHERE execution_id = ? AND status = 'running'", eid):
+        if _move_attempt(t, attempt["attempt_id"], AttemptEvent.CANCEL) and not quiet:
+            append_event(
+                t,
+                execution["run_id"],
+                "ActivityCancelled",
+                {
+                    **_event_base(execution, attempt["attempt_id"], attempt["attempt_number"]),
+                    "failure_category": "cancelled",
+                    "reason": reason,
+                    "message": "The activity was cancelled because its workflow run closed.",
+                    "exception_type": None,
+                    "exception_class": None,
+                    "non_retryable": True,
+                },
+            )
+    for task in t.all(
+        "SELECT task_id FROM activity_tasks WHERE execution_id = ? AND status IN ('ready', 'leased')", eid
+    ):
+        _move_task(t, task["task_id"], TaskEvent.CANCEL)
+        _forget_polls(t, "activity", task["task_id"])
+    _move_execution(t, eid, ExecutionEvent.CANCEL)
+
+
+# -- claim (§11.1, §7) -------------------------------------------------------------------------------------
+
+
+def _match_sql(alias: str) -> str:
+    """The §7.5 matching rules shared by the claim and the long poll's due time: same namespace and queue,
+    compatibility marker, type filter (empty list = all), and never a task of a closed run (invariant 50)."""
+    a = alias
+    return (
+        f"{a}.namespace = ? AND {a}.task_queue = ? AND ({a}.compatibility IS NULL OR {a}.compatibility = ?)"
+        f" AND (? = 0 OR {a}.activity_type IN (SELECT value FROM json_each(?)))"
+        f" AND EXISTS (SELECT 1 FROM runs r WHERE r.run_id = {a}.run_id"
+        f" AND r.status NOT IN ({_TERMINAL_RUNS_SQL}))"
+    )
+
+
+def _match_args(worker: sqlite3.Row, queue: str) -> tuple[Any, ...]:
+    types = loads(worker["activity_types"]) or []
+    return (worker["namespace"], queue, worker["build_id"] or "", len(types), dumps(types))
+
+
+def claim_activity_task(
+    t: T,
+    *,
+    worker: sqlite3.Row,
+    task_queue: str,
+    poll_build_id: str | None,
+    poll_request_id: str | None,
+) -> dict[str, Any] | str | None:
+    """Lease one activity task to ``worker``: the task payload (§11.1), ``None`` when nothing matches, or
+    ``"throttled"`` when the admission limit refuses a lease (§7.4, Appendix C)."""
+    namespace, worker_id = worker["namespace"], worker["worker_id"]
+    enforce_activity_timeouts(t)
+    lease_until = t.now + t.settings.activity_lease_seconds * US
+    if poll_request_id:
+        replay = _replay_poll(t, "activity", namespace, task_queue, poll_build_id, worker_id, poll_request_id)
+        if replay is not None:
+            # §7.3: "the same task_id and the same attempt … returns the refreshed `lease_expires_at`".
+            task = t.one("SELECT current_attempt_id FROM activity_tasks WHERE task_id = ?", replay)
+            assert task is not None
+            t.db.execute("UPDATE activity_tasks SET lease_expires_at = ? WHERE task_id = ?", (lease_until, replay))
+            t.db.execute(
+                "UPDATE activity_attempts SET lease_expires_at = ? WHERE attempt_id = ? AND status = 'running'",
+                (lease_until, task["current_attempt_id"]),
+            )
+            return task_payload(t, replay)
+    limit = t.settings.max_active_leases_per_queue
+    if limit is not None:
+        active = t.one(
+            "SELECT COUNT(*) AS n FROM activity_tasks WHERE namespace = ? AND task_queue = ?"
+            " AND status = 'leased' AND lease_expires_at > ?",
+            namespace,
+            task_queue,
+            t.now,
+        )
+        if active is not None and int(active["n"]) >= limit:
+            return "throttled"
+    candidates = t.all(
+        "SELECT k.task_id, k.status, k.current_attempt_id, k.execution_id FROM activity_tasks k"
+        f" WHERE {_match_sql('k')}"
+        " AND ((k.status = 'ready' AND k.available_at <= ?)"
+        " OR (k.status = 'leased' AND k.lease_expires_at <= ?))"
+        " ORDER BY k.available_at, k.task_id LIMIT 100",
+        *_match_args(worker, task_queue),
+        t.now,
+        t.now,
+    )
+    for cand in candidates:
+        attempt_id = new_id(t.now)
+        # The claim is the conditional write (§7.5): only a ready task, or one whose lease has expired, moves.
+        won = t.db.execute(
+            "UPDATE activity_tasks SET status = 'leased', lease_owner = ?, lease_expires_at = ?,"
+            " current_attempt_id = ? WHERE task_id = ?"
+            " AND ((status = 'ready' AND available_at <= ?)"
+            " OR (status = 'leased' AND lease_expires_at <= ?))",
+            (worker_id, lease_until, attempt_id, cand["task_id"], t.now, t.now),
+        ).rowcount
+        if won != 1:
+            continue  # lost the race: not an error, try the next candidate (§7.5)
+        if cand["status"] == TaskStatus.LEASED.value:
+            # §9 "Activity redelivery": "A lease expiry closes the attempt (status `expired`). The re-claim of
+            # the same activity task creates a **new `activity_attempt_id`** and `attempt_number + 1`". §11.6:
+            # not a retry — no backoff, no ActivityRetryScheduled.
+            _move_attempt(t, cand["current_attempt_id"], AttemptEvent.EXPIRE)
+            t.fx.transition("activity_task", cand["task_id"], "leased", "ready", cause=TaskEvent.EXPIRE.value)
+            _move_execution(t, cand["execution_id"], ExecutionEvent.LEASE_LOST)
+        t.fx.transition("activity_task", cand["task_id"], "ready", "leased", lease_owner=worker_id)
+        execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", cand["execution_id"])
+        assert execution is not None
+        _move_execution(t, cand["execution_id"], ExecutionEvent.CLAIM)
+        number = int(execution["attempt_count"]) + 1
+        s2c, hb = execution["start_to_close_timeout"], execution["heartbeat_timeout"]
+        t.db.execute(
+            "UPDATE activity_executions SET attempt_count = ? WHERE execution_id = ?",
+            (number, cand["execution_id"]),
+        )
+        t.db.execute(
+            "INSERT INTO activity_attempts (attempt_id, task_id, execution_id, attempt_number, lease_owner,"
+            " status, started_at, lease_expires_at, start_to_close_deadline, heartbeat_deadline)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+            (
+                attempt_id,
+                cand["task_id"],
+                cand["execution_id"],
+                number,
+                worker_id,
+                t.now,
+                lease_until,
+                # §11.7: start_to_close is "one attempt, from claim to outcome"; heartbeat is "the maximum gap
+                # between heartbeats", so the first gap starts at the claim.
+                t.now + s2c * US if s2c else None,
+                t.now + hb * US if hb else None,
+            ),
+        )
+        t.fx.transition("activity_attempt", attempt_id, None, AttemptStatus.RUNNING.value, task_id=cand["task_id"])
+        _forget_polls(t, "activity", cand["task_id"])
+        if poll_request_id:
+            t.db.execute(
+                "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
+                " poll_request_id, task_id, attempt, created_at) VALUES (?, 'activity', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    namespace,
+                    task_queue,
+                    poll_build_id or "",
+                    worker_id,
+                    poll_request_id,
+                    cand["task_id"],
+                    number,
+                    t.now,
+                ),
+            )
+        return task_payload(t, cand["task_id"])
+    return None
+
+
+def task_payload(t: T, task_id: str) -> dict[str, Any]:
+    """The leased activity task (§11.1)."""
+    task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", task_id)
+    assert task is not None
+    attempt = t.one("SELECT * FROM activity_attempts WHERE attempt_id = ?", task["current_attempt_id"])
+    execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", task["execution_id"])
+    assert attempt is not None
+    assert execution is not None
+    run = t.run(task["run_id"])
+    # §11.1 "`deadlines` … Any of `schedule_to_start`, `start_to_close`, `schedule_to_close`, `heartbeat`.
+    # Omitted when none apply": schedule_to_start no longer applies once the task is claimed.
+    deadlines = {
+        name: ts(at)
+        for name, at in (
+            ("start_to_close", attempt["start_to_close_deadline"]),
+            ("schedule_to_close", execution["schedule_to_close_deadline"]),
+            ("heartbeat", attempt["heartbeat_deadline"]),
+        )
+        if at is not None
+    }
+    number = int(attempt["attempt_number"])
+    return {
+        "task_id": task_id,
+        "namespace": task["namespace"],
+        "workflow_id": run["workflow_id"],
+        "run_id": run["run_id"],
+        "workflow_type": run["workflow_type"],
+        "activity_execution_id": execution["execution_id"],
+        # [S0]: "Use it as the default remote idempotency key"; UPP's idempotency_key equals it.
+        "idempotency_key": execution["execution_id"],
+        "activity_attempt_id": attempt["attempt_id"],
+        "attempt_number": number,
+        "attempt": number,  # §11.1: "The RS SHOULD also emit `attempt` as an alias"
+        "activity_type": execution["activity_type"],
+        "payload_codec": "avro",
+        "arguments": ({"codec": "avro", "blob": execution["arguments_blob"]} if execution["arguments_blob"] else None),
+        "retry_policy": loads(execution["retry_policy"]),
+        "deadlines": deadlines,
+        "task_queue": task["task_queue"],
+        "connection": execution["connection"],
+        "lease_owner": attempt["lease_owner"],
+        "lease_expires_at": ts(attempt["lease_expires_at"]),
+    }
+
+
+def activity_due_in(db: sqlite3.Connection, worker: sqlite3.Row, queue: str, now: int) -> float | None:
+    """Seconds until durable state alone makes a task claimable by *this* worker: the earliest future
+    ``available_at`` (a retry's backoff) or lease expiry (redelivery). Filtering by this worker's matching
+    rules keeps a poll from spinning on an expired lease it could never claim."""
+    row = db.execute(
+        "SELECT MIN(CASE WHEN k.status = 'ready' THEN k.available_at ELSE k.lease_expires_at END)"
+        f" FROM activity_tasks k WHERE {_match_sql('k')}"
+        " AND ((k.status = 'ready' AND k.available_at > ?) OR k.status = 'leased')",
+        (*_match_args(worker, queue), now),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return max(0.0, (int(row[0]) - now) / 1e6)
+
+
+# -- fencing -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rows:
+    attempt: sqlite3.Row
+    task: sqlite3.Row
+    execution: sqlite3.Row
+    run: sqlite3.Row
+
+
+def _load(t: T, attempt_id: str) -> tuple[ActivityAttemptView, _Rows]:
+    attempt = t.one("SELECT * FROM activity_attempts WHERE attempt_id = ?", attempt_id)
+    assert attempt is not None
+    task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", attempt["task_id"])
+    execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", attempt["execution_id"])
+    assert task is not None
+    assert execution is not None
+    run = t.run(execution["run_id"])
+
+    def dt(us: int | None) -> datetime | None:
+        return None if us is None else from_us(us)
+
+    view = ActivityAttemptView(
+        attempt_id=attempt_id,
+        task_id=attempt["task_id"],
+        attempt_number=int(attempt["attempt_number"]),
+        attempt_status=AttemptStatus(attempt["status"]),
+        lease_owner=attempt["lease_owner"],
+        lease_expires_at=dt(attempt["lease_expires_at"]),
+        task_status=TaskStatus(task["status"]),
+        task_current_attempt_id=task["current_attempt_id"] if task["status"] == TaskStatus.LEASED.value else None,
+        execution_status=ExecutionStatus(execution["status"]),
+        execution_current_task_id=execution["current_task_id"],
+        run_status=RunStatus(run["status"]),
+        run_closed_reason=run["closed_reason"],
+        run_closed_at=dt(run["closed_at"]),
+    )
+    return view, _Rows(attempt, task, execution, run)
+
+
+def _guarded(
+    t: T, namespace: str, task_id: str, fence: Fence, *, enforce: bool = True
+) -> tuple[ActivityAttemptView, _Rows]:
+    """§11.2 ownership (404 task_not_found, 404 attempt_not_found, 409 task_mismatch, 409
+    lease_owner_mismatch), then — once the caller is known to be the owner — any timeout already due for
+    this execution, so the view the caller is judged on is the one the enforcer would have produced."""
+    task_exists = t.one("SELECT 1 FROM activity_tasks WHERE task_id = ? AND namespace = ?", task_id, namespace)
+    attempt = t.one(
+        "SELECT a.attempt_id, a.execution_id FROM activity_attempts a"
+        " JOIN activity_executions e ON e.execution_id = a.execution_id"
+        " WHERE a.attempt_id = ? AND e.namespace = ?",
+        fence.activity_attempt_id,
+        namespace,
+    )
+    view = _load(t, fence.activity_attempt_id)[0] if attempt is not None else None
+    guard_activity_attempt(
+        view,
+        task_exists=task_exists is not None,
+        task_id=task_id,
+        activity_attempt_id=fence.activity_attempt_id,
+        lease_owner=fence.lease_owner,
+    )
+    assert attempt is not None
+    if enforce:
+        enforce_activity_timeouts(t, execution_id=attempt["execution_id"])
+    return _load(t, fence.activity_attempt_id)
+
+
+def _report_guard(t: T, view: ActivityAttemptView, rows: _Rows, verb: str) -> Rejection | None:
+    """§11.3/§11.5 via the model. A stale attempt is refused with no change at all (invariant 68). A closed
+    run is refused too, but §11.5 has the server close the attempt, task and execution as cancelled in the
+    same transaction — so that rejection is *returned*, to be raised only after the commit."""
+    try:
+        guard_activity_report(view, verb="complete" if verb == "complete" else "fail", now=from_us(t.now))
+    except Rejection as rejection:
+        if view.run_status in RUN_LIVE_STATUSES:
+            raise
+        _cancel_execution(t, rows.execution, rows.run, rejection.reason)
+        return rejection
+    return None
+
+
+def _record_outcome(t: T, rows: _Rows, event: AttemptEvent) -> None:
+    """The write that decides the race: only the live lease the guard saw can record an outcome."""
+    if not _move_attempt(t, rows.attempt["attempt_id"], event, owner=rows.attempt["lease_owner"]):
+        raise Rejection(
+            409,
+            "stale_attempt",
+            "The activity attempt stopped being live before its outcome could be recorded; drop the result.",
+            {
+                "task_id": rows.task["task_id"],
+                "activity_attempt_id": rows.attempt["attempt_id"],
+                "outcome": "completed" if event is AttemptEvent.COMPLETE else "failed",
+                "recorded": False,
+            },
+        )
+    _move_task(t, rows.task["task_id"], TaskEvent.COMPLETE)  # §9.1: every reported outcome completes the task
+    _forget_polls(t, "activity", rows.task["task_id"])
+
+
+# -- complete (§11.3) --------------------------------------------------------------------------------------
+
+
+def complete_activity_task(
+    t: T, namespace: str, task_id: str, fence: Fence, result_blob: str | None
+) -> dict[str, Any] | Rejection:
+    view, rows = _guarded(t, namespace, task_id, fence)
+    stop = _report_guard(t, view, rows, "complete")
+    if stop is not None:
+        return stop
+    _record_outcome(t, rows, AttemptEvent.COMPLETE)
+    execution = rows.execution
+    _move_execution(t, execution["execution_id"], ExecutionEvent.COMPLETE)
+    attempt_id = rows.attempt["attempt_id"]
+    # §11.3: "History: `ActivityCompleted`, whose payload includes `result` and `payload_codec`, then a new
+    # workflow task"; the result is the worker's blob, unchanged.
+    next_task_id = _resolve(
+        t,
+        execution,
+        attempt_id,
+        "ActivityCompleted",
+        {
+            **_event_base(execution, attempt_id, rows.attempt["attempt_number"]),
+            "result": result_blob,
+            "payload_codec": "avro",
+        },
+    )
+    return {
+        "task_id": task_id,
+        "activity_attempt_id": attempt_id,
+        "activity_execution_id": execution["execution_id"],
+        "outcome": "completed",
+        "recorded": True,
+        "reason": None,
+        "next_task_id": next_task_id,
+    }
+
+
+# -- fail (§11.4, §11.6) -----------------------------------------------------------------------------------
+
+
+def fail_activity_task(
+    t: T, namespace: str, task_id: str, fence: Fence, failure: Failure
+) -> dict[str, Any] | Rejection:
+    view, rows = _guarded(t, namespace, task_id, fence)
+    stop = _report_guard(t, view, rows, "fail")
+    if stop is not None:
+        return stop
+    _record_outcome(t, rows, AttemptEvent.FAIL)
+    execution, attempt = rows.execution, rows.attempt
+    attempt_id, number = attempt["attempt_id"], int(attempt["attempt_number"])
+    policy = _policy(execution)
+    # §11.6: "Non-retryable if `failure.non_retryable == true`, or `failure.type` or `failure.class` ∈
+    # `non_retryable_error_types`"; "Retry if the failure is not non-retryable **and** attempt_number <
+    # max_attempts".
+    non_retryable = policy.is_non_retryable(failure.type, failure.class_, failure.non_retryable)
+    summary: dict[str, Any] = {
+        "failure_category": failure.category(),
+        "exception_type": failure.type,
+        "exception_class": failure.class_,
+        "message": failure.message,
+        "code": failure.code,
+        "non_retryable": non_retryable,
+    }
+    next_task_id: str | None
+    if policy.should_retry(number, failure.type, failure.class_, failure.non_retryable):
+        next_task_id = _schedule_retry(t, execution, rows.task, attempt_id, number, summary)
+    else:
+        _move_execution(t, execution["execution_id"], ExecutionEvent.FAIL)
+        # §11.4 "The stable cross-language failure contract … recorded in `ActivityFailed`". Runtime detail
+        # (the stack trace) is "diagnostic only", so it sits in `diagnostics`, never in the contract fields.
+        next_task_id = _resolve(
+            t,
+            execution,
+            attempt_id,
+            "ActivityFailed",
+            {
+                **_event_base(execution, attempt_id, number),
+                **summary,
+                "kind": failure.kind,
+                "timeout_type": failure.timeout_type,
+                "details": failure.details,
+                "details_payload_codec": None if failure.details is None else failure.details["codec"],
+                "max_attempts": policy.max_attempts,
+                "diagnostics": None if failure.stack_trace is None else {"stack_trace": failure.stack_trace},
+            },
+        )
+    return {
+        "task_id": task_id,
+        "activity_attempt_id": attempt_id,
+        "activity_execution_id": execution["execution_id"],
+        "outcome": "failed",
+        "recorded": True,
+        "reason": None,
+        "next_task_id": next_task_id,
+    }
+
+
+# -- heartbeat and status (§11.5) ------------------------------------------------------------------------
+
+
+def heartbeat_activity_task(
+    t: T, namespace: str, task_id: str, fence: Fence, progress: Progress, *, renew: bool = True
+) -> dict[str, Any]:
+    """A heartbeat (``renew=True``) or the read-only ``status`` verb (``renew=False``). Both answer 200 once
+    ownership passed; only a live heartbeat extends the lease and records ``ActivityHeartbeatRecorded``."""
+    view, rows = _guarded(t, namespace, task_id, fence, enforce=renew)
+    decision = activity_heartbeat_outcome(view, now=from_us(t.now))
+    attempt, execution = rows.attempt, rows.execution
+    lease_expires_at: int | None = attempt["lease_expires_at"]
+    last_heartbeat_at: int | None = attempt["last_heartbeat_at"]
+    fields = decision.fields()
+    if not renew:
+        fields["heartbeat_recorded"] = False
+    elif decision.heartbeat_recorded:
+        # §11.5: "The lease is extended to now + 300"; §11.7 heartbeat is "the maximum gap between
+        # heartbeats", so its deadline moves too. The lease is set fresh, never added to the old one.
+        lease_expires_at = t.now + t.settings.activity_lease_seconds * US
+        hb = execution["heartbeat_timeout"]
+        renewed = t.db.execute(
+            "UPDATE activity_attempts SET lease_expires_at = ?, last_heartbeat_at = ?,"
+            " heartbeat_deadline = COALESCE(?, heartbeat_deadline)"
+            " WHERE attempt_id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?",
+            (
+                lease_expires_at,
+                t.now,
+                t.now + hb * US if hb else None,
+                attempt["attempt_id"],
+                fence.lease_owner,
+                t.now,
+            ),
+        ).rowcount
+        assert renewed == 1, "the model judged the attempt live inside this transaction"
+        t.db.execute(
+            "UPDATE activity_tasks SET lease_expires_at = ? WHERE task_id = ? AND current_attempt_id = ?",
+            (lease_expires_at, task_id, attempt["attempt_id"]),
+        )
+        last_heartbeat_at = t.now
+        append_event(
+            t,
+            execution["run_id"],
+            "ActivityHeartbeatRecorded",
+            {
+                **_event_base(execution, attempt["attempt_id"], attempt["attempt_number"]),
+                "progress": progress.to_json(),
+                "lease_expires_at": ts(lease_expires_at),
+            },
+        )
+    elif decision.closes_attempt is AttemptEvent.CANCEL:
+        # §11.5: "The heartbeat also closes the attempt as cancelled and records `ActivityCancelled`".
+        _cancel_execution(t, execution, rows.run, decision.reason or "activity_cancelled")
+    elif decision.closes_attempt is AttemptEvent.EXPIRE:
+        # §9: "A lease expiry closes the attempt (status `expired`)"; the next poll can claim the task.
+        _move_attempt(t, attempt["attempt_id"], AttemptEvent.EXPIRE)
+    final = t.one("SELECT status FROM activity_attempts WHERE attempt_id = ?", attempt["attempt_id"])
+    if final is not None and final["status"] == AttemptStatus.CANCELLED.value:
+        lease_expires_at = None  # a cancelled attempt holds no lease (§11.5 "`lease_expires_at:null`")
+    return {
+        "task_id": task_id,
+        "activity_attempt_id": attempt["attempt_id"],
+        "lease_owner": attempt["lease_owner"],
+        **fields,
+        "lease_expires_at": ts(lease_expires_at),
+        "last_heartbeat_at": ts(last_heartbeat_at),
+    }
+
+
+# -- timeouts (§11.7) --------------------------------------------------------------------------------------
+
+
+def _time_out(
+    t: T,
+    execution: sqlite3.Row,
+    task: sqlite3.Row | None,
+    attempt: sqlite3.Row | None,
+    timeout_type: str,
+) -> None:
+    """§11.7: "On expiry the upstream enforcer retries, subject to attempts left and backoff, **except** for
+    `schedule_to_close`, which is always terminal. When no retry remains it records a terminal
+    `ActivityTimedOut` with `failure_category:"timeout"` and wakes the workflow"."""
+    attempt_id: str | None = None
+    number: int | None = None
+    if attempt is not None:
+        attempt_id, number = str(attempt["attempt_id"]), int(attempt["attempt_number"])
+        _move_attempt(t, attempt_id, AttemptEvent.EXPIRE)
+    if task is not None:
+        _move_task(t, task["task_id"], TaskEvent.TIME_OUT)
+        _forget_polls(t, "activity", task["task_id"])
+    policy = _policy(execution)
+    cause = {
+        "failure_category": "timeout",
+        "timeout_type": timeout_type,
+        "message": f"Activity {timeout_type} timeout expired.",
+        "exception_type": None,
+        "exception_class": None,
+        "code": None,
+    }
+    # Only a per-attempt timeout can be retried: schedule_to_close is "always terminal", and
+    # schedule_to_start had no attempt to retry (module docstring).
+    per_attempt = timeout_type in ("start_to_close", "heartbeat")
+    if (
+        per_attempt
+        and attempt_id is not None
+        and number is not None
+        and task is not None
+        and policy.should_retry(number)
+    ):
+        _schedule_retry(t, execution, task, attempt_id, number, {**cause, "non_retryable": False})
+        return
+    _move_execution(t, execution["execution_id"], ExecutionEvent.TIME_OUT)
+    _resolve(
+        t,
+        execution,
+        attempt_id,
+        "ActivityTimedOut",
+        {
+            **_event_base(execution, attempt_id, number),
+            **cause,
+            "non_retryable": True,
+            "max_attempts": policy.max_attempts,
+        },
+    )
+
+
+def enforce_activity_timeouts(t: T, *, execution_id: str | None = None) -> float | None:
+    """Apply every activity timeout that is due (for all executions, or for one), close leases of closed runs
+    that ran out, and return the seconds until the next such deadline (``None`` when nothing is pending).
+
+    Registered as a maintenance step, and also run at the start of polls and reports (module docstring).
+    """
+    only = (execution_id, execution_id)
+    for execution in t.all(
+        "SELECT * FROM activity_executions WHERE closed_at IS NULL AND schedule_to_close_deadline <= ?"
+        " AND (? IS NULL OR execution_id = ?) LIMIT ?",
+        t.now,
+        *only,
+        _SWEEP_LIMIT,
+    ):
+        if not _closed_run_tidied(t, execution):
+            task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", execution["current_task_id"])
+            attempt = None
+            if task is not None and task["status"] == TaskStatus.LEASED.value:
+                attempt = t.one(
+                    "SELECT * FROM activity_attempts WHERE attempt_id = ? AND status = 'running'",
+                    task["current_attempt_id"],
+                )
+            _time_out(t, execution, task, attempt, "schedule_to_close")
+    for ready in t.all(
+        "SELECT * FROM activity_tasks WHERE status = 'ready' AND schedule_to_start_deadline <= ?"
+        " AND (? IS NULL OR execution_id = ?) LIMIT ?",
+        t.now,
+        *only,
+        _SWEEP_LIMIT,
+    ):
+        execution = _execution(t, ready["execution_id"])
+        if not _closed_run_tidied(t, execution):
+            _time_out(t, execution, ready, None, "schedule_to_start")
+    for attempt in t.all(
+        "SELECT * FROM activity_attempts WHERE status = 'running'"
+        " AND (start_to_close_deadline <= ? OR heartbeat_deadline <= ?)"
+        " AND (? IS NULL OR execution_id = ?) LIMIT ?",
+        t.now,
+        t.now,
+        *only,
+        _SWEEP_LIMIT,
+    ):
+        execution = _execution(t, attempt["execution_id"])
+        if not _closed_run_tidied(t, execution):
+            passed = [
+                (at, kind)
+                for at, kind in (
+                    (attempt["start_to_close_deadline"], "start_to_close"),
+                    (attempt["heartbeat_deadline"], "heartbeat"),
+                )
+                if at is not None and at <= t.now
+            ]
+            task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", attempt["task_id"])
+            _time_out(t, execution, task, attempt, min(passed)[1])  # the deadline that passed first fired
+    # A leased task of a closed run whose lease ran out will hear from nobody (its worker learns of the close
+    # only through heartbeat, §11.5): close it, so it neither lingers nor keeps pollers due.
+    for leased in t.all(
+        "SELECT execution_id FROM activity_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
+        f" AND run_id IN (SELECT run_id FROM runs WHERE status IN ({_TERMINAL_RUNS_SQL}))"
+        " AND (? IS NULL OR execution_id = ?) LIMIT ?",
+        t.now,
+        *only,
+        _SWEEP_LIMIT,
+    ):
+        _closed_run_tidied(t, _execution(t, leased["execution_id"]))
+    return _next_deadline(t)
+
+
+def _execution(t: T, execution_id: str) -> sqlite3.Row:
+    row = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", execution_id)
+    assert row is not None, execution_id
+    return row
+
+
+def _closed_run_tidied(t: T, execution: sqlite3.Row) -> bool:
+    """A deadline of a run that already closed times nothing out: the activity is cancelled with its run."""
+    run = t.run(execution["run_id"])
+    if run["status"] not in TERMINAL_RUN_STATUSES:
+        return False
+    _cancel_execution(t, execution, run, stop_reason(RunStatus(run["status"])))
+    return True
+
+
+def _next_deadline(t: T) -> float | None:
+    row = t.one(
+        "SELECT MIN(at) AS at FROM ("
+        " SELECT MIN(schedule_to_close_deadline) AS at FROM activity_executions WHERE closed_at IS NULL"
+        " UNION ALL SELECT MIN(schedule_to_start_deadline) FROM activity_tasks WHERE status = 'ready'"
+        " UNION ALL SELECT MIN(start_to_close_deadline) FROM activity_attempts WHERE status = 'running'"
+        " UNION ALL SELECT MIN(heartbeat_deadline) FROM activity_attempts WHERE status = 'running'"
+        " UNION ALL SELECT MIN(lease_expires_at) FROM activity_tasks WHERE status = 'leased'"
+        f" AND run_id IN (SELECT run_id FROM runs WHERE status IN ({_TERMINAL_RUNS_SQL})))"
+    )
+    if row is None or row["at"] is None:
+        return None
+    return max(0.0, (int(row["at"]) - t.now) / 1e6)
+
+
+# -- routes ------------------------------------------------------------------------------------------------
+
+
+def register(server: Server) -> None:
+    """Add the activity-task routes (§1.1) and the §11.7 timeout enforcer to ``server``."""
+    routes = _Routes(server)
+    a = server.app
+    a.add("POST", "/api/worker/activity-tasks/poll", WORKER, routes.activity_poll)
+    a.add("POST", "/api/worker/activity-tasks/{task_id}/complete", WORKER, routes.activity_complete)
+    a.add("POST", "/api/worker/activity-tasks/{task_id}/fail", WORKER, routes.activity_fail)
+    a.add("POST", "/api/worker/activity-tasks/{task_id}/heartbeat", WORKER, routes.activity_heartbeat)
+    # §1.1: "If the RS implements it, use this path, the heartbeat request body, and the heartbeat response
+    # shape with `heartbeat_recorded:false`".
+    a.add("POST", "/api/worker/activity-tasks/{task_id}/status", WORKER, routes.activity_status)
+    server.maintenance.append(enforce_activity_timeouts)
+
+
+def _answer(out: dict[str, Any] | Rejection) -> tuple[int, dict[str, Any]]:
+    if isinstance(out, Rejection):
+        raise out  # after the commit: the closing writes of a run-closed rejection are kept
+    return 200, out
+
+
+class _Routes:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def activity_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        from .server import poll_response
+
+        s = self.server
+        worker, queue, _build, hold, prid = s.poll_preconditions(ctx)
+        build = ctx.obj().get("build_id")
+
+        def attempt(t: T) -> dict[str, Any] | str | None:
+            return claim_activity_task(
+                t,
+                worker=worker,
+                task_queue=queue,
+                poll_build_id=build if isinstance(build, str) else None,
+                poll_request_id=prid,
+            )
+
+        result = await s.long_poll(
+            ("activity", ctx.namespace, queue),
+            hold,
+            attempt,
+            lambda db, now: activity_due_in(db, worker, queue, now),
+        )
+        return poll_response(result)
+
+    async def activity_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        fence, result = parse_complete(ctx.obj())
+        task_id = ctx.params["task_id"]
+        return _answer(self.server.run_tx(lambda t: complete_activity_task(t, ctx.namespace, task_id, fence, result)))
+
+    async def activity_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        fence, failure = parse_fail(ctx.obj())
+        task_id = ctx.params["task_id"]
+        return _answer(self.server.run_tx(lambda t: fail_activity_task(t, ctx.namespace, task_id, fence, failure)))
+
+    async def activity_heartbeat(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        fence, progress = parse_heartbeat(ctx.obj())
+        task_id = ctx.params["task_id"]
+        return 200, self.server.run_tx(lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress))
+
+    async def activity_status(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        fence, progress = parse_heartbeat(ctx.obj())
+        task_id = ctx.params["task_id"]
+        return 200, self.server.run_tx(
+            lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress, renew=False)
+        )

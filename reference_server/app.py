@@ -1,0 +1,302 @@
+"""The pure handler: ``App.handle(request) -> response``.
+
+The pipeline every request goes through, in the order PROTOCOL.md §2.3 pins so a caller cannot learn
+whether a namespace exists from the status code:
+
+1. route lookup (404 ``route_not_found`` / 405 ``method_not_allowed``);
+2. authentication — 401 ``unauthorized``;
+3. role — 403 ``forbidden``;
+4. protocol version header — 400 (worker or control plane);
+5. namespace existence — 404 ``namespace_not_found``;
+6. body parsing and validation — 400 / 415 / 422;
+7. the domain operation, which raises :class:`Rejection` for every protocol rejection.
+
+Every ``/api/worker/*`` response, success or error, carries the worker envelope (§2.1); control-plane
+responses carry the control-plane header and never the worker envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.protocol.capabilities import server_capabilities
+from suite.protocol.errors import Rejection
+from suite.protocol.versions import (
+    ADVERTISED_VERSION,
+    CONTROL_PLANE_VERSION,
+    negotiate_control_plane_version,
+    negotiate_worker_version,
+)
+
+from .http import Request, Response, ShellError, json_response
+
+__all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route"]
+
+log = logging.getLogger(__name__)
+
+WORKER_VERSION_HEADER = "X-Durable-Workflow-Protocol-Version"
+CONTROL_VERSION_HEADER = "X-Durable-Workflow-Control-Plane-Version"
+
+WORKER = "worker"
+CONTROL = "control"
+OPEN = "open"  # health, ready: no auth, no headers
+DISCOVERY = "discovery"  # cluster/info: any authenticated role, exempt from version headers and namespaces
+
+ROLE_WORKER = "worker"
+ROLE_OPERATOR = "operator"
+ROLE_ADMIN = "admin"
+
+
+@dataclass
+class Ctx:
+    """Everything a route function needs about one request."""
+
+    request: Request
+    params: dict[str, str]
+    namespace: str
+    body: Any = None
+    role: str | None = None
+    minor: int | None = None
+    extra_headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def obj(self) -> dict[str, Any]:
+        """The body as a JSON object; anything else is a 422 (checked before the route runs)."""
+        assert isinstance(self.body, dict)
+        return self.body
+
+
+RouteFn = Callable[[Ctx], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    plane: str
+    fn: RouteFn
+    roles: frozenset[str]
+    body: bool  # a JSON object body is expected (POST routes)
+    name: str
+
+
+def compile_path(template: str) -> re.Pattern[str]:
+    """``/api/workflows/{workflow_id}`` → a regex with named groups; a segment never spans a ``/``."""
+    out = re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m.group(1)}>[^/]+)", template)
+    return re.compile(f"^{out}$")
+
+
+class App:
+    """Routes requests to route functions and applies the cross-cutting protocol rules."""
+
+    def __init__(
+        self,
+        *,
+        worker_token: str | None,
+        operator_token: str | None,
+        admin_token: str | None,
+        namespace_exists: Callable[[str], bool],
+        ignore_version_header: bool = False,
+    ) -> None:
+        self.routes: list[Route] = []
+        self.tokens: dict[str, str] = {}
+        for role, token in (
+            (ROLE_WORKER, worker_token),
+            (ROLE_OPERATOR, operator_token),
+            (ROLE_ADMIN, admin_token),
+        ):
+            if token:
+                self.tokens[token] = role
+        self.namespace_exists = namespace_exists
+        self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
+        self.capabilities: dict[str, Any] = server_capabilities()
+
+    # -- registration ---------------------------------------------------------------------------------
+
+    def add(
+        self,
+        method: str,
+        template: str,
+        plane: str,
+        fn: RouteFn,
+        *,
+        roles: frozenset[str] | None = None,
+        body: bool | None = None,
+    ) -> None:
+        if roles is None:
+            roles = {
+                WORKER: frozenset({ROLE_WORKER}),
+                CONTROL: frozenset({ROLE_OPERATOR, ROLE_ADMIN}),
+                DISCOVERY: frozenset({ROLE_WORKER, ROLE_OPERATOR, ROLE_ADMIN}),
+                OPEN: frozenset(),
+            }[plane]
+        self.routes.append(
+            Route(
+                method,
+                compile_path(template),
+                plane,
+                fn,
+                roles,
+                body if body is not None else method == "POST",
+                fn.__name__,
+            )
+        )
+
+    # -- envelopes ------------------------------------------------------------------------------------
+
+    def worker_envelope(self, body: dict[str, Any]) -> dict[str, Any]:
+        # §2.1: the advertised version, never the requested minor; the same object as cluster/info.
+        return {**body, "protocol_version": ADVERTISED_VERSION, "server_capabilities": self.capabilities}
+
+    def respond(
+        self, plane: str, status: int, body: dict[str, Any], extra: list[tuple[str, str]] | None = None
+    ) -> Response:
+        headers = list(extra or [])
+        if plane == WORKER:
+            body = self.worker_envelope(body)
+            headers.append((WORKER_VERSION_HEADER, ADVERTISED_VERSION))
+        elif plane == CONTROL:
+            headers.append((CONTROL_VERSION_HEADER, CONTROL_PLANE_VERSION))
+        return json_response(status, body, headers)
+
+    def reject(self, plane: str, rejection: Rejection) -> Response:
+        return self.respond(plane, rejection.status, rejection.body())
+
+    def plane_of(self, path: str | None) -> str:
+        if path is None:
+            return OPEN
+        if path.startswith("/api/worker/") or path == "/api/worker":
+            return WORKER
+        if path in ("/api/health", "/api/ready", "/api/cluster/info"):
+            return OPEN
+        if path.startswith("/api/"):
+            return CONTROL
+        return OPEN
+
+    def shell_error(self, error: ShellError) -> Response:
+        """Errors the HTTP shell detects itself (413, 431, 400 framing) still get the right envelope."""
+        body = {"reason": error.reason, "error": error.message, "message": error.message}
+        return self.respond(self.plane_of(error.path), error.status, body)
+
+    # -- the pipeline ---------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        plane = self.plane_of(request.path)
+        try:
+            return await self._handle(request, plane)
+        except Rejection as rejection:
+            return self.reject(plane, rejection)
+
+    def _match(self, request: Request, plane: str) -> tuple[Route, dict[str, str]]:
+        allowed: list[str] = []
+        for route in self.routes:
+            m = route.pattern.match(request.path)
+            if m is None:
+                continue
+            if route.method != request.method:
+                allowed.append(route.method)
+                continue
+            return route, m.groupdict()
+        if allowed:
+            raise Rejection(
+                405,
+                "method_not_allowed",
+                f"{request.method} is not allowed on {request.path}.",
+                {"allowed_methods": sorted(set(allowed))},
+            )
+        raise Rejection(404, "route_not_found", f"No route for {request.method} {request.path}.")
+
+    def _authenticate(self, request: Request) -> str | None:
+        """The caller's role, or None for "full access" when no tokens are configured (§4.1 driver none)."""
+        if not self.tokens:
+            return None
+        header = request.header("authorization") or ""
+        scheme, _, token = header.partition(" ")
+        role = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if role is None:
+            raise Rejection(401, "unauthorized", "Invalid or missing authentication token.")
+        return role
+
+    async def _handle(self, request: Request, plane: str) -> Response:
+        route, params = self._match(request, plane)
+        role: str | None = None
+        if route.plane != OPEN:
+            role = self._authenticate(request)
+            if role is not None and role not in route.roles:
+                raise Rejection(
+                    403,
+                    "forbidden",
+                    "Authenticated role is not allowed to access this endpoint.",
+                    {"role": role, "allowed_roles": sorted(route.roles)},
+                )
+        minor: int | None = None
+        if route.plane == WORKER and not self.ignore_version_header:
+            minor = negotiate_worker_version(request.header(WORKER_VERSION_HEADER.lower()))
+        elif route.plane == CONTROL:
+            negotiate_control_plane_version(request.header(CONTROL_VERSION_HEADER.lower()))
+        namespace = namespace_of(request)
+        if route.plane in (WORKER, CONTROL) and not self.namespace_exists(namespace):
+            raise Rejection(
+                404,
+                "namespace_not_found",
+                f"Namespace '{namespace}' does not exist.",
+                {
+                    "namespace": namespace,
+                    "remediation": "Create the namespace or send an existing one in X-Namespace.",
+                },
+            )
+        ctx = Ctx(request=request, params=params, namespace=namespace, role=role, minor=minor)
+        if route.body:
+            ctx.body = parse_json_object(request)
+        status, body = await route.fn(ctx)
+        return self.respond(route.plane, status, body, ctx.extra_headers)
+
+
+def namespace_of(request: Request) -> str:
+    """§4.2: X-Namespace, then ?namespace=, then "default"; lower-cased."""
+    raw = request.header("x-namespace") or request.query.get("namespace") or "default"
+    return raw.strip().lower() or "default"
+
+
+def parse_json_object(request: Request) -> dict[str, Any]:
+    """A JSON object body. An empty body counts as ``{}``: every POST body field is optional at this
+    layer and the route's own validation names what is missing."""
+    raw = request.body
+    if not raw.strip():
+        return {}
+    content_type = (request.header("content-type") or "application/json").split(";")[0].strip().lower()
+    if content_type not in ("application/json", "") and not content_type.endswith("+json"):
+        raise Rejection(415, "unsupported_media_type", f"Content-Type {content_type!r} is not application/json.")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Rejection(400, "malformed_json", f"The body is not valid UTF-8 (byte {exc.start}).") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise Rejection(400, "malformed_json", f"The body is not valid JSON: {exc}.") from None
+    if not isinstance(doc, dict):
+        raise Rejection(
+            422,
+            "validation_failed",
+            "The body must be a JSON object.",
+            {
+                "errors": {"body": ["must be a JSON object"]},
+                "validation_errors": {"body": ["must be a JSON object"]},
+            },
+        )
+    return doc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def validation_error(errors: Mapping[str, list[str]], message: str = "The request body is invalid.") -> Rejection:
+    """422 ``validation_failed`` with the per-field errors under both names UPS uses (§2.2)."""
+    errs = {k: list(v) for k, v in errors.items()}
+    return Rejection(422, "validation_failed", message, {"errors": errs, "validation_errors": errs})

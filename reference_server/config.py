@@ -1,0 +1,58 @@
+"""Settings of one reference-server process. Every knob a test needs is here and advertised read-only
+in ``GET /api/cluster/info`` under ``worker_protocol.test_profile`` (PROTOCOL.md Appendix C)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    db_path: str = "./dw.sqlite"
+    # PROTOCOL.md §9: workflow-task and activity leases default to 300 s; query-task leases to 60 s.
+    lease_seconds: int = 300
+    activity_lease_seconds: int = 300
+    query_timeout_seconds: int = 30
+    query_lease_seconds: int = 60
+    # §7.2: the default long-poll hold, and the clamp bounds.
+    long_poll_default_seconds: int = 30
+    long_poll_min_seconds: int = 1
+    long_poll_max_seconds: int = 60
+    # Appendix C: an admission limit that yields poll_status "throttled" deterministically.
+    max_active_leases_per_queue: int | None = None
+    # §6.2: a worker is stale (no longer a query target) after this long without a heartbeat.
+    stale_worker_seconds: int = 60
+    worker_token: str | None = None
+    operator_token: str | None = None
+    admin_token: str | None = None
+    event_log: str | None = None
+    # Named faults (reference_server.faults) that make this server deliberately break one rule.
+    faults: frozenset[str] = field(default_factory=frozenset)
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    # How long the background scheduler may sleep when nothing is due; due work is found by the
+    # scheduler's own timer, so this only bounds the cost of a missed computation.
+    scheduler_max_sleep_seconds: float = 1.0
+
+    @property
+    def auth_enabled(self) -> bool:
+        return any((self.worker_token, self.operator_token, self.admin_token))
+
+    def test_profile(self) -> dict[str, Any]:
+        """The read-only view of the test-relevant settings (Appendix C)."""
+        return {
+            "workflow_task_lease_seconds": self.lease_seconds,
+            "activity_task_lease_seconds": self.activity_lease_seconds,
+            "query_task_timeout_seconds": self.query_timeout_seconds,
+            "query_task_lease_seconds": self.query_lease_seconds,
+            "long_poll_default_seconds": self.long_poll_default_seconds,
+            "long_poll_min_seconds": self.long_poll_min_seconds,
+            "long_poll_max_seconds": self.long_poll_max_seconds,
+            "max_active_leases_per_queue": self.max_active_leases_per_queue,
+            "stale_worker_seconds": self.stale_worker_seconds,
+            "auth_enabled": self.auth_enabled,
+            "faults": sorted(self.faults),
+        }

@@ -1,0 +1,584 @@
+"""The durable core: runs, history and workflow tasks, and the effects a state change has.
+
+Every public function here takes a :class:`T` — one open SQLite transaction, the current time and an
+effects collector — so a route composes several steps into one atomic state change. Effects (queue
+wake-ups, lifecycle events for observers) are published only after the transaction commits: a
+notification is a hint that follows durable state, never the other way round (seed 003: "the queue is
+a notification, the lease is ownership").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.protocol.fencing import rfc3339
+
+from .config import Settings
+from .store import Clock, Store, dumps, from_us, loads, new_id
+
+__all__ = [
+    "RESUME_KEYS",
+    "TERMINAL_RUN_STATUSES",
+    "Effects",
+    "Engine",
+    "T",
+    "empty_resume",
+]
+
+# PROTOCOL.md §8.3: all 20 resume-context keys are always present on a leased workflow task.
+RESUME_KEYS: tuple[str, ...] = (
+    "workflow_wait_kind",
+    "open_wait_id",
+    "resume_source_kind",
+    "resume_source_id",
+    "workflow_update_id",
+    "workflow_signal_id",
+    "signal_name",
+    "signal_wait_id",
+    "workflow_command_id",
+    "activity_execution_id",
+    "activity_attempt_id",
+    "activity_type",
+    "child_call_id",
+    "child_workflow_run_id",
+    "timer_id",
+    "condition_wait_id",
+    "condition_key",
+    "condition_definition_fingerprint",
+    "workflow_sequence",
+    "workflow_event_type",
+)
+
+TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "terminated"})
+
+
+def empty_resume(**values: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict.fromkeys(RESUME_KEYS)
+    for key, value in values.items():
+        assert key in out, key
+        out[key] = value
+    return out
+
+
+def ts(us: int | None) -> str | None:
+    return None if us is None else rfc3339(from_us(us))
+
+
+@dataclass
+class Effects:
+    """What to publish after commit."""
+
+    wake: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, namespace, task_queue)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    run_changed: set[str] = field(default_factory=set)  # run ids whose waiters (updates, queries) re-check
+
+    def transition(self, entity: str, entity_id: str, from_state: str | None, to_state: str, **extra: Any) -> None:
+        self.transitions.append({"entity": entity, "id": entity_id, "from": from_state, "to": to_state, **extra})
+
+
+@dataclass
+class T:
+    """One open transaction."""
+
+    db: sqlite3.Connection
+    now: int
+    settings: Settings
+    fx: Effects
+
+    def one(self, sql: str, *args: Any) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(sql, args).fetchone()
+        return row
+
+    def all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        return list(self.db.execute(sql, args).fetchall())
+
+    def run(self, run_id: str) -> sqlite3.Row:
+        row = self.one("SELECT * FROM runs WHERE run_id = ?", run_id)
+        assert row is not None, run_id
+        return row
+
+
+class Engine:
+    """Owns the store and the clock; hands out transactions."""
+
+    def __init__(self, store: Store, clock: Clock, settings: Settings) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+
+    @contextmanager
+    def tx(self) -> Iterator[T]:
+        fx = Effects()
+        with self.store.tx() as db:
+            yield T(db=db, now=self.clock.now_us(), settings=self.settings, fx=fx)
+
+    def now(self) -> int:
+        return self.clock.now_us()
+
+
+# -- history ---------------------------------------------------------------------------------------------
+
+
+def append_event(
+    t: T,
+    run_id: str,
+    event_type: str,
+    payload: Mapping[str, Any],
+    *,
+    workflow_task_id: str | None = None,
+    workflow_command_id: str | None = None,
+) -> int:
+    """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
+    row = t.run(run_id)
+    seq = int(row["last_sequence"]) + 1
+    t.db.execute(
+        "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"
+        " workflow_command_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            seq,
+            new_id(t.now),
+            event_type,
+            dumps(dict(payload)),
+            workflow_task_id,
+            workflow_command_id,
+            t.now,
+        ),
+    )
+    t.db.execute("UPDATE runs SET last_sequence = ? WHERE run_id = ?", (seq, run_id))
+    t.fx.run_changed.add(run_id)
+    return seq
+
+
+def next_step(t: T, run_id: str) -> int:
+    """The per-run step sequence stamped on every event of one step command (SDK-INTEROP §6.1)."""
+    row = t.run(run_id)
+    step = int(row["step_sequence"]) + 1
+    t.db.execute("UPDATE runs SET step_sequence = ? WHERE run_id = ?", (step, run_id))
+    return step
+
+
+def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
+    """The worker-plane history event object (§8.2)."""
+    return {
+        "id": row["event_id"],
+        "sequence": row["sequence"],
+        "event_type": row["event_type"],
+        "namespace": namespace,
+        "payload": loads(row["payload"]),
+        "workflow_task_id": row["workflow_task_id"],
+        "workflow_command_id": row["workflow_command_id"],
+        "recorded_at": ts(row["recorded_at"]),
+        "timestamp": ts(row["recorded_at"]),
+    }
+
+
+def history_page(db: sqlite3.Connection, run_id: str, after_sequence: int, limit: int) -> list[sqlite3.Row]:
+    return list(
+        db.execute(
+            "SELECT * FROM history WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+            (run_id, after_sequence, limit),
+        ).fetchall()
+    )
+
+
+# -- workflow tasks --------------------------------------------------------------------------------------
+
+
+def open_workflow_task(t: T, run_id: str) -> sqlite3.Row | None:
+    return t.one(
+        "SELECT * FROM workflow_tasks WHERE run_id = ? AND status IN ('ready', 'leased') ORDER BY created_at LIMIT 1",
+        run_id,
+    )
+
+
+def wake_run(t: T, run_id: str, resume: Mapping[str, Any] | None = None, *, available_at: int | None = None) -> None:
+    """Make sure the run has a workflow task to process new history.
+
+    At most one open task per run (SDK-INTEROP §6.2): a ready task simply sees the new events; a leased
+    task's completion notices history grew past what it was shown (``seen_sequence``) and creates the
+    follow-up task then.
+    """
+    run = t.run(run_id)
+    if run["status"] in TERMINAL_RUN_STATUSES:
+        return
+    if open_workflow_task(t, run_id) is not None:
+        return
+    create_workflow_task(t, run, resume or empty_resume(), available_at=available_at)
+
+
+def create_workflow_task(t: T, run: sqlite3.Row, resume: Mapping[str, Any], *, available_at: int | None = None) -> str:
+    task_id = new_id(t.now)
+    t.db.execute(
+        "INSERT INTO workflow_tasks (task_id, namespace, run_id, task_queue, workflow_type, compatibility, status,"
+        " attempt, available_at, created_at, resume_context) VALUES (?, ?, ?, ?, ?, ?, 'ready', 0, ?, ?, ?)",
+        (
+            task_id,
+            run["namespace"],
+            run["run_id"],
+            run["task_queue"],
+            run["workflow_type"],
+            run["compatibility"],
+            available_at if available_at is not None else t.now,
+            t.now,
+            dumps(dict(resume)),
+        ),
+    )
+    if run["status"] == "waiting":
+        set_run_status(t, run["run_id"], "running")
+    t.fx.wake.add(("workflow", run["namespace"], run["task_queue"]))
+    t.fx.transition("workflow_task", task_id, None, "ready", run_id=run["run_id"])
+    return task_id
+
+
+def set_run_status(t: T, run_id: str, status: str) -> None:
+    old = t.run(run_id)["status"]
+    if old == status:
+        return
+    t.db.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+    t.fx.transition("run", run_id, old, status)
+    t.fx.run_changed.add(run_id)
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+
+
+def start_run(
+    t: T,
+    *,
+    namespace: str,
+    workflow_id: str,
+    workflow_type: str,
+    task_queue: str,
+    input_blob: str | None,
+    run_number: int = 1,
+    first_run_id: str | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
+    business_key: str | None = None,
+    execution_timeout_seconds: int | None = None,
+    run_timeout_seconds: int | None = None,
+    execution_deadline: int | None = None,
+    parent_run_id: str | None = None,
+    parent_child_call_id: str | None = None,
+    compatibility: str | None = None,
+    extra_started: Mapping[str, Any] | None = None,
+) -> str:
+    """Create a run, its first history and its first workflow task (all resume keys null, §8.3)."""
+    run_id = new_id(t.now)
+    if execution_deadline is None and execution_timeout_seconds:
+        execution_deadline = t.now + execution_timeout_seconds * 1_000_000
+    run_deadline = t.now + run_timeout_seconds * 1_000_000 if run_timeout_seconds else None
+    t.db.execute(
+        "UPDATE runs SET is_current = 0 WHERE namespace = ? AND workflow_id = ? AND is_current = 1",
+        (namespace, workflow_id),
+    )
+    t.db.execute(
+        "INSERT INTO runs (run_id, namespace, workflow_id, run_number, workflow_type, task_queue, status,"
+        " is_current, input_blob, memo, search_attributes, business_key, execution_timeout_seconds,"
+        " run_timeout_seconds, run_deadline, execution_deadline, compatibility, started_at, parent_run_id,"
+        " parent_child_call_id, first_run_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            namespace,
+            workflow_id,
+            run_number,
+            workflow_type,
+            task_queue,
+            input_blob,
+            dumps(dict(memo or {})),
+            dumps(dict(search_attributes or {})),
+            business_key,
+            execution_timeout_seconds,
+            run_timeout_seconds,
+            run_deadline,
+            execution_deadline,
+            compatibility,
+            t.now,
+            parent_run_id,
+            parent_child_call_id,
+            first_run_id or run_id,
+        ),
+    )
+    t.fx.transition("run", run_id, None, "pending", workflow_id=workflow_id)
+    common = {"workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue}
+    append_event(t, run_id, "StartAccepted", {**common, "run_id": run_id})
+    append_event(
+        t,
+        run_id,
+        "WorkflowStarted",
+        {
+            **common,
+            "run_id": run_id,
+            "run_number": run_number,
+            "arguments": input_blob,
+            "payload_codec": "avro",
+            "timestamp": ts(t.now),
+            **dict(extra_started or {}),
+        },
+    )
+    create_workflow_task(t, t.run(run_id), empty_resume())
+    return run_id
+
+
+def close_run(
+    t: T,
+    run_id: str,
+    status: str,
+    *,
+    closed_reason: str,
+    event_type: str,
+    payload: Mapping[str, Any],
+    output_blob: str | None = None,
+    failure: Mapping[str, Any] | None = None,
+    workflow_task_id: str | None = None,
+) -> None:
+    """Close a run: one terminal event, every open task cancelled, children handled by their
+    parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
+    run = t.run(run_id)
+    assert run["status"] not in TERMINAL_RUN_STATUSES, run_id
+    append_event(t, run_id, event_type, payload, workflow_task_id=workflow_task_id)
+    t.db.execute(
+        "UPDATE runs SET status = ?, closed_reason = ?, closed_at = ?, output_blob = COALESCE(?, output_blob),"
+        " failure = COALESCE(?, failure) WHERE run_id = ?",
+        (status, closed_reason, t.now, output_blob, dumps(dict(failure)) if failure else None, run_id),
+    )
+    t.fx.transition("run", run_id, run["status"], status, closed_reason=closed_reason)
+    t.fx.run_changed.add(run_id)
+    # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2).
+    t.db.execute(
+        "UPDATE workflow_tasks SET status = 'cancelled' WHERE run_id = ? AND status IN ('ready', 'leased')",
+        (run_id,),
+    )
+    # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
+    t.db.execute(
+        "UPDATE activity_tasks SET status = 'cancelled' WHERE run_id = ? AND status = 'ready'",
+        (run_id,),
+    )
+    t.db.execute(
+        "UPDATE activity_executions SET status = 'cancelled', closed_at = ?"
+        " WHERE run_id = ? AND status IN ('pending', 'running') AND ? IN ('cancelled', 'terminated')",
+        (t.now, run_id, status),
+    )
+    t.db.execute("UPDATE timers SET status = 'cancelled' WHERE run_id = ? AND status = 'pending'", (run_id,))
+    t.db.execute(
+        "UPDATE query_tasks SET status = 'failed', failure = ? WHERE run_id = ? AND status = 'pending'",
+        (dumps({"reason": "query_rejected", "message": "The workflow run closed."}), run_id),
+    )
+    apply_parent_close_policies(t, run_id)
+    if run["parent_run_id"] and run["parent_child_call_id"]:
+        child_closed(t, run, status, payload)
+
+
+def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
+    children = t.all(
+        "SELECT * FROM children WHERE parent_run_id = ? AND status IN ('running', 'backoff')", parent_run_id
+    )
+    for child in children:
+        policy = child["parent_close_policy"]
+        if child["status"] == "backoff":
+            t.db.execute("UPDATE children SET status = 'cancelled' WHERE child_call_id = ?", (child["child_call_id"],))
+            continue
+        child_run_id = child["current_run_id"]
+        if child_run_id is None or policy == "abandon":
+            continue
+        child_run = t.run(child_run_id)
+        if child_run["status"] in TERMINAL_RUN_STATUSES:
+            continue
+        if policy == "terminate":
+            close_run(
+                t,
+                child_run_id,
+                "terminated",
+                closed_reason="terminated",
+                event_type="WorkflowTerminated",
+                payload={"reason": "parent_closed", "parent_close_policy": policy},
+            )
+        else:  # request_cancel / request_cancellation
+            append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
+            close_run(
+                t,
+                child_run_id,
+                "cancelled",
+                closed_reason="cancelled",
+                event_type="WorkflowCancelled",
+                payload={"reason": "parent_closed", "parent_close_policy": policy},
+            )
+
+
+def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str, Any]) -> None:
+    """Report a child run's close to its parent, or retry it per the child retry policy (§8.7.1)."""
+    from suite.protocol.commands import RetryPolicy
+
+    call = t.one("SELECT * FROM children WHERE child_call_id = ?", child_run["parent_child_call_id"])
+    if call is None or call["current_run_id"] != child_run["run_id"]:
+        return
+    parent = t.run(call["parent_run_id"])
+    if parent["status"] in TERMINAL_RUN_STATUSES:
+        t.db.execute("UPDATE children SET status = ? WHERE child_call_id = ?", (status, call["child_call_id"]))
+        return
+    if child_run["closed_reason"] == "continued":
+        return  # the chain goes on; the parent hears from the last run of it
+    policy_doc = loads(call["retry_policy"])
+    if status == "failed" and policy_doc:
+        policy = RetryPolicy(
+            max_attempts=int(policy_doc.get("max_attempts", 1)),
+            backoff_seconds=tuple(policy_doc.get("backoff_seconds", ())),
+            non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types", ())),
+        )
+        failure = loads(child_run["failure"]) or {}
+        if policy.should_retry(
+            int(call["attempt"]),
+            failure.get("exception_type"),
+            failure.get("exception_class"),
+            bool(failure.get("non_retryable")),
+        ):
+            # Child retry backoff applies after a failed child run.
+            delay = policy.backoff_before(int(call["attempt"]) + 1)
+            t.db.execute(
+                "UPDATE children SET status = 'backoff', retry_at = ?, attempt = attempt + 1 WHERE child_call_id = ?",
+                (t.now + delay * 1_000_000, call["child_call_id"]),
+            )
+            append_event(
+                t,
+                parent["run_id"],
+                "ChildWorkflowRetryScheduled",
+                {
+                    "sequence": call["step_sequence"],
+                    "child_call_id": call["child_call_id"],
+                    "retry_after_attempt": call["attempt"],
+                    "retry_backoff_seconds": delay,
+                    "failed_child_run_id": child_run["run_id"],
+                },
+            )
+            return
+    event_type = {
+        "completed": "ChildRunCompleted",
+        "failed": "ChildRunFailed",
+        "cancelled": "ChildRunCancelled",
+        "terminated": "ChildRunTerminated",
+    }[status]
+    t.db.execute("UPDATE children SET status = ? WHERE child_call_id = ?", (status, call["child_call_id"]))
+    seq = append_event(
+        t,
+        parent["run_id"],
+        event_type,
+        {
+            "sequence": call["step_sequence"],
+            "child_call_id": call["child_call_id"],
+            "child_workflow_id": call["child_workflow_id"],
+            "child_workflow_run_id": child_run["run_id"],
+            "output": child_run["output_blob"],
+            "result": {"codec": "avro", "blob": child_run["output_blob"]} if child_run["output_blob"] else None,
+            "payload_codec": "avro",
+            **{k: v for k, v in payload.items() if k in ("message", "exception_type", "exception_class", "reason")},
+        },
+    )
+    wake_run(
+        t,
+        parent["run_id"],
+        empty_resume(
+            workflow_wait_kind="child",
+            open_wait_id=f"child:{call['child_call_id']}",
+            resume_source_kind="child_workflow_run",
+            resume_source_id=child_run["run_id"],
+            child_call_id=call["child_call_id"],
+            child_workflow_run_id=child_run["run_id"],
+            workflow_sequence=seq,
+            workflow_event_type=event_type,
+        ),
+    )
+
+
+def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
+    child_run_id = start_run(
+        t,
+        namespace=parent["namespace"],
+        workflow_id=call["child_workflow_id"],
+        workflow_type=call["workflow_type"],
+        task_queue=call["task_queue"],
+        input_blob=call["arguments_blob"],
+        run_number=int(call["attempt"]),
+        execution_timeout_seconds=call["execution_timeout_seconds"],
+        run_timeout_seconds=call["run_timeout_seconds"],
+        parent_run_id=parent["run_id"],
+        parent_child_call_id=call["child_call_id"],
+        extra_started={"parent_workflow_id": parent["workflow_id"], "parent_run_id": parent["run_id"]},
+    )
+    t.db.execute(
+        "UPDATE children SET current_run_id = ?, status = 'running', retry_at = NULL WHERE child_call_id = ?",
+        (child_run_id, call["child_call_id"]),
+    )
+    append_event(
+        t,
+        parent["run_id"],
+        "ChildRunStarted",
+        {
+            "sequence": call["step_sequence"],
+            "child_call_id": call["child_call_id"],
+            "child_workflow_id": call["child_workflow_id"],
+            "child_workflow_run_id": child_run_id,
+            "attempt": call["attempt"],
+        },
+    )
+    return child_run_id
+
+
+def describe_run(t_db: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
+    """The control-plane describe document (§12.3)."""
+    from suite.protocol.codec import decode_blob, value_to_json
+
+    def view(blob: str | None) -> Any:
+        if blob is None:
+            return None
+        try:
+            return value_to_json(decode_blob(blob))
+        except Exception:
+            return None
+
+    run_count = t_db.execute(
+        "SELECT COUNT(*) FROM runs WHERE namespace = ? AND workflow_id = ?",
+        (run["namespace"], run["workflow_id"]),
+    ).fetchone()[0]
+    status = run["status"]
+    terminal = status in TERMINAL_RUN_STATUSES
+    return {
+        "workflow_id": run["workflow_id"],
+        "run_id": run["run_id"],
+        "namespace": run["namespace"],
+        "workflow_type": run["workflow_type"],
+        "status": status,
+        "status_bucket": "closed" if terminal else "running",
+        "is_terminal": terminal,
+        "closed_reason": run["closed_reason"],
+        "task_queue": run["task_queue"],
+        "run_number": run["run_number"],
+        "run_count": run_count,
+        "is_current_run": bool(run["is_current"]),
+        "payload_codec": "avro",
+        "business_key": run["business_key"],
+        "execution_timeout_seconds": run["execution_timeout_seconds"],
+        "run_timeout_seconds": run["run_timeout_seconds"],
+        "input": view(run["input_blob"]),
+        "output": view(run["output_blob"]),
+        "input_envelope": {"codec": "avro", "blob": run["input_blob"]} if run["input_blob"] else None,
+        "output_envelope": {"codec": "avro", "blob": run["output_blob"]} if run["output_blob"] else None,
+        "failure": loads(run["failure"]),
+        "started_at": ts(run["started_at"]),
+        "closed_at": ts(run["closed_at"]),
+        "memo": loads(run["memo"]),
+        "search_attributes": loads(run["search_attributes"]),
+        "last_history_sequence": run["last_sequence"],
+        "actions": {
+            "can_signal": not terminal,
+            "can_query": not terminal,
+            "can_update": not terminal,
+            "can_cancel": not terminal,
+            "can_terminate": not terminal,
+        },
+    }

@@ -1,0 +1,897 @@
+"""The thin HTTP/1.1 shell around the reference server's pure handler.
+
+Design (STYLE.md item 9): the application is one coroutine, ``handle(request) -> response``, built on the
+protocol model and storage. It never sees a socket. This module is the only place that does, and all it
+does is frame HTTP/1.1:
+
+* ``Request`` / ``Response`` are plain data. ``Request.from_target`` builds a request exactly the way the
+  shell does, so fast tests call the handler in process without a socket.
+* ``HttpServer`` runs the handler behind asyncio streams, with ``h11`` as the wire protocol state machine:
+  keep-alive, pipelining (answered in order, one at a time), ``Content-Length`` and chunked request
+  bodies, HTTP/1.0 clients, ``Expect: 100-continue``.
+* The request body is read completely before the handler runs; limits are enforced here, before the
+  application spends anything on a request.
+* Errors the shell detects itself (malformed HTTP, limits, timeouts, a crashing handler) are described by
+  a ``ShellError`` and rendered by an ``ErrorResponder`` that the application supplies, so every response
+  can carry the application's envelope. ``default_error_responder`` is used when none is given.
+
+Error handling, as a tree of what the shell answers::
+
+    h11.RemoteProtocolError       400 bad_request / 431 headers_too_large / h11's hint; then close
+    Content-Length > limit        413 payload_too_large before any body byte is read; then close
+    chunked body > limit          413 payload_too_large, the rest is not buffered; then close
+    request incomplete in time    408 request_timeout (nothing of a response was sent yet); then close
+    idle keep-alive times out     close, nothing sent
+    CONNECT                       501 not_implemented; then close
+    handler raises / bad result   500 internal_error, traceback logged; the connection stays usable
+    client disconnects mid-call   the handler task is cancelled, nothing sent
+
+Cancellation: when the peer closes the connection while the handler runs (for example during a long
+poll), or when ``HttpServer.close()`` runs out of grace, the handler's task is cancelled, i.e. the handler
+sees ``asyncio.CancelledError`` at its current ``await``. It must clean up and re-raise; whatever it returns
+after that is discarded.
+
+Caveats:
+
+* Disconnects are detected by end-of-stream on the socket, so a client that half-closes its sending side
+  (``shutdown(SHUT_WR)``) and still waits for the answer is treated as gone. HTTP clients do not do that.
+  While a handler runs, at most ``max_header_bytes`` of pipelined input is read ahead; past that,
+  disconnects of that connection go unnoticed until the handler returns.
+* Every connection that ends after an error (or ``Connection: close``) is half-closed and drained for
+  up to two seconds before the socket closes, so the client can read the error (RFC 9112 §9.6).
+* Over ``max_concurrent_connections`` a new connection is accepted but not read until a slot frees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import http
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType, TracebackType
+from typing import Any, Final, Self
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import h11
+
+__all__ = [
+    "SERVER_NAME",
+    "ErrorResponder",
+    "Handler",
+    "HttpServer",
+    "Request",
+    "Response",
+    "ShellError",
+    "default_error_responder",
+    "json_response",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME: Final = "dw-reference-server"
+
+_READ_CHUNK: Final = 64 * 1024
+# How long a closing connection keeps draining what the peer still sends (see ``_linger``).
+_LINGER_SECONDS: Final = 2.0
+# How long closing a transport may wait for its write buffer to flush before the socket is aborted.
+_CLOSE_FLUSH_SECONDS: Final = 1.0
+
+_STATUS_REASONS: Final[Mapping[int, str]] = MappingProxyType(
+    {
+        400: "bad_request",
+        408: "request_timeout",
+        413: "payload_too_large",
+        431: "headers_too_large",
+        500: "internal_error",
+        501: "not_implemented",
+        505: "http_version_not_supported",
+    }
+)
+
+
+def _empty_str_mapping() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+def _empty_multi_mapping() -> Mapping[str, tuple[str, ...]]:
+    return MappingProxyType({})
+
+
+# --------------------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request, fully read.
+
+    ``path`` is percent-decoded as UTF-8 (so ``%2F`` becomes ``/``; use ``raw_path`` when that matters);
+    neither includes the query string. ``query`` holds the first value of each parameter and
+    ``query_multi`` all of them, in order; query strings are decoded like HTML forms (``+`` is a space).
+    Header names are lower-cased; a repeated header's values are joined with ``", "``; values are
+    decoded as ISO-8859-1 so no byte is lost. ``client`` is ``"host:port"`` of the peer when known.
+    """
+
+    method: str
+    path: str
+    raw_path: str
+    query: Mapping[str, str] = field(default_factory=_empty_str_mapping)
+    query_multi: Mapping[str, tuple[str, ...]] = field(default_factory=_empty_multi_mapping)
+    headers: Mapping[str, str] = field(default_factory=_empty_str_mapping)
+    body: bytes = b""
+    client: str | None = None
+    raw_query: str = ""
+
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (any case), or ``None`` when the request has none."""
+        return self.headers.get(name.lower())
+
+    @classmethod
+    def from_target(
+        cls,
+        method: str,
+        target: str,
+        *,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+        body: bytes = b"",
+        client: str | None = None,
+    ) -> Request:
+        """Build a request from a request target (``/path?query``) the way the shell does.
+
+        Raises ``ValueError`` when the target is not origin-form or absolute-form, or when its
+        percent-encoding does not decode as UTF-8.
+        """
+        raw_path, raw_query = _split_target(target)
+        query_multi = _parse_query(raw_query)
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        return cls(
+            method=method.upper(),
+            path=_decode_path(raw_path),
+            raw_path=raw_path,
+            query=MappingProxyType({name: values[0] for name, values in query_multi.items()}),
+            query_multi=MappingProxyType(query_multi),
+            headers=MappingProxyType(_combine_headers(pairs)),
+            body=bytes(body),
+            client=client,
+            raw_query=raw_query,
+        )
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    """Split a request target into (raw path, raw query), RFC 9112 §3.2."""
+    # A fragment is never sent on the wire (RFC 9110 §4.2.4); drop one if a client sends it anyway.
+    target = target.partition("#")[0]
+    if target.startswith("/"):
+        path, _, query = target.partition("?")
+        return path, query
+    if target == "*":
+        return "*", ""
+    if "://" in target:
+        # absolute-form: "a server MUST accept the absolute-form in requests" (RFC 9112 §3.2.2).
+        parts = urlsplit(target)
+        return parts.path or "/", parts.query
+    raise ValueError(
+        f"request target {target!r} is neither origin-form (/path?query) nor absolute-form; "
+        "send a path starting with '/'"
+    )
+
+
+def _decode_path(raw_path: str) -> str:
+    try:
+        return unquote(raw_path, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"request path {raw_path!r} does not percent-decode to UTF-8; percent-encode UTF-8 bytes"
+        ) from None
+
+
+def _parse_query(raw_query: str) -> dict[str, tuple[str, ...]]:
+    try:
+        pairs = parse_qsl(raw_query, keep_blank_values=True, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"query string {raw_query!r} does not percent-decode to UTF-8; percent-encode UTF-8 bytes"
+        ) from None
+    multi: dict[str, list[str]] = {}
+    for name, value in pairs:
+        multi.setdefault(name, []).append(value)
+    return {name: tuple(values) for name, values in multi.items()}
+
+
+def _combine_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    # "A recipient MAY combine multiple field lines within a field section that have the same field
+    # name into one field line ... by appending each subsequent field line value ... separated by a
+    # comma" (RFC 9110 §5.3).
+    combined: dict[str, str] = {}
+    for name, value in pairs:
+        key = name.lower()
+        combined[key] = f"{combined[key]}, {value}" if key in combined else value
+    return combined
+
+
+# -------------------------------------------------------------------------------------------- responses
+
+
+@dataclass
+class Response:
+    """What a handler returns. The shell owns framing: it sets ``Content-Length`` itself and drops any
+    ``Content-Length`` or ``Transfer-Encoding`` given here. ``Connection: close`` is honoured."""
+
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or ``None``."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key.lower() == wanted), None)
+
+    def json(self) -> Any:
+        """The body decoded as JSON (for in-process tests)."""
+        return json.loads(self.body)
+
+
+def json_response(status: int, obj: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
+    """A compact UTF-8 JSON response; ``headers`` are added after ``Content-Type: application/json``
+    (a ``Content-Type`` among them replaces the default)."""
+    extra = list(headers)
+    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if any(name.lower() == "content-type" for name, _ in extra):
+        return Response(status, body, extra)
+    return Response(status, body, [("Content-Type", "application/json"), *extra])
+
+
+# The application. It may be cancelled (asyncio.CancelledError at an await) when the client disconnects
+# or the server shuts down; it should clean up and re-raise.
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class ShellError:
+    """An error the shell detected itself, before or around the handler.
+
+    ``method`` and ``path`` are ``None`` when the request head could not be parsed; ``headers`` is then
+    empty. ``path`` is percent-decoded when possible, else raw.
+    """
+
+    status: int
+    reason: str
+    message: str
+    method: str | None = None
+    path: str | None = None
+    headers: Mapping[str, str] = field(default_factory=_empty_str_mapping)
+
+
+ErrorResponder = Callable[[ShellError], Response]
+
+
+def default_error_responder(error: ShellError) -> Response:
+    """``{"reason": ..., "message": ..., "error": ...}`` as JSON with the error's status."""
+    return json_response(
+        error.status, {"reason": error.reason, "message": error.message, "error": error.message}
+    )
+
+
+# ------------------------------------------------------------------------------------------- the server
+
+
+class _Outcome(Enum):
+    KEEP_ALIVE = "keep-alive"  # the cycle finished cleanly; serve the next request
+    CLOSE = "close"  # we are done: half-close politely, drain, then close
+    ABORT = "abort"  # the peer is gone or the socket broke: just close
+
+
+@dataclass(eq=False)
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    protocol: h11.Connection
+    client: str | None
+    task: asyncio.Task[Any] | None = None
+    # True while blocked on the peer with no request in flight (waiting for a request, a connection
+    # slot, or lingering). close() cancels such connections at once instead of granting them grace.
+    idle: bool = False
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What is known about the request whose answer is being prepared, for ``ShellError``."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+
+
+class _IdleTimeout(Exception):
+    """No byte of a next request arrived within the keep-alive idle timeout."""
+
+
+class _BodyTooLarge(Exception):
+    """A chunked body grew past the limit."""
+
+
+class _HeadTooLarge(Exception):
+    """A complete request head arrived that is larger than the limit."""
+
+
+_OutEvent = h11.InformationalResponse | h11.Response | h11.Data | h11.EndOfMessage
+
+
+class HttpServer:
+    """Serve ``handler`` over HTTP/1.1.
+
+    ``async with HttpServer(handler) as server: await server.start("127.0.0.1", 0)`` — leaving the block
+    closes the server. ``read_timeout`` bounds receiving one request (head and body) once its first byte
+    arrived, and each wait for the peer to accept response bytes. ``idle_timeout`` bounds the wait for
+    the first byte of a request on an open connection. Over ``max_concurrent_connections``, new
+    connections wait (unread) for a slot. ``close()`` gives in-flight requests ``shutdown_grace`` seconds
+    to finish, then cancels them.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        error_responder: ErrorResponder = default_error_responder,
+        max_header_bytes: int = 16 * 1024,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        idle_timeout: float = 75.0,
+        read_timeout: float = 30.0,
+        max_concurrent_connections: int | None = None,
+        shutdown_grace: float = 5.0,
+    ) -> None:
+        if max_concurrent_connections is not None and max_concurrent_connections < 1:
+            raise ValueError(
+                f"max_concurrent_connections must be at least 1, got {max_concurrent_connections}"
+            )
+        self._handler = handler
+        self._error_responder = error_responder
+        self._max_header_bytes = max_header_bytes
+        self._max_body_bytes = max_body_bytes
+        self._idle_timeout = idle_timeout
+        self._read_timeout = read_timeout
+        self._max_connections = max_concurrent_connections
+        self._shutdown_grace = shutdown_grace
+        self._server: asyncio.Server | None = None
+        self._sockname: tuple[str, int] | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._connections: set[_Connection] = set()
+        self._closing = False
+        self._close_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Listen on ``host``:``port``; port 0 picks a free port (read it from ``.port``)."""
+        if self._server is not None or self._closing:
+            raise RuntimeError(
+                "this HttpServer was already started or closed; create a new one to serve again"
+            )
+        if self._max_connections is not None:
+            self._slots = asyncio.Semaphore(self._max_connections)
+        self._server = await asyncio.start_server(self._on_connection, host, port)
+        # With port 0 and a host that resolves to several addresses each socket gets its own port;
+        # the first socket is the one reported.
+        sockname = self._server.sockets[0].getsockname()
+        self._sockname = (str(sockname[0]), int(sockname[1]))
+
+    @property
+    def host(self) -> str:
+        """The address the server is bound to."""
+        return self._bound()[0]
+
+    @property
+    def port(self) -> int:
+        """The port the server is bound to (the real one when started with port 0)."""
+        return self._bound()[1]
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the server, without a trailing slash."""
+        host, port = self._bound()
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def _bound(self) -> tuple[str, int]:
+        if self._sockname is None:
+            raise RuntimeError("the HttpServer is not started; call `await server.start(host, port)` first")
+        return self._sockname
+
+    async def close(self) -> None:
+        """Stop accepting, close idle connections now, let in-flight requests finish within
+        ``shutdown_grace`` seconds, then cancel what is left.
+
+        Safe to call more than once; every call returns when the shutdown is complete. Cancelling a
+        caller does not interrupt the shutdown.
+        """
+        self._closing = True
+        if self._close_task is None:
+            self._close_task = asyncio.create_task(self._shut_down(), name="HttpServer.close")
+        await asyncio.shield(self._close_task)
+
+    async def _shut_down(self) -> None:
+        server = self._server
+        if server is None:
+            return
+        server.close()
+        for connection in list(self._connections):
+            if connection.idle and connection.task is not None:
+                connection.task.cancel()
+        tasks = {c.task for c in self._connections if c.task is not None}
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self._shutdown_grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- one connection
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Cancelling a connection's task means "drop this connection", which is done by the time the
+        # cancellation reaches here. The task's only observer is asyncio's streams callback, which (3.11)
+        # reports a task that ends cancelled as an unhandled error, so the cancellation stops here.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._connection_lifetime(reader, writer)
+
+    async def _connection_lifetime(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(
+            reader=reader,
+            writer=writer,
+            protocol=h11.Connection(h11.SERVER, max_incomplete_event_size=self._max_header_bytes),
+            client=_format_peer(writer.get_extra_info("peername")),
+            task=asyncio.current_task(),
+        )
+        self._connections.add(connection)
+        try:
+            if self._closing:
+                return
+            if self._slots is None:
+                await self._serve(connection)
+                return
+            connection.idle = True
+            async with self._slots:
+                connection.idle = False
+                if not self._closing:
+                    await self._serve(connection)
+        except Exception:
+            # The shell's own bug: log it, drop this connection, keep serving the others.
+            logger.exception("unexpected error serving the connection from %s", connection.client)
+        finally:
+            self._connections.discard(connection)
+            await _close_stream(writer)
+
+    async def _serve(self, connection: _Connection) -> None:
+        while True:
+            try:
+                outcome = await self._serve_one(connection)
+            except (ConnectionError, TimeoutError):
+                # The socket broke, or the peer stopped reading our response: nobody to answer.
+                return
+            if outcome is _Outcome.KEEP_ALIVE:
+                connection.protocol.start_next_cycle()
+                continue
+            if outcome is _Outcome.CLOSE:
+                await self._linger(connection)
+            return
+
+    async def _serve_one(self, connection: _Connection) -> _Outcome:
+        """Read one request, answer it, and say what to do with the connection."""
+        protocol = connection.protocol
+        try:
+            event = await self._read_head(connection)
+        except _IdleTimeout:
+            return _Outcome.ABORT
+        except TimeoutError:
+            return await self._fail(
+                connection,
+                408,
+                f"The request head was not received completely within {self._read_timeout:g} seconds; "
+                "send the whole request promptly.",
+                None,
+            )
+        except _HeadTooLarge:
+            return await self._fail(connection, 431, self._head_too_large_message(), None)
+        except h11.RemoteProtocolError as exc:
+            return await self._protocol_error(connection, exc, None)
+        if isinstance(event, h11.ConnectionClosed) or event is None:
+            return _Outcome.ABORT
+        if not isinstance(event, h11.Request):
+            raise RuntimeError(f"h11 produced {event!r} while a request head was expected")
+
+        method = event.method.decode("ascii").upper()
+        target = event.target.decode("ascii")  # h11 only accepts visible ASCII in the target
+        headers = MappingProxyType(
+            _combine_headers((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
+        )
+        head = _Head(method=method, path=_best_effort_path(target), headers=headers)
+
+        if method == "CONNECT":
+            return await self._fail(
+                connection, 501, "CONNECT is not supported; this server only serves origin requests.", head
+            )
+        try:
+            raw_path, raw_query = _split_target(target)
+            path = _decode_path(raw_path)
+            query_multi = _parse_query(raw_query)
+        except ValueError as exc:
+            return await self._fail(connection, 400, f"{exc}.", head)
+
+        # Reject a declared oversize body before reading any of it (and before 100 Continue, so a
+        # waiting client never sends it at all). h11 has already checked that the value is valid.
+        declared = headers.get("content-length")
+        if declared is not None and int(declared) > self._max_body_bytes:
+            return await self._fail(
+                connection,
+                413,
+                f"The request body is {int(declared)} bytes, more than the {self._max_body_bytes}-byte "
+                "limit; send a smaller body.",
+                head,
+            )
+
+        if protocol.they_are_waiting_for_100_continue:
+            # The body is always read before the handler runs, so there is no reason to make the
+            # client wait for its expectation timeout (RFC 9110 §10.1.1).
+            await self._write(connection, [h11.InformationalResponse(status_code=100, headers=[])])
+
+        try:
+            body = await self._read_body(connection)
+        except TimeoutError:
+            return await self._fail(
+                connection,
+                408,
+                f"The request body was not received within {self._read_timeout:g} seconds; "
+                "send the whole request promptly.",
+                head,
+            )
+        except _BodyTooLarge:
+            return await self._fail(
+                connection,
+                413,
+                f"The request body exceeds the {self._max_body_bytes}-byte limit; send a smaller body.",
+                head,
+            )
+        except h11.RemoteProtocolError as exc:
+            return await self._protocol_error(connection, exc, head)
+
+        request = Request(
+            method=method,
+            path=path,
+            raw_path=raw_path,
+            query=MappingProxyType({name: values[0] for name, values in query_multi.items()}),
+            query_multi=MappingProxyType(query_multi),
+            headers=headers,
+            body=body,
+            client=connection.client,
+            raw_query=raw_query,
+        )
+
+        peer_gone = False
+        try:
+            result, peer_gone = await self._run_handler(connection, request)
+        except Exception:
+            logger.exception("the handler failed on %s %s from %s", method, target, connection.client)
+            events = self._render_error(
+                _internal_error(head), close=self._closing, head_only=method == "HEAD"
+            )
+        else:
+            if result is _PEER_GONE:
+                return _Outcome.ABORT
+            events = self._render_result(result, head, close=self._closing or peer_gone)
+
+        await self._write(connection, events)
+        if peer_gone:
+            return _Outcome.ABORT
+        if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
+            return _Outcome.KEEP_ALIVE
+        return _Outcome.CLOSE
+
+    # -- reading
+
+    async def _read_head(self, connection: _Connection) -> h11.Event | None:
+        """The next request head, ``ConnectionClosed``, or ``None`` when the server is closing."""
+        protocol = connection.protocol
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        while True:
+            buffered = len(protocol.trailing_data[0])
+            event = protocol.next_event()
+            if isinstance(event, h11.Request):
+                # h11's max_incomplete_event_size only bounds a head that is still incomplete; a whole
+                # oversize head that arrives in one read is caught here, by what h11 consumed.
+                if buffered - len(protocol.trailing_data[0]) > self._max_header_bytes:
+                    raise _HeadTooLarge
+                return event
+            if isinstance(event, h11.Event):
+                return event
+            if event is h11.PAUSED:
+                raise RuntimeError("h11 paused while a request head was expected")
+            if not protocol.trailing_data[0]:
+                # Between requests: nothing is owed to anyone, so a closing server just hangs up.
+                if self._closing:
+                    return None
+                try:
+                    await self._receive(connection, self._idle_timeout, idle=True)
+                except TimeoutError:
+                    raise _IdleTimeout from None
+            else:
+                # One deadline for the whole head: a byte-at-a-time sender cannot keep a slot forever.
+                if deadline is None:
+                    deadline = loop.time() + self._read_timeout
+                await self._receive(connection, max(0.0, deadline - loop.time()))
+
+    async def _read_body(self, connection: _Connection) -> bytes:
+        protocol = connection.protocol
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = protocol.next_event()
+            if event is h11.NEED_DATA:
+                await self._receive(connection, self._read_timeout)
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self._max_body_bytes:
+                    raise _BodyTooLarge
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            else:
+                raise RuntimeError(f"h11 produced {event!r} while a request body was expected")
+
+    async def _receive(self, connection: _Connection, timeout: float, *, idle: bool = False) -> None:
+        connection.idle = idle
+        try:
+            async with asyncio.timeout(timeout):
+                data = await connection.reader.read(_READ_CHUNK)
+        finally:
+            connection.idle = False
+        connection.protocol.receive_data(data)  # b"" tells h11 the peer closed
+
+    # -- running the handler
+
+    async def _run_handler(self, connection: _Connection, request: Request) -> tuple[object, bool]:
+        """Run the handler while watching the socket; returns (result or ``_PEER_GONE``, peer closed)."""
+        handler_task: asyncio.Task[object] = asyncio.create_task(
+            _call(self._handler, request), name=f"handler {request.method} {request.raw_path}"
+        )
+        watcher = asyncio.create_task(self._watch_for_disconnect(connection), name="disconnect watcher")
+        try:
+            waiting: set[asyncio.Task[Any]] = {handler_task, watcher}
+            while True:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if handler_task in done:
+                    break
+                if watcher.exception() is None and watcher.result():
+                    # The peer closed: nobody will read the answer, so stop the (long-poll) handler now.
+                    await _cancel_and_wait(handler_task)
+                    return _PEER_GONE, True
+                waiting = {handler_task}  # the watcher stopped buffering; just wait for the handler
+        finally:
+            if not handler_task.done():  # we are being cancelled ourselves (server close)
+                await _cancel_and_wait(handler_task)
+            peer_closed = await _stop_watcher(watcher)
+        if handler_task.cancelled():
+            raise RuntimeError("the handler's task was cancelled although the client is still connected")
+        return handler_task.result(), peer_closed
+
+    async def _watch_for_disconnect(self, connection: _Connection) -> bool:
+        """Read while the handler runs: ``True`` at end of stream, ``False`` after buffering enough.
+
+        Bytes that arrive are the next pipelined request(s), not a disconnect: hand them to h11, which
+        keeps them for the next cycle.
+        """
+        buffered = 0
+        while buffered <= self._max_header_bytes:
+            try:
+                data = await connection.reader.read(_READ_CHUNK)
+            except ConnectionError:
+                return True
+            if not data:
+                return True
+            connection.protocol.receive_data(data)
+            buffered += len(data)
+        return False
+
+    # -- writing
+
+    def _render_result(self, result: object, head: _Head, *, close: bool) -> list[_OutEvent]:
+        try:
+            return _render(result, close=close, head_only=head.method == "HEAD")
+        except Exception:
+            logger.exception("the handler for %s %s returned an unusable response", head.method, head.path)
+            return self._render_error(_internal_error(head), close=close, head_only=head.method == "HEAD")
+
+    def _render_error(self, error: ShellError, *, close: bool, head_only: bool = False) -> list[_OutEvent]:
+        try:
+            return _render(self._error_responder(error), close=close, head_only=head_only)
+        except Exception:
+            logger.exception("the error responder failed on %s; using the default", error)
+            return _render(default_error_responder(error), close=close, head_only=head_only)
+
+    async def _write(self, connection: _Connection, events: list[_OutEvent]) -> None:
+        data = b"".join(connection.protocol.send(event) or b"" for event in events)
+        connection.writer.write(data)
+        # A peer that never reads must not pin the connection forever.
+        async with asyncio.timeout(self._read_timeout):
+            await connection.writer.drain()
+
+    async def _fail(self, connection: _Connection, status: int, message: str, head: _Head | None) -> _Outcome:
+        """Answer an error the shell detected and close the connection."""
+        protocol = connection.protocol
+        if protocol.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return _Outcome.ABORT  # part of a response is already out; an error cannot follow it
+        error = ShellError(
+            status=status,
+            reason=_STATUS_REASONS.get(status, "bad_request"),
+            message=message,
+            method=head.method if head else None,
+            path=head.path if head else None,
+            headers=head.headers if head else _empty_str_mapping(),
+        )
+        events = self._render_error(error, close=True, head_only=head is not None and head.method == "HEAD")
+        await self._write(connection, events)
+        return _Outcome.CLOSE
+
+    async def _protocol_error(
+        self, connection: _Connection, exc: h11.RemoteProtocolError, head: _Head | None
+    ) -> _Outcome:
+        status = exc.error_status_hint
+        if status == 431:
+            message = self._head_too_large_message()
+        else:
+            message = f"The request is not valid HTTP/1.1 ({exc}); fix the request framing."
+        return await self._fail(connection, status, message, head)
+
+    def _head_too_large_message(self) -> str:
+        return (
+            f"The request line and headers exceed the {self._max_header_bytes}-byte limit; "
+            "send fewer or smaller headers."
+        )
+
+    async def _linger(self, connection: _Connection) -> None:
+        """Half-close, then discard what the peer still sends until it closes or a short deadline.
+
+        "If a server performs an immediate close of a TCP connection, there is a significant risk that
+        the client will not be able to read the last HTTP response" (RFC 9112 §9.6): closing a socket
+        with unread input makes the kernel send RST, which can destroy our error response in the
+        client's receive buffer. Typical case: a 413 answered before the body was read.
+        """
+        writer = connection.writer
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+        connection.idle = True
+        try:
+            async with asyncio.timeout(min(self._read_timeout, _LINGER_SECONDS)):
+                while await connection.reader.read(_READ_CHUNK):
+                    pass
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            connection.idle = False
+
+
+class _PeerGone:
+    """Marker result: the client disconnected while the handler ran."""
+
+
+_PEER_GONE: Final = _PeerGone()
+
+
+async def _call(handler: Handler, request: Request) -> object:
+    # Typed as ``object`` on purpose: the result is validated, not trusted.
+    result: object = await handler(request)
+    return result
+
+
+async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    # asyncio.wait never raises the task's exception, but does propagate our own cancellation.
+    await asyncio.wait({task})
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("a cancelled handler raised instead", exc_info=task.exception())
+
+
+async def _stop_watcher(watcher: asyncio.Task[bool]) -> bool:
+    """Stop the disconnect watcher; ``True`` if it had already seen the peer close."""
+    if not watcher.done():
+        watcher.cancel()
+        # Cancelling a pending StreamReader.read loses no data: bytes stay in the reader's buffer.
+        await asyncio.wait({watcher})
+    return not watcher.cancelled() and watcher.exception() is None and watcher.result()
+
+
+def _internal_error(head: _Head) -> ShellError:
+    return ShellError(
+        status=500,
+        reason="internal_error",
+        message="The server failed while handling this request; this is a bug in the reference server, "
+        "see its log.",
+        method=head.method,
+        path=head.path,
+        headers=head.headers,
+    )
+
+
+def _render(response: object, *, close: bool, head_only: bool) -> list[_OutEvent]:
+    """Turn a handler's response into h11 events, validating everything before h11 state changes."""
+    if not isinstance(response, Response):
+        raise TypeError(f"expected a Response, got {type(response).__name__}")
+    status: object = response.status
+    if not isinstance(status, int) or isinstance(status, bool) or not 200 <= status <= 599:
+        raise ValueError(f"response status must be an int from 200 to 599, got {status!r}")
+    body: object = response.body
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise TypeError(f"response body must be bytes, got {type(body).__name__}")
+    # RFC 9110 §15.3.5 / §15.4.5: 204 and 304 never have content (and 204 never Content-Length).
+    no_content = status in (204, 304)
+    payload = b"" if no_content else bytes(body)
+
+    headers: list[tuple[bytes, bytes]] = []
+    seen: set[str] = set()
+    for name, value in response.headers:
+        key = name.lower()
+        if key in ("content-length", "transfer-encoding"):
+            continue  # the shell owns message framing
+        seen.add(key)
+        headers.append((name.encode("ascii"), value.encode("latin-1")))
+    if "server" not in seen:
+        headers.append((b"Server", SERVER_NAME.encode("ascii")))
+    if "date" not in seen:
+        headers.append((b"Date", email.utils.formatdate(usegmt=True).encode("ascii")))
+    if not no_content:
+        # For HEAD, Content-Length states the size a GET would have had (RFC 9110 §8.6).
+        headers.append((b"Content-Length", str(len(payload)).encode("ascii")))
+    if close:
+        headers.append((b"Connection", b"close"))
+
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        phrase = b""
+    events: list[_OutEvent] = [h11.Response(status_code=status, headers=headers, reason=phrase)]
+    if payload and not head_only:
+        events.append(h11.Data(data=payload))
+    events.append(h11.EndOfMessage())
+    return events
+
+
+def _best_effort_path(target: str) -> str:
+    try:
+        return _decode_path(_split_target(target)[0])
+    except ValueError:
+        return target.partition("?")[0]
+
+
+def _format_peer(peer: object) -> str | None:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = str(peer[0]), peer[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(peer) if peer else None
+
+
+async def _close_stream(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        async with asyncio.timeout(_CLOSE_FLUSH_SECONDS):
+            await writer.wait_closed()
+    except (TimeoutError, OSError):
+        writer.transport.abort()
+    except asyncio.CancelledError:
+        writer.transport.abort()
+        raise

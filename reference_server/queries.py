@@ -1,0 +1,670 @@
+"""Query tasks (PROTOCOL.md §10, §12.2): the control-plane query, and the worker poll, complete and fail.
+
+A query is **ephemeral** and **read-only** (§10.1, ``QUERY-READ-ONLY``): the control-plane call creates one
+``query_tasks`` row, wakes the query pollers of the run's task queue and holds the caller until the row is
+terminal. Nothing here appends history, creates a workflow task or changes a run; the only rows written
+are the query task's own (and the poll-replay cache).
+
+Lifecycle (``suite.protocol.lifecycles.QUERY_TASK``, the model decides every target state)::
+
+    pending ──claim──▶ leased ──complete──▶ completed
+       │                 │  └──fail──────▶ failed
+       │                 └──expire──▶ pending (lazily, by the next claim)
+       └────────time_out (either state)──▶ timed_out
+
+Decisions (each documented where it is enforced):
+
+* **Who can take queries.** The SDK adds ``"query_tasks"`` to its registered ``capabilities`` only when
+  the server advertises it, and older workers send no capabilities at all, so *any* active, fresh
+  (``last_heartbeat_at`` within ``stale_worker_seconds``; polls refresh it) worker registered on the run's
+  queue whose ``supported_workflow_types`` match (empty = all), whose build id matches the run's
+  compatibility marker, and whose build-id cohort is not draining counts as a query target. Without one
+  the call answers 409 ``query_worker_unavailable`` at once and creates no task (§10.5, invariant 62).
+* **Closed runs can be queried.** §10.1: queries "never mutate the run", so a closed current run is
+  routed like an open one (the worker replays its complete history). A run-targeted query on a
+  *non-current* run is refused with 409 ``historical_run_command_rejected`` like every run-targeted
+  command (§1.2). (``engine.close_run`` fails queries still *pending* when a run closes; the waiting
+  caller then gets 409 ``query_rejected``.)
+* **Lease expiry before the deadline** makes the task claimable again, exactly like workflow tasks
+  (§9): the next eligible poll re-leases it with attempt + 1; until then the old holder is fenced with
+  ``lease_expired``, afterwards with ``lease_owner_mismatch`` / ``query_task_attempt_mismatch``.
+* **No retry after the control-plane timeout** (§10.1 step 4): once the deadline passes the task is
+  ``timed_out`` (terminal in the model). A task past its deadline is never leased, and a complete or fail
+  for it is fenced as ``query_task_not_leased`` even before the sweep has written ``timed_out``.
+* **Result views.** The caller's ``result`` is the decoded JSON view of ``result_envelope`` when the
+  worker sent one (§10.3); otherwise it is the worker's raw ``result``, and the server encodes that into
+  an Avro ``result_envelope`` (the run's codec is always ``avro``, §12.1) so clients always have the
+  authoritative form.
+* **Retention.** Terminal query tasks are deleted ``TERMINAL_RETENTION_SECONDS`` after their deadline, so
+  the ephemeral table stays small; until then a late report gets 409 ``query_task_not_leased``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from suite.protocol.codec import decode_blob, encode_blob, json_to_value, value_to_json
+from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.fencing import QueryTaskView, guard_query_task
+from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
+
+from .app import CONTROL, WORKER, Ctx, validation_error
+from .engine import T, event_json, history_page, ts
+from .store import dumps, from_us, loads, new_id
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = [
+    "MAX_PENDING_PER_QUEUE",
+    "TERMINAL_RETENTION_SECONDS",
+    "claim_query_task",
+    "register",
+    "result_key",
+    "sweep_query_tasks",
+]
+
+# §10.5: "Pending query tasks per queue ≥ 1024 | `query_task_queue_full` | 429".
+MAX_PENDING_PER_QUEUE = 1024
+TERMINAL_RETENTION_SECONDS = 3600
+# cluster/info ``limits.max_operation_name_length``.
+MAX_QUERY_NAME_LENGTH = 256
+DEFAULT_FAILURE_REASON = "query_rejected"
+
+_LIVE = (QueryTaskStatus.PENDING.value, QueryTaskStatus.LEASED.value)
+_TERMINAL = frozenset(s.value for s in QUERY_TASK.terminal)
+
+
+def register(server: Server) -> None:
+    """Add the query routes (§1.1, §1.2) and the query-task sweep to ``server``."""
+    routes = _Routes(server)
+    a = server.app
+    a.add("POST", "/api/worker/query-tasks/poll", WORKER, routes.qt_poll)
+    a.add("POST", "/api/worker/query-tasks/{query_task_id}/complete", WORKER, routes.qt_complete)
+    a.add("POST", "/api/worker/query-tasks/{query_task_id}/fail", WORKER, routes.qt_fail)
+    a.add("POST", "/api/workflows/{workflow_id}/query/{name}", CONTROL, routes.query)
+    a.add("POST", "/api/workflows/{workflow_id}/runs/{run_id}/query/{name}", CONTROL, routes.query)
+    server.maintenance.append(sweep_query_tasks)
+
+
+def result_key(namespace: str, query_task_id: str) -> tuple[str, str, str]:
+    """The hub key a query task's waiting caller listens on. It is published through ``Effects.wake``
+    (whose keys are 3-tuples), so the notification goes out only after the deciding transaction commits."""
+    return ("query_result", namespace, query_task_id)
+
+
+def _step(status: str, event: QueryTaskEvent) -> str:
+    """The model decides the next state; an illegal pair raises ``IllegalTransition`` (a server bug)."""
+    return QUERY_TASK.step(QueryTaskStatus(status), event).value
+
+
+def _effective_status(row: sqlite3.Row, now: int) -> str:
+    """A live task past its deadline is timed out whether or not the sweep has written it yet (§10.1
+    step 4: "not retried after the control-plane timeout")."""
+    status = str(row["status"])
+    if status in _LIVE and int(row["deadline"]) <= now:
+        return QueryTaskStatus.TIMED_OUT.value
+    return status
+
+
+def _forget_polls(t: T, query_task_id: str) -> None:
+    t.db.execute("DELETE FROM poll_requests WHERE kind = 'query' AND task_id = ?", (query_task_id,))
+
+
+def _time_out(t: T, row: sqlite3.Row) -> None:
+    """pending|leased → timed_out, and tell the waiting caller."""
+    new = _step(row["status"], QueryTaskEvent.TIME_OUT)
+    cur = t.db.execute(
+        "UPDATE query_tasks SET status = ? WHERE query_task_id = ? AND status = ?",
+        (new, row["query_task_id"], row["status"]),
+    )
+    if cur.rowcount == 1:
+        _forget_polls(t, row["query_task_id"])
+        t.fx.transition("query_task", row["query_task_id"], row["status"], new, run_id=row["run_id"])
+        t.fx.wake.add(result_key(row["namespace"], row["query_task_id"]))
+
+
+# -- maintenance ---------------------------------------------------------------------------------------
+
+
+def sweep_query_tasks(t: T) -> float | None:
+    """Time out live query tasks past their deadline, drop long-finished ones, and return the seconds
+    until the next deadline (``None`` when no query task is live)."""
+    for row in t.all(
+        "SELECT * FROM query_tasks WHERE status IN (?, ?) AND deadline <= ? ORDER BY deadline LIMIT 500",
+        *_LIVE,
+        t.now,
+    ):
+        _time_out(t, row)
+    t.db.execute(
+        "DELETE FROM query_tasks WHERE status IN (?, ?, ?) AND deadline < ?",
+        (*sorted(_TERMINAL), t.now - TERMINAL_RETENTION_SECONDS * 1_000_000),
+    )
+    nxt = t.one("SELECT MIN(deadline) AS at FROM query_tasks WHERE status IN (?, ?)", *_LIVE)
+    if nxt is None or nxt["at"] is None:
+        return None
+    return max(0.0, (int(nxt["at"]) - t.now) / 1e6)
+
+
+# -- routing (§10.1, §10.5) ----------------------------------------------------------------------------
+
+
+def _has_query_worker(t: T, run: sqlite3.Row) -> bool:
+    """Whether an active, fresh worker that could lease this run's query task exists (module docstring:
+    "Who can take queries"). The filters are the claim's filters, so a yes here means a poll can lease."""
+    fresh_since = t.now - t.settings.stale_worker_seconds * 1_000_000
+    rows = t.all(
+        "SELECT w.workflow_types FROM workers w"
+        " WHERE w.namespace = ? AND w.task_queue = ? AND w.status = 'active' AND w.last_heartbeat_at >= ?"
+        " AND (? IS NULL OR COALESCE(w.build_id, '') = ?)"
+        " AND NOT EXISTS (SELECT 1 FROM drains d WHERE d.namespace = w.namespace"
+        " AND d.task_queue = w.task_queue AND d.build_id = COALESCE(w.build_id, '')"
+        " AND d.drain_intent = 'draining')",
+        run["namespace"],
+        run["task_queue"],
+        fresh_since,
+        run["compatibility"],
+        run["compatibility"],
+    )
+    for w in rows:
+        types = loads(w["workflow_types"]) or []
+        if not types or run["workflow_type"] in types:
+            return True
+    return False
+
+
+# -- claim and task payload (§10.2) --------------------------------------------------------------------
+
+
+def _task_payload(t: T, query_task_id: str) -> dict[str, Any]:
+    """The leased query task: the §10.2 fields plus ``namespace`` (SDK-INTEROP §4). ``history_events`` is
+    the run's whole committed history, unpaginated, as UPS sends it."""
+    task = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", query_task_id)
+    assert task is not None, query_task_id
+    run = t.run(task["run_id"])
+    last = int(run["last_sequence"])
+    events = [event_json(r, run["namespace"]) for r in history_page(t.db, run["run_id"], 0, max(last, 1))]
+    args = task["arguments_blob"]
+    return {
+        "query_task_id": task["query_task_id"],
+        "query_task_attempt": task["attempt"],
+        "namespace": task["namespace"],
+        "workflow_id": run["workflow_id"],
+        "run_id": run["run_id"],
+        "workflow_type": run["workflow_type"],
+        "query_name": task["query_name"],
+        "payload_codec": "avro",
+        "workflow_arguments": {"codec": "avro", "blob": run["input_blob"]} if run["input_blob"] else None,
+        "query_arguments": {"codec": "avro", "blob": args} if args else None,
+        "run_status": run["status"],
+        "last_history_sequence": last,
+        "history_events": events,
+        "task_queue": task["task_queue"],
+        "lease_owner": task["lease_owner"],
+        # SDK-INTEROP §4: canonical ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (engine.ts → fencing.rfc3339).
+        "lease_expires_at": ts(task["lease_expires_at"]),
+    }
+
+
+def _replay_poll(
+    t: T, namespace: str, queue: str, build_id: str | None, worker_id: str, poll_request_id: str
+) -> str | None:
+    """§7.3: a repeated poll (same worker, queue, build id and ``poll_request_id``) while the lease it got
+    is live returns the same task and attempt; a dead entry is dropped."""
+    key = (namespace, queue, build_id or "", worker_id, poll_request_id)
+    cached = t.one(
+        "SELECT task_id, attempt FROM poll_requests WHERE namespace = ? AND kind = 'query' AND task_queue = ?"
+        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
+        *key,
+    )
+    if cached is None:
+        return None
+    task = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", cached["task_id"])
+    if (
+        task is not None
+        and _effective_status(task, t.now) == QueryTaskStatus.LEASED.value
+        and task["lease_owner"] == worker_id
+        and task["attempt"] == cached["attempt"]
+        and task["lease_expires_at"] > t.now
+    ):
+        return str(task["query_task_id"])
+    t.db.execute(
+        "DELETE FROM poll_requests WHERE namespace = ? AND kind = 'query' AND task_queue = ? AND build_id = ?"
+        " AND worker_id = ? AND poll_request_id = ?",
+        key,
+    )
+    return None
+
+
+def claim_query_task(
+    t: T, *, worker: sqlite3.Row, task_queue: str, build_id: str | None, poll_request_id: str | None
+) -> dict[str, Any] | None:
+    """Lease one claimable query task to ``worker`` (§10.2) or return ``None``.
+
+    Claimable: on this namespace and queue, before its deadline, and either pending or leased with an
+    expired lease (redelivery, attempt + 1). The worker must match the run's workflow type (empty list =
+    all) and compatibility marker, as for workflow tasks (§7.5).
+    """
+    namespace = worker["namespace"]
+    worker_id = worker["worker_id"]
+    lease_until = t.now + t.settings.query_lease_seconds * 1_000_000
+    if poll_request_id:
+        replay = _replay_poll(t, namespace, task_queue, build_id, worker_id, poll_request_id)
+        if replay is not None:
+            t.db.execute(
+                "UPDATE query_tasks SET lease_expires_at = ? WHERE query_task_id = ?", (lease_until, replay)
+            )
+            return _task_payload(t, replay)
+    types = loads(worker["workflow_types"]) or []
+    candidates = t.all(
+        "SELECT q.query_task_id, q.status, q.run_id FROM query_tasks q JOIN runs r ON r.run_id = q.run_id"
+        " WHERE q.namespace = ? AND q.task_queue = ? AND q.deadline > ?"
+        " AND (q.status = 'pending' OR (q.status = 'leased' AND q.lease_expires_at <= ?))"
+        " AND (r.compatibility IS NULL OR r.compatibility = ?)"
+        " AND (? = 0 OR r.workflow_type IN (SELECT value FROM json_each(?)))"
+        " ORDER BY q.created_at, q.query_task_id LIMIT 100",
+        namespace,
+        task_queue,
+        t.now,
+        t.now,
+        worker["build_id"] or "",
+        len(types),
+        dumps(types),
+    )
+    for cand in candidates:
+        # The conditional write decides any race; a lost one is not an error (§7.5).
+        cur = t.db.execute(
+            "UPDATE query_tasks SET status = ?, attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?"
+            " WHERE query_task_id = ? AND deadline > ?"
+            " AND (status = 'pending' OR (status = 'leased' AND lease_expires_at <= ?))",
+            (
+                _step(QueryTaskStatus.PENDING, QueryTaskEvent.CLAIM),
+                worker_id,
+                lease_until,
+                cand["query_task_id"],
+                t.now,
+                t.now,
+            ),
+        )
+        if cur.rowcount != 1:
+            continue
+        if cand["status"] == QueryTaskStatus.LEASED.value:
+            back = _step(cand["status"], QueryTaskEvent.EXPIRE)
+            t.fx.transition("query_task", cand["query_task_id"], cand["status"], back, cause="lease_expired")
+        t.fx.transition(
+            "query_task",
+            cand["query_task_id"],
+            "pending",
+            "leased",
+            run_id=cand["run_id"],
+            lease_owner=worker_id,
+        )
+        _forget_polls(t, cand["query_task_id"])
+        if poll_request_id:
+            attempt = t.one("SELECT attempt FROM query_tasks WHERE query_task_id = ?", cand["query_task_id"])
+            assert attempt is not None
+            t.db.execute(
+                "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
+                " poll_request_id, task_id, attempt, created_at) VALUES (?, 'query', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    namespace,
+                    task_queue,
+                    build_id or "",
+                    worker_id,
+                    poll_request_id,
+                    cand["query_task_id"],
+                    attempt["attempt"],
+                    t.now,
+                ),
+            )
+        return _task_payload(t, cand["query_task_id"])
+    return None
+
+
+def _poll_due_in(db: sqlite3.Connection, namespace: str, queue: str, now: int) -> float | None:
+    """Seconds until a lease on this queue expires while its task is still before the deadline, i.e.
+    until durable state alone makes a task claimable again (no notification announces that)."""
+    row = db.execute(
+        "SELECT MIN(lease_expires_at) FROM query_tasks WHERE namespace = ? AND task_queue = ?"
+        " AND status = 'leased' AND lease_expires_at < deadline AND deadline > ?",
+        (namespace, queue, now),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return max(0.0, (int(row[0]) - now) / 1e6)
+
+
+# -- complete and fail (§10.3, §10.4, §10.6) -----------------------------------------------------------
+
+
+def _fencing_fields(body: Mapping[str, Any], errors: dict[str, list[str]]) -> tuple[str, int]:
+    owner = body.get("lease_owner")
+    attempt = body.get("query_task_attempt")
+    if not isinstance(owner, str) or not owner:
+        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        errors["query_task_attempt"] = ["query_task_attempt is required and must be an integer >= 1."]
+    return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
+
+
+def _completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """Validate a complete body (422 before any lookup, §2.3); return owner, attempt and the stored
+    ``{result, result_envelope}`` document (see "Result views" in the module docstring)."""
+    errors: dict[str, list[str]] = {}
+    owner, attempt = _fencing_fields(body, errors)
+    raw = body.get("result")
+    envelope = body.get("result_envelope")
+    view: Any = raw
+    if envelope is not None:
+        if not isinstance(envelope, dict):
+            errors["result_envelope"] = ["result_envelope must be an object {codec, blob} or null."]
+        else:
+            codec, blob = envelope.get("codec"), envelope.get("blob")
+            if codec is None:
+                errors["result_envelope.codec"] = [
+                    "result_envelope.codec is required when an envelope is sent."
+                ]
+            elif codec != "avro":
+                errors["result_envelope.codec"] = [f"unsupported_payload_codec: {codec!r} is not 'avro'."]
+            if blob is None:
+                errors["result_envelope.blob"] = [
+                    "result_envelope.blob is required when an envelope is sent."
+                ]
+            elif not isinstance(blob, str):
+                errors["result_envelope.blob"] = ["result_envelope.blob must be a base64 string."]
+            elif codec == "avro":
+                try:
+                    view = value_to_json(decode_blob(blob))
+                except CodecError as exc:
+                    errors["result_envelope.blob"] = [str(exc)]
+    if errors:
+        raise validation_error(errors)
+    if isinstance(envelope, dict):
+        stored_env: dict[str, Any] | None = {"codec": "avro", "blob": envelope["blob"]}
+    else:
+        try:
+            stored_env = {"codec": "avro", "blob": encode_blob(json_to_value(raw))}
+        except CodecError:
+            stored_env = None  # e.g. an integer outside int64: the JSON view is all there is
+    return owner, attempt, {"result": view, "result_envelope": stored_env}
+
+
+def _failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """Validate a fail body (§10.4): ``failure.message`` required, ``failure.reason`` defaults to
+    ``query_rejected``; ``type`` and ``stack_trace`` optional strings, ``validation_errors`` kept as sent."""
+    errors: dict[str, list[str]] = {}
+    owner, attempt = _fencing_fields(body, errors)
+    failure = body.get("failure")
+    doc: dict[str, Any] = {}
+    if not isinstance(failure, dict):
+        errors["failure"] = ["failure is required and must be an object with at least a message."]
+    else:
+        message = failure.get("message")
+        if not isinstance(message, str):
+            errors["failure.message"] = ["failure.message is required and must be a string."]
+        reason = failure.get("reason")
+        if reason is None:
+            reason = DEFAULT_FAILURE_REASON
+        elif not isinstance(reason, str) or not reason or len(reason) > 255:
+            errors["failure.reason"] = [
+                "failure.reason must be a non-empty string of at most 255 characters."
+            ]
+        for name in ("type", "stack_trace"):
+            value = failure.get(name)
+            if value is not None and not isinstance(value, str):
+                errors[f"failure.{name}"] = [f"failure.{name} must be a string or null."]
+        doc = {
+            "message": message,
+            "reason": reason,
+            "type": failure.get("type"),
+            "stack_trace": failure.get("stack_trace"),
+            "validation_errors": failure.get("validation_errors"),
+        }
+    if errors:
+        raise validation_error(errors)
+    return owner, attempt, doc
+
+
+def _report(
+    t: T,
+    namespace: str,
+    query_task_id: str,
+    owner: str,
+    attempt: int,
+    event: QueryTaskEvent,
+    doc: dict[str, Any],
+) -> str:
+    """Fence (§10.6, in the model's order) and record one outcome. Returns the new status."""
+    row = t.one(
+        "SELECT * FROM query_tasks WHERE query_task_id = ? AND namespace = ?", query_task_id, namespace
+    )
+    view = None
+    if row is not None:
+        expires = row["lease_expires_at"]
+        view = QueryTaskView(
+            query_task_id=query_task_id,
+            status=QueryTaskStatus(_effective_status(row, t.now)),
+            attempt=int(row["attempt"]),
+            lease_owner=row["lease_owner"],
+            lease_expires_at=from_us(expires) if expires is not None else None,
+        )
+    # FENCE-UNKNOWN-QUERY-TASK, QUERY-LATE-COMPLETE-NOT-LEASED, QUERY-FENCE-OWNER, QUERY-FENCE-ATTEMPT.
+    guard_query_task(
+        view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now)
+    )
+    assert row is not None
+    new = _step(QueryTaskStatus.LEASED, event)
+    column = "result" if event is QueryTaskEvent.COMPLETE else "failure"
+    # The write is conditional on the very lease the guard saw, so two reports can never both land.
+    cur = t.db.execute(
+        f"UPDATE query_tasks SET status = ?, {column} = ? WHERE query_task_id = ? AND status = 'leased'"
+        " AND lease_owner = ? AND attempt = ? AND lease_expires_at > ? AND deadline > ?",
+        (new, dumps(doc), query_task_id, owner, attempt, t.now, t.now),
+    )
+    if cur.rowcount != 1:
+        raise Rejection(
+            409,
+            "query_task_not_leased",
+            f"Query task {query_task_id!r} changed before this report was written; drop the result.",
+            {"query_task_id": query_task_id, "outcome": "rejected"},
+        )
+    _forget_polls(t, query_task_id)
+    t.fx.transition("query_task", query_task_id, "leased", new, run_id=row["run_id"])
+    t.fx.wake.add(result_key(namespace, query_task_id))
+    return new
+
+
+# -- the control-plane call (§10.1, §10.5, §12.2) ------------------------------------------------------
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    waiters = [asyncio.ensure_future(ev.wait()) for ev in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+class _Routes:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    # -- worker plane --------------------------------------------------------------------------------
+
+    async def qt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        from .server import poll_response
+
+        s = self.server
+        worker, queue, build_id, hold, prid = s.poll_preconditions(ctx)
+
+        def attempt(t: T) -> dict[str, Any] | None:
+            return claim_query_task(
+                t, worker=worker, task_queue=queue, build_id=build_id, poll_request_id=prid
+            )
+
+        result = await s.long_poll(
+            ("query", ctx.namespace, queue),
+            hold,
+            attempt,
+            lambda db, now: _poll_due_in(db, ctx.namespace, queue, now),
+        )
+        return poll_response(result)
+
+    async def qt_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        owner, attempt, doc = _completion(ctx.obj())
+        return self._reported(ctx, owner, attempt, QueryTaskEvent.COMPLETE, doc)
+
+    async def qt_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        owner, attempt, doc = _failure(ctx.obj())
+        return self._reported(ctx, owner, attempt, QueryTaskEvent.FAIL, doc)
+
+    def _reported(
+        self, ctx: Ctx, owner: str, attempt: int, event: QueryTaskEvent, doc: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        qid = ctx.params["query_task_id"]
+        status = self.server.run_tx(lambda t: _report(t, ctx.namespace, qid, owner, attempt, event, doc))
+        return 200, {
+            "query_task_id": qid,
+            "query_task_attempt": attempt,
+            "outcome": status,
+            "reason": doc.get("reason") if event is QueryTaskEvent.FAIL else None,
+        }
+
+    # -- control plane -------------------------------------------------------------------------------
+
+    async def query(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        s = self.server
+        name = ctx.params["name"]
+        if len(name) > MAX_QUERY_NAME_LENGTH:
+            raise validation_error(
+                {"name": [f"the query name must be at most {MAX_QUERY_NAME_LENGTH} characters."]}
+            )
+        # §12.2 body {"input"?: array | envelope}; arguments are positional: an envelope must hold an array.
+        args_blob = s.payload_blob(ctx.obj().get("input"), "input", require_array=True)
+        run = s.command_target(ctx)  # 404 instance_not_found / run_not_found; 409 for a historical run
+        base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "query_name": name}
+        timeout = float(s.settings.query_timeout_seconds)
+
+        def create(t: T) -> str:
+            # QUERY-NO-WORKER-FAST: decided before anything is written, so no task exists afterwards.
+            if not _has_query_worker(t, run):
+                raise Rejection(
+                    409,
+                    "query_worker_unavailable",
+                    f"No active worker on task queue {run['task_queue']!r} can answer queries for workflow "
+                    f"type {run['workflow_type']!r}; start or re-register a worker for that queue and type.",
+                    {**base, "task_queue": run["task_queue"], "workflow_type": run["workflow_type"]},
+                )
+            pending = t.one(
+                "SELECT COUNT(*) AS n FROM query_tasks"
+                " WHERE namespace = ? AND task_queue = ? AND status = 'pending'",
+                run["namespace"],
+                run["task_queue"],
+            )
+            if pending is not None and int(pending["n"]) >= MAX_PENDING_PER_QUEUE:
+                raise Rejection(
+                    429,
+                    "query_task_queue_full",
+                    f"Task queue {run['task_queue']!r} already holds {MAX_PENDING_PER_QUEUE} pending query "
+                    "tasks; retry after the workers have drained some.",
+                    {
+                        **base,
+                        "task_queue": run["task_queue"],
+                        "max_pending_query_tasks": MAX_PENDING_PER_QUEUE,
+                        "retry_after_seconds": 1,
+                    },
+                )
+            qid = new_id(t.now)
+            t.db.execute(
+                "INSERT INTO query_tasks (query_task_id, namespace, run_id, task_queue, query_name,"
+                " arguments_blob, status, attempt, deadline, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+                (
+                    qid,
+                    run["namespace"],
+                    run["run_id"],
+                    run["task_queue"],
+                    name,
+                    args_blob,
+                    t.now + int(timeout * 1_000_000),
+                    t.now,
+                ),
+            )
+            t.fx.transition("query_task", qid, None, QUERY_TASK.initial.value, run_id=run["run_id"])
+            t.fx.wake.add(("query", run["namespace"], run["task_queue"]))
+            return qid
+
+        qid: str = s.run_tx(create)
+        try:
+            row = await self._await_outcome(ctx.namespace, qid, run["run_id"], timeout)
+        except asyncio.CancelledError:
+            # The caller is gone: nobody can receive an answer any more, so stop offering the task.
+            with contextlib.suppress(Exception):
+                s.run_tx(lambda t: self._give_up(t, qid))
+            raise
+        finally:
+            # Drop this task's hub entry even when no report ever notified it (e.g. engine.close_run).
+            s.hub.notify(result_key(ctx.namespace, qid))
+        return _outcome(row, {**base, "query_task_id": qid}, timeout)
+
+    async def _await_outcome(self, namespace: str, qid: str, run_id: str, timeout: float) -> sqlite3.Row:
+        """Hold until the task is terminal or the timeout passes (then it becomes ``timed_out``). A wake-up
+        is only a hint: the row is re-read every time. The run key is watched too, because closing a run
+        fails its pending query tasks (``engine.close_run``)."""
+        s = self.server
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + timeout
+        while True:
+            events = [s.hub.event(result_key(namespace, qid)), s.hub.event(("run", run_id))]
+            row: sqlite3.Row | None = (
+                s.store.read().execute("SELECT * FROM query_tasks WHERE query_task_id = ?", (qid,)).fetchone()
+            )
+            assert row is not None, qid  # retention keeps it far longer than anyone waits
+            if row["status"] in _TERMINAL:
+                return row
+            remaining = min(give_up_at - loop.time(), (int(row["deadline"]) - s.clock.now_us()) / 1e6)
+            if remaining <= 0:
+                final: sqlite3.Row = s.run_tx(lambda t: self._give_up(t, qid))
+                return final
+            await _wait_any(events, remaining)
+
+    @staticmethod
+    def _give_up(t: T, qid: str) -> sqlite3.Row:
+        """The caller stops waiting: a live task becomes timed_out (a report that landed first wins)."""
+        row = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", qid)
+        assert row is not None, qid
+        if row["status"] in _LIVE:
+            _time_out(t, row)
+            row = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", qid)
+            assert row is not None
+        return row
+
+
+def _outcome(row: sqlite3.Row, base: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    """Map a terminal query task onto the control-plane answer (§10.4, §10.5, §12.2)."""
+    status = row["status"]
+    if status == QueryTaskStatus.COMPLETED.value:
+        doc = loads(row["result"]) or {}
+        # QUERY-RESULT-ROUNDTRIP: the worker's envelope comes back unchanged.
+        return 200, {**base, "result": doc.get("result"), "result_envelope": doc.get("result_envelope")}
+    if status == QueryTaskStatus.FAILED.value:
+        failure = loads(row["failure"]) or {}
+        reason = failure.get("reason") or DEFAULT_FAILURE_REASON
+        message = failure.get("message") or f"The worker failed query {base['query_name']!r}."
+        # QUERY-UNKNOWN-404 / QUERY-REJECTED-409: rejected_unknown_query is 404, every other reason 409.
+        http_status = 404 if reason == "rejected_unknown_query" else 409
+        raise Rejection(http_status, reason, message, {**base, "failure": failure})
+    # QUERY-TIMEOUT-504.
+    raise Rejection(
+        504,
+        "query_worker_timeout",
+        f"No worker answered query {base['query_name']!r} within {timeout:g} s; check that a worker polls "
+        "query tasks on the run's task queue, or raise the query timeout.",
+        {**base, "timeout_seconds": timeout},
+    )

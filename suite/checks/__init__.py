@@ -1,0 +1,9 @@
+"""The conformance checks, one module per protocol area. Importing this package registers them all.
+
+A check is a plain ``async`` function decorated with :func:`suite.registry.check`; its name is its
+stable ID. It receives a :class:`suite.context.CheckContext`, builds its own world (queues, workflow
+ids) and raises :class:`suite.outcomes.CheckFailure` (via ``ctx.expect`` / ``ctx.require``) when the
+target breaks the rule.
+"""
+
+from . import versioning  # noqa: F401

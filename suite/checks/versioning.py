@@ -1,0 +1,507 @@
+"""Versioning, the worker envelope, discovery, the control-plane header and the check order
+(PROTOCOL.md §2-§5, invariants 1-10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.context import CheckContext
+from suite.outcomes import NotCovered
+from suite.protocol.capabilities import S0_CAPABILITY_KEYS, S0_COMMAND_TYPES
+from suite.registry import check
+
+# A worker route that needs no state: a poll by an unregistered worker. Whatever the version check
+# decides, nothing is created.
+PROBE_BODY: dict[str, Any] = {
+    "worker_id": "conformance-version-probe",
+    "task_queue": "conformance-version-probe",
+}
+
+
+async def _raw_worker(ctx: CheckContext, path: str, body: dict[str, Any], version_value: str) -> Any:
+    """A worker call whose version header value is sent byte for byte (httpx refuses padded values)."""
+    import json
+
+    headers = list(ctx.client.worker_headers(version=None).items())
+    headers += [("Content-Type", "application/json"), ("X-Durable-Workflow-Protocol-Version", version_value)]
+    return await ctx.client.raw("POST", "/api/worker" + path, headers, json.dumps(body).encode())
+
+
+def _advertised(ctx: CheckContext) -> str:
+    v = ctx.target.advertised_version
+    if v is None:
+        raise ctx.fail("cluster/info has no worker_protocol.version", expected="a string such as '1.20'", received=None)
+    return v
+
+
+def _version_rejection(ctx: CheckContext, reply: Any, reason: str, requested: str | None, req: str) -> None:
+    body = ctx.expect(reply, 400, reason, requirement=req)
+    ctx.require(
+        body.get("requested_version") == requested,
+        f"requested_version must echo the header sent ({requested!r})",
+        expected=repr(requested),
+        received=repr(body.get("requested_version")),
+        replies=[reply],
+        requirement="VERSION-REQUESTED-ECHO" if requested is not None else req,
+    )
+
+
+@check("VERSION-MISSING", "VERSION-ERROR-BODY")
+async def version_header_missing(ctx: CheckContext) -> None:
+    """A worker request without the version header is 400 missing_protocol_version with requested_version null."""
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None)
+    _version_rejection(ctx, reply, "missing_protocol_version", None, "VERSION-MISSING")
+    body = reply.json()
+    ctx.require(
+        body.get("supported_version") == _advertised(ctx),
+        "a version rejection names the advertised version in supported_version",
+        expected=_advertised(ctx),
+        received=body.get("supported_version"),
+        replies=[reply],
+        requirement="VERSION-ERROR-BODY",
+    )
+
+
+@check("VERSION-EMPTY-IS-MISSING")
+async def version_header_empty(ctx: CheckContext) -> None:
+    """An empty or whitespace-only version header behaves exactly like a missing one."""
+    for value in ("", "   "):
+        reply = await _raw_worker(ctx, "/workflow-tasks/poll", PROBE_BODY, value)
+        _version_rejection(ctx, reply, "missing_protocol_version", None, "VERSION-EMPTY-IS-MISSING")
+
+
+@check("VERSION-MAJOR-MISMATCH", "VERSION-REQUESTED-ECHO")
+async def version_other_major(ctx: CheckContext) -> None:
+    """A different major (0.9, 2.0, 999) is 400 unsupported_protocol_version echoing the value."""
+    for value in ("0.9", "2.0", "999"):
+        reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=value)
+        _version_rejection(ctx, reply, "unsupported_protocol_version", value, "VERSION-MAJOR-MISMATCH")
+
+
+@check("VERSION-MINOR-ABOVE")
+async def version_minor_above(ctx: CheckContext) -> None:
+    """A minor above the advertised one is 400 unsupported_protocol_version."""
+    major, _, minor = _advertised(ctx).partition(".")
+    value = f"{major}.{int(minor) + 1}" if minor.isdigit() else "1.21"
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=value)
+    _version_rejection(ctx, reply, "unsupported_protocol_version", value, "VERSION-MINOR-ABOVE")
+
+
+@check("VERSION-MALFORMED")
+async def version_malformed(ctx: CheckContext) -> None:
+    """Malformed values (abc, 1, 1.2.3, v1.2, 1.x, 1.05) are 400 unsupported_protocol_version."""
+    for value in ("abc", "1", "1.2.3", "v1.2", "1.x", "1.05"):
+        reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=value)
+        _version_rejection(ctx, reply, "unsupported_protocol_version", value, "VERSION-MALFORMED")
+
+
+@check("VERSION-TRIM")
+async def version_trimmed(ctx: CheckContext) -> None:
+    """Surrounding whitespace is trimmed: ' 1.20 ' is accepted like '1.20'."""
+    reply = await _raw_worker(ctx, "/heartbeat", {"worker_id": ctx.uid("nobody")}, f"  {_advertised(ctx)}  ")
+    # An unregistered worker's heartbeat is the domain 404: reaching it proves the version was accepted.
+    ctx.expect(reply, 404, "worker_not_registered", what="a padded but valid version header is accepted")
+
+
+@check("VERSION-OLDER-MINOR-ACCEPTED", "ENVELOPE-NO-MINOR-ECHO")
+async def version_older_minors_accepted(ctx: CheckContext) -> None:
+    """Every minor 1.0..advertised is accepted on worker routes, and the answer names the advertised version."""
+    advertised = _advertised(ctx)
+    top = int(advertised.partition(".")[2])
+    queue = ctx.uid("q")
+    for minor in sorted({0, 1, min(13, top), top}):
+        version = f"1.{minor}"
+        wid = ctx.uid("w")
+        reply = await ctx.client.worker(
+            "/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"}, version=version
+        )
+        ctx.expect(reply, (200, 201), what=f"register with {version}", requirement="VERSION-OLDER-MINOR-ACCEPTED")
+        poll = await ctx.client.worker(
+            "/workflow-tasks/poll",
+            {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1},
+            version=version,
+        )
+        ctx.expect(poll, 200, what=f"poll with {version}", requirement="VERSION-OLDER-MINOR-ACCEPTED")
+        for r in (reply, poll):
+            ctx.require(
+                r.headers.get("x-durable-workflow-protocol-version") == advertised
+                and r.json().get("protocol_version") == advertised,
+                f"a request at {version} is answered with the advertised version, never the requested one",
+                expected=advertised,
+                received=f"header {r.headers.get('x-durable-workflow-protocol-version')!r}, "
+                f"body {r.json().get('protocol_version')!r}",
+                replies=[r],
+                requirement="ENVELOPE-NO-MINOR-ECHO",
+            )
+
+
+def _envelope_ok(ctx: CheckContext, reply: Any, advertised: str, caps: dict[str, Any]) -> None:
+    body = reply.json()
+    ctx.require(
+        reply.headers.get("x-durable-workflow-protocol-version") == advertised,
+        f"every worker-plane response ({reply.status}) carries the version header",
+        expected=advertised,
+        received=reply.headers.get("x-durable-workflow-protocol-version"),
+        replies=[reply],
+        requirement="ENVELOPE-VERSION-HEADER",
+    )
+    ctx.require(
+        body.get("protocol_version") == advertised,
+        f"every worker-plane response ({reply.status}) carries protocol_version",
+        expected=advertised,
+        received=body.get("protocol_version"),
+        replies=[reply],
+        requirement="ENVELOPE-PROTOCOL-VERSION-BODY",
+    )
+    ctx.require(
+        isinstance(body.get("server_capabilities"), dict),
+        f"every worker-plane response ({reply.status}) carries a server_capabilities object",
+        expected="an object",
+        received=type(body.get("server_capabilities")).__name__,
+        replies=[reply],
+        requirement="ENVELOPE-SERVER-CAPABILITIES",
+    )
+    ctx.require(
+        body.get("server_capabilities") == caps,
+        "worker-plane server_capabilities deep-equals cluster/info worker_protocol.server_capabilities",
+        expected="the cluster/info object",
+        received="a different object",
+        replies=[reply],
+        requirement="DISCOVERY-CAPABILITIES-MATCH",
+    )
+    if reply.status >= 400:
+        ctx.require(
+            isinstance(body.get("reason"), str) and bool(body.get("reason")),
+            "every error body carries a machine-readable reason",
+            expected="reason: str",
+            received=body.get("reason"),
+            replies=[reply],
+            requirement="ENVELOPE-ERROR-REASON",
+        )
+
+
+@check(
+    "ENVELOPE-VERSION-HEADER",
+    "ENVELOPE-PROTOCOL-VERSION-BODY",
+    "ENVELOPE-SERVER-CAPABILITIES",
+    "ENVELOPE-ERROR-REASON",
+    "DISCOVERY-CAPABILITIES-MATCH",
+    "DISCOVERY-VERSION-MATCHES",
+)
+async def envelope_on_every_worker_response(ctx: CheckContext) -> None:
+    """Success and error answers (201, 200, 400, 404, 409, 412, 422) all carry the worker envelope."""
+    advertised = _advertised(ctx)
+    caps = ctx.caps
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    replies = [
+        await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"}),  # 201
+        await ctx.client.worker("/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1}),
+        await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None),  # 400
+        await ctx.client.worker(
+            "/workflow-tasks/no-such-task/heartbeat", {"lease_owner": wid, "workflow_task_attempt": 1}
+        ),  # 404
+        await ctx.client.worker("/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue + "-other"}),  # 409
+        await ctx.client.worker("/workflow-tasks/poll", {"worker_id": ctx.uid("nobody"), "task_queue": queue}),  # 412
+        await ctx.client.worker("/workflow-tasks/poll", {"task_queue": queue}),  # 422
+    ]
+    for expected, reply in zip((201, 200, 400, 404, 409, 412, 422), replies, strict=True):
+        ctx.expect(reply, (expected, 200) if expected == 201 else expected, what="envelope probe")
+        _envelope_ok(ctx, reply, advertised, caps)
+
+
+@check("ENVELOPE-NO-CONTROL-PLANE-MARKS", "ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER")
+async def worker_plane_has_no_control_marks(ctx: CheckContext) -> None:
+    """A worker request that also sends the control-plane header is answered in the worker envelope only."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    reply = await ctx.client.worker(
+        "/workflow-tasks/poll",
+        {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1},
+        headers={"X-Durable-Workflow-Control-Plane-Version": "2"},
+    )
+    ctx.expect(reply, 200, requirement="ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER")
+    ctx.require(
+        "x-durable-workflow-control-plane-version" not in reply.headers and "control_plane" not in reply.json(),
+        "worker-plane responses never carry the control-plane header or a control_plane key",
+        expected="no control-plane marks",
+        received=dict(reply.headers),
+        replies=[reply],
+        requirement="ENVELOPE-NO-CONTROL-PLANE-MARKS",
+    )
+    ctx.require(
+        reply.json().get("protocol_version") == _advertised(ctx),
+        "the worker envelope is still present",
+        expected=_advertised(ctx),
+        received=reply.json().get("protocol_version"),
+        replies=[reply],
+        requirement="ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER",
+    )
+
+
+@check("ENVELOPE-ERROR-AND-MESSAGE")
+async def error_bodies_have_error_and_message(ctx: CheckContext) -> None:
+    """Error bodies SHOULD carry both error and message."""
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None)
+    body = ctx.expect(reply, 400)
+    ctx.require(
+        isinstance(body.get("error"), str) and isinstance(body.get("message"), str),
+        "error bodies carry both 'error' and 'message'",
+        expected="both keys",
+        received=sorted(k for k in ("error", "message") if k in body),
+        replies=[reply],
+    )
+
+
+@check("ENVELOPE-JSON-BODIES")
+async def bodies_are_json(ctx: CheckContext) -> None:
+    """Every body, including errors, is application/json."""
+    probes = [
+        await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None),
+        await ctx.client.control("GET", f"/workflows/{ctx.uid('absent')}"),
+        await ctx.client.request("GET", "/api/cluster/info", headers=ctx.client.control_headers()),
+    ]
+    for reply in probes:
+        ctype = reply.headers.get("content-type", "")
+        ctx.require(
+            ctype.split(";")[0].strip() == "application/json" and reply.body is not None,
+            "the body is application/json",
+            expected="application/json",
+            received=ctype or "(none)",
+            replies=[reply],
+        )
+
+
+@check("DISCOVERY-CLUSTER-INFO", "CONTROL-VERSION-EXEMPT")
+async def cluster_info_with_credential_only(ctx: CheckContext) -> None:
+    """GET /api/cluster/info, /api/health and /api/ready answer without any version header."""
+    tok = ctx.target.operator_token or ctx.target.worker_token
+    headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+    info = await ctx.client.request("GET", "/api/cluster/info", headers=headers)
+    ctx.expect(info, 200, requirement="DISCOVERY-CLUSTER-INFO")
+    for path in ("/api/health", "/api/ready"):
+        reply = await ctx.client.request("GET", path)
+        ctx.expect(reply, 200, what=path, requirement="CONTROL-VERSION-EXEMPT")
+
+
+@check("DISCOVERY-VERSION-MATCHES")
+async def cluster_info_version_matches_worker_plane(ctx: CheckContext) -> None:
+    """worker_protocol.version equals protocol_version of worker-plane responses."""
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY)
+    ctx.require(
+        reply.json().get("protocol_version") == ctx.target.advertised_version,
+        "cluster/info worker_protocol.version equals the worker-plane protocol_version",
+        expected=ctx.target.advertised_version,
+        received=reply.json().get("protocol_version"),
+        replies=[reply],
+    )
+
+
+@check(
+    "DISCOVERY-PAYLOAD-CODECS-AVRO",
+    "DISCOVERY-S0-COMMANDS",
+    "DISCOVERY-FEATURE-FLAGS",
+    "DISCOVERY-POLL-STATUS",
+)
+async def capabilities_advertise_s0(ctx: CheckContext) -> None:
+    """payload_codecs has avro; the 11 S0 command types and the S0 feature flags are advertised."""
+    info = ctx.target.cluster_info
+    codecs = (info.get("capabilities") or {}).get("payload_codecs")
+    ctx.require(
+        isinstance(codecs, list) and "avro" in codecs,
+        "capabilities.payload_codecs contains 'avro'",
+        expected="['avro', …]",
+        received=codecs,
+        requirement="DISCOVERY-PAYLOAD-CODECS-AVRO",
+    )
+    commands = ctx.caps.get("supported_workflow_task_commands")
+    missing = [c for c in S0_COMMAND_TYPES if not isinstance(commands, list) or c not in commands]
+    ctx.require(
+        not missing,
+        "supported_workflow_task_commands includes every S0 command type",
+        expected=list(S0_COMMAND_TYPES),
+        received=f"missing {missing}",
+        requirement="DISCOVERY-S0-COMMANDS",
+    )
+    flags = (
+        "query_tasks",
+        "activity_retry_policy",
+        "activity_timeouts",
+        "child_workflow_retry_policy",
+        "child_workflow_timeouts",
+        "parent_close_policy",
+        "non_retryable_failures",
+    )
+    off = [f for f in flags if ctx.caps.get(f) is not True]
+    ctx.require(
+        not off,
+        "the S0 feature flags are true",
+        expected="true",
+        received=f"not true: {off}",
+        requirement="DISCOVERY-FEATURE-FLAGS",
+    )
+    ps = ctx.caps.get("poll_status")
+    ctx.require(
+        ps is True or (isinstance(ps, dict) and bool(ps)),
+        "poll_status is truthy",
+        expected="true or a non-empty object",
+        received=ps,
+        requirement="DISCOVERY-POLL-STATUS",
+    )
+
+
+@check("DISCOVERY-S0-KEYS", "DISCOVERY-SESSIONS-ONLY-IF-IMPLEMENTED")
+async def capabilities_s0_keys_present(ctx: CheckContext) -> None:
+    """All S0 capability keys SHOULD be present (session keys only when sessions are implemented)."""
+    sessions = "worker_sessions" in ctx.caps or "worker_session_verbs" in ctx.caps
+    if sessions:
+        reply = await ctx.client.worker("/sessions", {"worker_id": ctx.uid("w")})
+        ctx.require(
+            reply.status != 404 or reply.reason not in (None, "route_not_found"),
+            "worker sessions are advertised, so the session endpoint exists",
+            expected="a session route",
+            received=f"{reply.status} {reply.reason}",
+            replies=[reply],
+            requirement="DISCOVERY-SESSIONS-ONLY-IF-IMPLEMENTED",
+        )
+    skip = set() if sessions else {"worker_session_verbs", "worker_sessions"}
+    missing = [k for k in S0_CAPABILITY_KEYS if k not in skip and k not in ctx.caps]
+    ctx.require(
+        not missing,
+        "every S0 capability key is present",
+        expected=sorted(set(S0_CAPABILITY_KEYS) - skip),
+        received=f"missing {missing}",
+        requirement="DISCOVERY-S0-KEYS",
+    )
+
+
+@check("DISCOVERY-PAGE-SIZE-BOTH-NAMES")
+async def capabilities_page_size_both_names(ctx: CheckContext) -> None:
+    """Both history_page_size_default and default_history_page_size are advertised."""
+    missing = [k for k in ("history_page_size_default", "default_history_page_size") if k not in ctx.caps]
+    ctx.require(
+        not missing,
+        "both page-size capability names are present",
+        expected="both",
+        received=f"missing {missing}",
+    )
+
+
+@check("DISCOVERY-VERSION-STRINGS")
+async def cluster_info_versions_are_strings(ctx: CheckContext) -> None:
+    """worker_protocol.version and control_plane.version are strings."""
+    info = ctx.target.cluster_info
+    wp = (info.get("worker_protocol") or {}).get("version")
+    cp = (info.get("control_plane") or {}).get("version")
+    ctx.require(
+        isinstance(wp, str) and isinstance(cp, str),
+        "discovery versions are strings",
+        expected="strings",
+        received=f"worker_protocol.version={wp!r}, control_plane.version={cp!r}",
+    )
+
+
+@check("DISCOVERY-SDK-GATE")
+async def cluster_info_passes_sdk_gate(ctx: CheckContext) -> None:
+    """cluster/info carries what the official SDK's worker gate requires (Appendix B)."""
+    info = ctx.target.cluster_info
+    cp = info.get("control_plane") or {}
+    rc = cp.get("request_contract") or {}
+    problems = []
+    if str(cp.get("version")) != "2":
+        problems.append("control_plane.version != '2'")
+    if rc.get("schema") != "durable-workflow.v2.control-plane-request.contract" or str(rc.get("version")) != "1":
+        problems.append("control_plane.request_contract")
+    acc = info.get("auth_composition_contract") or {}
+    if acc.get("schema") != "durable-workflow.v2.auth-composition.contract":
+        problems.append("auth_composition_contract.schema")
+    env = acc.get("canonical_environment") or {}
+    for key in ("server_url", "namespace", "auth_token", "tls_verify", "profile"):
+        if key not in env:
+            problems.append(f"auth_composition_contract.canonical_environment.{key}")
+    never = (acc.get("redaction") or {}).get("never_echo") or []
+    for item in ("bearer_tokens", "private_keys", "raw_authorization_headers"):
+        if item not in never:
+            problems.append(f"redaction.never_echo lacks {item}")
+    ctx.require(
+        not problems,
+        "cluster/info satisfies the SDK compatibility gate",
+        expected="Appendix B fields",
+        received=problems,
+    )
+
+
+@check("CONTROL-VERSION-MISSING")
+async def control_header_missing(ctx: CheckContext) -> None:
+    """A control-plane call without the control-plane header is 400 missing_control_plane_version."""
+    headers = {k: v for k, v in ctx.client.control_headers().items() if k != "X-Durable-Workflow-Control-Plane-Version"}
+    reply = await ctx.client.request("GET", f"/api/workflows/{ctx.uid('absent')}", headers=headers)
+    ctx.expect(reply, 400, "missing_control_plane_version")
+
+
+@check("CONTROL-VERSION-UNSUPPORTED")
+async def control_header_unsupported(ctx: CheckContext) -> None:
+    """Any control-plane version other than '2' is 400 unsupported_control_plane_version."""
+    for value in ("1", "3", "v2", "2.0"):
+        reply = await ctx.client.control(
+            "GET",
+            f"/workflows/{ctx.uid('absent')}",
+            headers={"X-Durable-Workflow-Control-Plane-Version": value},
+        )
+        ctx.expect(reply, 400, "unsupported_control_plane_version", what=f"control-plane version {value!r}")
+
+
+@check("CONTROL-ENVELOPE")
+async def control_plane_envelope(ctx: CheckContext) -> None:
+    """Control-plane responses carry the control-plane header and no worker envelope."""
+    queue = ctx.uid("q")
+    wid, _ = await ctx.start(queue)
+    reply = await ctx.client.control("GET", f"/workflows/{wid}")
+    ctx.expect(reply, 200)
+    body = reply.json()
+    ctx.require(
+        reply.headers.get("x-durable-workflow-control-plane-version") == "2"
+        and "protocol_version" not in body
+        and "server_capabilities" not in body,
+        "control-plane answers carry X-Durable-Workflow-Control-Plane-Version: 2 and no worker envelope",
+        expected="control header, no protocol_version",
+        received=dict(reply.headers),
+        replies=[reply],
+    )
+
+
+@check("VERSION-BEFORE-NAMESPACE", "NAMESPACE-NOT-FOUND")
+async def check_order_version_then_namespace(ctx: CheckContext) -> None:
+    """No version header + unknown namespace is 400; a good header + unknown namespace is 404 namespace_not_found."""
+    ns = ctx.uid("no-such-namespace")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None, namespace=ns)
+    ctx.expect(reply, 400, "missing_protocol_version", requirement="VERSION-BEFORE-NAMESPACE")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, namespace=ns)
+    ctx.expect(reply, 404, "namespace_not_found", requirement="NAMESPACE-NOT-FOUND")
+
+
+def _auth(ctx: CheckContext) -> None:
+    if not ctx.target.auth_enabled:
+        raise NotCovered("auth checks need the target's tokens", "--worker-token and --operator-token")
+
+
+@check("AUTH-BEFORE-VERSION", "AUTH-MISSING-TOKEN", "AUTH-BAD-TOKEN")
+async def auth_checked_first(ctx: CheckContext) -> None:
+    """No token or a bad token is 401 unauthorized, before the version check, in the worker envelope."""
+    _auth(ctx)
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=None)
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-MISSING-TOKEN")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token")
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BAD-TOKEN")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token", version=None)
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BEFORE-VERSION")
+
+
+@check("AUTH-ROLE-FORBIDDEN")
+async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
+    """An operator token on a worker route is 403 forbidden."""
+    _auth(ctx)
+    if not ctx.target.operator_token or ctx.target.operator_token == ctx.target.worker_token:
+        raise NotCovered("needs distinct worker and operator tokens", "--operator-token different from --worker-token")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=ctx.target.operator_token)
+    ctx.expect(reply, 403, "forbidden")

@@ -1,0 +1,275 @@
+"""What a check gets: a recording client, the target's advertised facts, and protocol helpers.
+
+Each check builds its own world — its own task queues and workflow ids, made unique per run and per
+check — so checks are independent, order-free and safe under ``pytest -n``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from suite.protocol.codec import encode_blob
+from suite.protocol.fencing import parse_rfc3339
+
+from .client import Exchange, ProtocolClient, Reply
+from .outcomes import CheckFailure, NotCovered
+
+__all__ = ["CheckContext", "TargetInfo"]
+
+R = TypeVar("R")
+
+_counter = itertools.count(1)
+
+
+@dataclass
+class TargetInfo:
+    """Facts about the target, read once per session from ``GET /api/cluster/info``."""
+
+    url: str
+    cluster_info: dict[str, Any]
+    worker_token: str | None = None
+    operator_token: str | None = None
+    namespace: str = "default"
+    protocol_version: str = "1.20"
+    max_wait: float = 30.0
+    strict: bool = False
+    embedded: bool = False
+
+    @property
+    def server_capabilities(self) -> dict[str, Any]:
+        wp = self.cluster_info.get("worker_protocol")
+        caps = wp.get("server_capabilities") if isinstance(wp, dict) else None
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def advertised_version(self) -> str | None:
+        wp = self.cluster_info.get("worker_protocol")
+        v = wp.get("version") if isinstance(wp, dict) else None
+        return str(v) if v is not None else None
+
+    @property
+    def test_profile(self) -> dict[str, Any]:
+        wp = self.cluster_info.get("worker_protocol")
+        prof = wp.get("test_profile") if isinstance(wp, dict) else None
+        return prof if isinstance(prof, dict) else {}
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.worker_token or self.operator_token)
+
+    @property
+    def certified_minor(self) -> int:
+        return int(self.protocol_version.split(".")[1])
+
+
+@dataclass
+class CheckContext:
+    target: TargetInfo
+    client: ProtocolClient
+    check_name: str
+    tag: str = field(default_factory=lambda: secrets.token_hex(3))
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        return self.client.exchanges
+
+    @property
+    def caps(self) -> dict[str, Any]:
+        return self.target.server_capabilities
+
+    # -- naming ----------------------------------------------------------------------------------------
+
+    def uid(self, prefix: str) -> str:
+        """A name no other check, run or worker process uses: safe for queues, workflow and worker ids."""
+        return f"{prefix}-{self.check_name[:24]}-{self.tag}-{next(_counter)}".replace("_", "-")
+
+    # -- verdict helpers -------------------------------------------------------------------------------
+
+    def fail(
+        self,
+        message: str,
+        *,
+        expected: Any = None,
+        received: Any = None,
+        replies: Iterable[Reply] = (),
+        requirement: str | None = None,
+    ) -> CheckFailure:
+        ex = [r.exchange for r in replies] or self.exchanges[-3:]
+        return CheckFailure(message, expected=expected, received=received, exchanges=ex, requirement=requirement)
+
+    def expect(
+        self,
+        reply: Reply,
+        status: int | Iterable[int],
+        reason: str | Iterable[str] | None = None,
+        *,
+        what: str = "",
+        requirement: str | None = None,
+    ) -> dict[str, Any]:
+        """Fail unless ``reply`` has the status (and ``reason``); return its JSON body."""
+        statuses = {status} if isinstance(status, int) else set(status)
+        reasons = None if reason is None else ({reason} if isinstance(reason, str) else set(reason))
+        got_reason = reply.reason
+        ok = reply.status in statuses and (reasons is None or got_reason in reasons)
+        if not ok:
+            exp = " or ".join(str(s) for s in sorted(statuses))
+            if reasons:
+                exp += " " + " | ".join(sorted(reasons))
+            raise self.fail(
+                (what + ": " if what else "") + f"{reply.exchange.method} {reply.exchange.url}",
+                expected=exp,
+                received=f"{reply.status} {got_reason or ''}".strip() + _snippet(reply),
+                replies=[reply],
+                requirement=requirement,
+            )
+        return reply.json()
+
+    def require(
+        self,
+        condition: bool,
+        message: str,
+        *,
+        expected: Any = None,
+        received: Any = None,
+        replies: Iterable[Reply] = (),
+        requirement: str | None = None,
+    ) -> None:
+        if not condition:
+            raise self.fail(message, expected=expected, received=received, replies=replies, requirement=requirement)
+
+    def needs_short(self, seconds: float | None, what: str, setting: str) -> float:
+        """Not covered when waiting ``seconds`` does not fit ``--max-wait``."""
+        if seconds is None:
+            raise NotCovered(f"the target does not say how long {what} takes", setting)
+        if seconds > self.target.max_wait:
+            raise NotCovered(
+                f"{what} is {seconds:g}s, longer than --max-wait={self.target.max_wait:g}s",
+                f"{setting} or a larger --max-wait",
+            )
+        return seconds
+
+    async def wait_until(
+        self, probe: Callable[[], Awaitable[R | None]], *, timeout: float, what: str, interval: float = 0.1
+    ) -> R:
+        """Poll ``probe`` until it returns something other than None; fail after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            result = await probe()
+            if result is not None:
+                return result
+            if loop.time() >= deadline:
+                raise self.fail(f"timed out after {timeout:g}s waiting for {what}")
+            await asyncio.sleep(interval)
+
+    # -- protocol helpers ------------------------------------------------------------------------------
+
+    async def register(self, queue: str, worker_id: str | None = None, **extra: Any) -> str:
+        wid = worker_id or self.uid("w")
+        body = {"worker_id": wid, "task_queue": queue, "runtime": "python", **extra}
+        reply = await self.client.worker("/register", body)
+        self.expect(reply, (200, 201), what="worker registration")
+        return wid
+
+    async def start(
+        self,
+        queue: str,
+        *,
+        workflow_type: str = "conformance.Probe",
+        input: Any = None,
+        workflow_id: str | None = None,
+        **extra: Any,
+    ) -> tuple[str, str]:
+        wid = workflow_id or self.uid("wf")
+        body: dict[str, Any] = {
+            "workflow_type": workflow_type,
+            "workflow_id": wid,
+            "task_queue": queue,
+            **extra,
+        }
+        if input is not None:
+            body["input"] = input
+        reply = await self.client.control("POST", "/workflows", body)
+        out = self.expect(reply, 201, what="workflow start")
+        return wid, str(out.get("run_id"))
+
+    async def poll_wf(self, worker_id: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
+        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
+        return await self.client.worker("/workflow-tasks/poll", body, timeout=timeout + 15)
+
+    async def lease_wf(self, worker_id: str, queue: str, *, within: float = 10.0, **extra: Any) -> dict[str, Any]:
+        """Poll until a workflow task is leased to ``worker_id``; return the task object."""
+
+        async def probe() -> dict[str, Any] | None:
+            reply = await self.poll_wf(worker_id, queue, 1, **extra)
+            body = self.expect(reply, 200, what="workflow-task poll")
+            task = body.get("task")
+            return task if isinstance(task, dict) else None
+
+        return await self.wait_until(probe, timeout=within, what=f"a workflow task on {queue}")
+
+    async def wf_call(
+        self,
+        task: dict[str, Any],
+        verb: str,
+        body: dict[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        attempt: int | None = None,
+    ) -> Reply:
+        payload = {
+            "lease_owner": owner if owner is not None else task.get("lease_owner"),
+            "workflow_task_attempt": attempt if attempt is not None else task.get("workflow_task_attempt"),
+            **(body or {}),
+        }
+        return await self.client.worker(f"/workflow-tasks/{task['task_id']}/{verb}", payload)
+
+    async def complete(self, task: dict[str, Any], commands: list[dict[str, Any]], **kw: Any) -> Reply:
+        return await self.wf_call(task, "complete", {"commands": commands}, **kw)
+
+    async def describe(self, workflow_id: str) -> dict[str, Any]:
+        reply = await self.client.control("GET", f"/workflows/{workflow_id}")
+        return self.expect(reply, 200, what="describe")
+
+    async def history(self, workflow_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every control-plane history event of a run, following ``next_page_token``."""
+        events: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(1000):
+            params = {"page_size": "1000", **({"next_page_token": token} if token else {})}
+            reply = await self.client.control("GET", f"/workflows/{workflow_id}/runs/{run_id}/history", params=params)
+            body = self.expect(reply, 200, what="control-plane history")
+            page = body.get("events")
+            if isinstance(page, list):
+                events.extend(e for e in page if isinstance(e, dict))
+            nxt = body.get("next_page_token")
+            if not nxt or nxt == token:
+                break
+            token = str(nxt)
+        return events
+
+    @staticmethod
+    def envelope(value: Any) -> dict[str, str]:
+        return {"codec": "avro", "blob": encode_blob(value)}
+
+    @staticmethod
+    def lease_seconds(task: dict[str, Any], sent_at_server: str | None = None) -> float | None:
+        """Seconds from ``sent_at_server`` (an RFC 3339 instant) to the task's ``lease_expires_at``."""
+        try:
+            expires = parse_rfc3339(task.get("lease_expires_at"))
+        except (ValueError, TypeError):
+            return None
+        if sent_at_server is None:
+            return None
+        return (expires - parse_rfc3339(sent_at_server)).total_seconds()
+
+
+def _snippet(reply: Reply) -> str:
+    body = reply.json()
+    msg = body.get("message") or body.get("error")
+    return f" ({str(msg)[:160]})" if msg else ""

@@ -1,0 +1,135 @@
+"""Reaching a target: probe a URL, or start the reference server as its own process.
+
+``--target=embedded`` runs ``python -m reference_server`` in a subprocess with a fresh temporary
+database, exactly as a vendor's server would run; the suite never imports the server. The embedded
+server gets short leases and timeouts so every lease-expiry and timeout check fits ``--max-wait``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .outcomes import HarnessError
+
+__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "probe_cluster_info"]
+
+# Short but not racy: long enough that a healthy check finishes its work inside one lease.
+EMBEDDED_ARGS: tuple[str, ...] = (
+    "--lease-seconds",
+    "3",
+    "--activity-lease-seconds",
+    "3",
+    "--query-timeout",
+    "3",
+    "--query-lease-seconds",
+    "3",
+    "--max-active-leases-per-queue",
+    "16",
+)
+
+
+def probe_cluster_info(url: str, token: str | None, timeout: float = 10.0) -> dict[str, Any]:
+    """``GET /api/cluster/info`` with only a credential (§5): the target's advertised facts.
+
+    Any transport problem or a non-JSON answer is a :class:`HarnessError` with one clear line.
+    """
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        resp = httpx.get(url.rstrip("/") + "/api/cluster/info", headers=headers, timeout=timeout)
+    except httpx.ConnectError as exc:
+        raise HarnessError(f"cannot connect to {url}: {exc} — is the server running?") from None
+    except httpx.TimeoutException:
+        raise HarnessError(f"{url} did not answer GET /api/cluster/info within {timeout:g}s") from None
+    except httpx.HTTPError as exc:
+        raise HarnessError(f"GET {url}/api/cluster/info failed: {type(exc).__name__}: {exc}") from None
+    if resp.status_code in (401, 403):
+        raise HarnessError(
+            f"{url} refused GET /api/cluster/info with {resp.status_code}: pass --worker-token/--operator-token"
+        )
+    try:
+        doc = resp.json()
+    except ValueError:
+        doc = None
+    if resp.status_code != 200 or not isinstance(doc, dict):
+        raise HarnessError(
+            f"GET {url}/api/cluster/info answered {resp.status_code} without a JSON object; "
+            "this does not look like a Durable Workflow server"
+        )
+    return doc
+
+
+@dataclass
+class EmbeddedServer:
+    """The reference server in a subprocess on a free port with a throwaway database."""
+
+    extra_args: tuple[str, ...] = EMBEDDED_ARGS
+    startup_timeout: float = 30.0
+    url: str = ""
+    _proc: subprocess.Popen[str] | None = None
+    _dir: str = ""
+    log_path: str = ""
+    _env: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> str:
+        self._dir = tempfile.mkdtemp(prefix="dw-embedded-")
+        self.log_path = os.path.join(self._dir, "server.log")
+        log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - handed to the child
+        cmd = [
+            sys.executable,
+            "-m",
+            "reference_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--db",
+            os.path.join(self._dir, "dw.sqlite"),
+            *self.extra_args,
+        ]
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **self._env}
+        )
+        log.close()
+        assert self._proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                break
+            ready, _, _ = select.select([self._proc.stdout], [], [], 0.2)
+            if ready:
+                line = self._proc.stdout.readline().strip()
+                if line.startswith("http"):
+                    self.url = line
+                    return line
+        tail = ""
+        with contextlib.suppress(OSError), open(self.log_path, encoding="utf-8") as fh:
+            tail = fh.read()[-2000:]
+        self.stop()
+        raise HarnessError(f"the embedded reference server did not start: {' '.join(cmd)}\n{tail}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if proc is not None and proc.stdout is not None:
+            proc.stdout.close()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""

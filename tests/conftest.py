@@ -1,0 +1,101 @@
+"""Shared fixtures: the reference server as a subprocess, and running the suite against a URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    url: str
+    db: Path
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_server(db: Path, *args: str, port: int = 0, timeout: float = 30.0) -> ServerProcess:
+    """``python -m reference_server`` on a free port; returns once it printed its URL."""
+    cmd = [sys.executable, "-m", "reference_server", "--port", str(port), "--db", str(db), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline().strip()
+            if line.startswith("http"):
+                return ServerProcess(proc, line, db)
+    proc.kill()
+    raise RuntimeError(f"reference server did not start: {' '.join(cmd)}")
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def make(*args: str, db: Path | None = None, port: int = 0) -> ServerProcess:
+        server = start_server(db or tmp_path / f"db{len(started)}.sqlite", *args, port=port)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@dataclass
+class SuiteRun:
+    returncode: int
+    stdout: str
+    results: dict[str, Any] | None
+
+    def verdict(self, requirement: str) -> str:
+        assert self.results is not None, self.stdout[-3000:]
+        for req in self.results["requirements"]:
+            if req["id"] == requirement:
+                return str(req["verdict"])
+        raise KeyError(requirement)
+
+
+def run_suite(target: str, report_dir: Path, *args: str, timeout: float = 600) -> SuiteRun:
+    """Run the conformance suite as a user would (a separate pytest process, from another directory)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--target={target}",
+        f"--report-dir={report_dir}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *args,
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=report_dir.parent, env=env)
+    results = None
+    found = sorted(report_dir.glob("*/results.json"))
+    if found:
+        results = json.loads(found[-1].read_text(encoding="utf-8"))
+    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, results)

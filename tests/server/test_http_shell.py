@@ -1,0 +1,693 @@
+"""The HTTP/1.1 shell over real sockets: framing, limits, errors, cancellation and shutdown.
+
+Raw ``asyncio`` streams drive the framing cases (the test parses responses itself rather than trusting
+h11 on both sides); httpx drives the ordinary ones. Every wait has a deadline; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from reference_server.http import (
+    Handler,
+    HttpServer,
+    Request,
+    Response,
+    ShellError,
+    default_error_responder,
+    json_response,
+)
+
+T = TypeVar("T")
+
+# Hang guards, not performance assertions: a correct shell answers in milliseconds.
+DEADLINE = 10.0
+TEST_DEADLINE = 30.0
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(coro, TEST_DEADLINE))
+
+
+async def within(awaitable: Awaitable[T]) -> T:
+    return await asyncio.wait_for(awaitable, DEADLINE)
+
+
+@dataclass
+class App:
+    """A small handler with hooks the tests observe."""
+
+    calls: list[str] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    slow_started: asyncio.Event = field(default_factory=asyncio.Event)
+    slow_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, request: Request) -> Response:
+        self.calls.append(request.path)
+        self.queries.append(request.raw_query)
+        if request.path == "/boom":
+            raise RuntimeError("boom")
+        if request.path == "/not-a-response":
+            return "surprise"  # type: ignore[return-value]
+        if request.path == "/slow":
+            self.slow_started.set()
+            try:
+                await asyncio.Event().wait()  # a long poll that never gets an answer
+            except asyncio.CancelledError:
+                self.slow_cancelled.set()
+                raise
+        if request.path == "/empty":
+            return Response(204, b"ignored", [("X-Kind", "empty")])
+        return json_response(
+            200,
+            {
+                "method": request.method,
+                "path": request.path,
+                "raw_path": request.raw_path,
+                "query": dict(request.query),
+                "query_multi": {name: list(values) for name, values in request.query_multi.items()},
+                "headers": dict(request.headers),
+                "body": request.body.decode("utf-8"),
+                "client": request.client,
+            },
+        )
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Handler, **options: Any) -> AsyncIterator[HttpServer]:
+    async with HttpServer(app, **options) as server:
+        await server.start("127.0.0.1", 0)
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def connect(server: HttpServer) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await within(asyncio.open_connection(server.host, server.port))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await within(writer.wait_closed())
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def read_response(reader: asyncio.StreamReader, *, head_request: bool = False) -> RawResponse:
+    head = await within(reader.readuntil(b"\r\n\r\n"))
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    version, status, _ = status_line.split(" ", 2)
+    assert version == "HTTP/1.1"
+    headers: dict[str, str] = {}
+    for line in lines:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    code = int(status)
+    has_body = code >= 200 and code not in (204, 304) and not head_request
+    length = int(headers["content-length"]) if has_body else 0
+    return RawResponse(code, headers, await within(reader.readexactly(length)))
+
+
+async def read_eof(reader: asyncio.StreamReader) -> bytes:
+    """Everything left until the server closes."""
+    return await within(reader.read())
+
+
+def get(path: str, *extra: str, version: str = "HTTP/1.1") -> bytes:
+    return "\r\n".join([f"GET {path} {version}", "Host: test", *extra, "", ""]).encode()
+
+
+def post(path: str, body: bytes, *extra: str) -> bytes:
+    head = "\r\n".join(
+        [f"POST {path} HTTP/1.1", "Host: test", f"Content-Length: {len(body)}", *extra, "", ""]
+    )
+    return head.encode() + body
+
+
+# ------------------------------------------------------------------------------------------ in process
+
+
+def test_request_from_target_parses_like_the_shell() -> None:
+    request = Request.from_target(
+        "get",
+        "/a%20b/%E2%9C%93%2Fx?k=1&k=2&s=x%20y+z&e=&u=%C3%A9",
+        headers=[("X-Tag", "a"), ("x-tag", "b"), ("Content-Type", "text/plain")],
+        body=b"hi",
+    )
+    assert request.method == "GET"
+    assert request.path == "/a b/✓/x"
+    assert request.raw_path == "/a%20b/%E2%9C%93%2Fx"
+    assert request.query == {"k": "1", "s": "x y z", "e": "", "u": "é"}
+    assert request.query_multi["k"] == ("1", "2")
+    assert request.headers == {"x-tag": "a, b", "content-type": "text/plain"}
+    assert request.header("X-TAG") == "a, b"
+    assert request.header("missing") is None
+    assert request.body == b"hi"
+
+
+def test_request_from_target_rejects_invalid_utf8() -> None:
+    with pytest.raises(ValueError, match="UTF-8"):
+        Request.from_target("GET", "/%FF")
+    with pytest.raises(ValueError, match="UTF-8"):
+        Request.from_target("GET", "/ok?q=%FF")
+
+
+def test_json_response_is_compact_utf8() -> None:
+    response = json_response(201, {"a": [1, 2], "s": "✓"}, headers=[("X-Extra", "1")])
+    assert response.status == 201
+    assert response.body == '{"a":[1,2],"s":"✓"}'.encode()
+    assert response.header("content-type") == "application/json"
+    assert response.header("x-extra") == "1"
+    assert response.json() == {"a": [1, 2], "s": "✓"}
+
+
+def test_default_error_responder_shape() -> None:
+    response = default_error_responder(ShellError(status=413, reason="payload_too_large", message="too big"))
+    assert response.status == 413
+    assert response.json() == {"reason": "payload_too_large", "message": "too big", "error": "too big"}
+
+
+# ------------------------------------------------------------------------------------ ordinary requests
+
+
+def test_get_and_post_json_echo_with_httpx() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
+            got = await within(client.get("/echo", headers={"X-Tag": "t"}))
+            assert got.status_code == 200
+            assert got.headers["content-type"] == "application/json"
+            assert got.headers["server"] == "dw-reference-server"
+            assert int(got.headers["content-length"]) == len(got.content)
+            assert got.json()["method"] == "GET"
+            assert got.json()["headers"]["x-tag"] == "t"
+
+            posted = await within(client.post("/echo", json={"hello": "wörld"}))
+            assert posted.status_code == 200
+            assert json.loads(posted.json()["body"]) == {"hello": "wörld"}
+            assert posted.json()["method"] == "POST"
+
+    run(scenario())
+
+
+def test_port_zero_gives_a_real_port() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server:
+            assert server.port > 0
+            assert server.host == "127.0.0.1"
+            assert server.url == f"http://127.0.0.1:{server.port}"
+            async with httpx.AsyncClient() as client:
+                assert (await within(client.get(f"{server.url}/echo"))).status_code == 200
+
+    run(scenario())
+
+
+def test_not_started_server_says_what_to_do() -> None:
+    with pytest.raises(RuntimeError, match="start"):
+        _ = HttpServer(App()).port
+
+
+def test_query_string_percent_encoding_and_repeated_keys() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
+            got = await within(client.get("/echo/%E2%9C%93%2Fx?a=1&a=2&b=%E2%9C%93&c=x%20y+z&empty="))
+            body = got.json()
+            assert body["path"] == "/echo/✓/x"
+            assert body["raw_path"] == "/echo/%E2%9C%93%2Fx"
+            assert body["query"] == {"a": "1", "b": "✓", "c": "x y z", "empty": ""}
+            assert body["query_multi"] == {"a": ["1", "2"], "b": ["✓"], "c": ["x y z"], "empty": [""]}
+
+    run(scenario())
+
+
+def test_invalid_percent_encoding_is_400() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/%FF"))
+            response = await read_response(reader)
+            assert response.status == 400
+            assert response.json()["reason"] == "bad_request"
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------------------------- framing
+
+
+def test_keep_alive_serves_three_requests_on_one_connection() -> None:
+    async def scenario() -> None:
+        app = App()
+        async with serving(app) as server, connect(server) as (reader, writer):
+            clients = set()
+            for index in range(3):
+                writer.write(get(f"/echo?n={index}"))
+                response = await read_response(reader)
+                assert response.status == 200
+                assert response.json()["query"] == {"n": str(index)}
+                assert "connection" not in response.headers
+                clients.add(response.json()["client"])
+            assert len(clients) == 1
+            assert app.calls == ["/echo"] * 3
+
+    run(scenario())
+
+
+def test_pipelined_requests_are_answered_in_order() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/echo?n=1") + post("/echo?n=2", b"second") + get("/echo?n=3"))
+            first, second, third = [await read_response(reader) for _ in range(3)]
+            assert [r.json()["query"]["n"] for r in (first, second, third)] == ["1", "2", "3"]
+            assert second.json()["body"] == "second"
+
+    run(scenario())
+
+
+def test_chunked_request_body() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(
+                b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"5\r\nhello\r\n7\r\n, wor\xc3\xb6\r\n2\r\nld\r\n0\r\n\r\n"
+            )
+            response = await read_response(reader)
+            assert response.status == 200
+            assert response.json()["body"] == "hello, woröld"
+            writer.write(get("/echo"))  # the connection is still usable
+            assert (await read_response(reader)).status == 200
+
+    run(scenario())
+
+
+def test_http_10_client_gets_content_length_and_close() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(b"GET /echo HTTP/1.0\r\n\r\n")
+            response = await read_response(reader)
+            assert response.status == 200
+            assert int(response.headers["content-length"]) == len(response.body)
+            assert response.headers["connection"] == "close"
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_connection_close_is_honoured() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/echo", "Connection: close"))
+            response = await read_response(reader)
+            assert response.status == 200
+            assert response.headers["connection"] == "close"
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_head_has_content_length_but_no_body() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/echo").replace(b"GET", b"HEAD", 1))
+            response = await read_response(reader, head_request=True)
+            assert response.status == 200
+            assert int(response.headers["content-length"]) > 0
+            writer.write(get("/echo?after=head"))  # a stray body would corrupt this response
+            assert (await read_response(reader)).json()["query"] == {"after": "head"}
+
+    run(scenario())
+
+
+def test_204_has_no_body_and_no_content_length() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/empty") + get("/echo?after=204"))
+            empty = await read_response(reader)
+            assert empty.status == 204
+            assert "content-length" not in empty.headers
+            assert empty.headers["x-kind"] == "empty"
+            assert (await read_response(reader)).json()["query"] == {"after": "204"}
+
+    run(scenario())
+
+
+def test_expect_100_continue() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(
+                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+            )
+            interim = await read_response(reader)
+            assert interim.status == 100
+            writer.write(b"hello")
+            response = await read_response(reader)
+            assert response.status == 200
+            assert response.json()["body"] == "hello"
+
+    run(scenario())
+
+
+# ------------------------------------------------------------------------------------- limits and errors
+
+
+def test_413_on_big_content_length_without_reading_the_body() -> None:
+    async def scenario() -> None:
+        app = App()
+        async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
+            # No body is ever sent: the answer must come from the head alone, before 100 Continue.
+            writer.write(
+                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            response = await read_response(reader)
+            assert response.status == 413
+            assert response.json()["reason"] == "payload_too_large"
+            assert response.headers["connection"] == "close"
+            assert await read_eof(reader) == b""
+        assert app.calls == []
+
+    run(scenario())
+
+
+def test_413_on_too_long_chunked_body() -> None:
+    async def scenario() -> None:
+        app = App()
+        async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
+            chunk = b"x" * 512
+            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(b"".join(b"200\r\n" + chunk + b"\r\n" for _ in range(8)) + b"0\r\n\r\n")
+            response = await read_response(reader)
+            assert response.status == 413
+            assert response.json()["reason"] == "payload_too_large"
+            assert await read_eof(reader) == b""
+        assert app.calls == []
+
+    run(scenario())
+
+
+def test_431_on_huge_header() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/echo", "X-Huge: " + "a" * (32 * 1024)))
+            response = await read_response(reader)
+            assert response.status == 431
+            assert response.json()["reason"] == "headers_too_large"
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_400_on_garbage_request_line() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(b"THIS IS NOT HTTP\r\n\r\n")
+            response = await read_response(reader)
+            assert response.status == 400
+            body = response.json()
+            assert body["reason"] == "bad_request"
+            assert body["error"] == body["message"]
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server:
+            async with connect(server) as (reader, writer):
+                writer.write(get("/boom"))
+                response = await read_response(reader)
+                assert response.status == 500
+                assert response.json()["reason"] == "internal_error"
+                writer.write(get("/echo"))  # the request was read whole, so keep-alive survives
+                assert (await read_response(reader)).status == 200
+            async with connect(server) as (reader, writer):
+                writer.write(get("/echo"))
+                assert (await read_response(reader)).status == 200
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run(scenario())
+    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom"]
+
+
+def test_handler_returning_a_non_response_is_500(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/not-a-response"))
+            assert (await read_response(reader)).status == 500
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run(scenario())
+    assert any("unusable response" in r.getMessage() for r in caplog.records)
+
+
+def test_error_responder_renders_shell_errors() -> None:
+    seen: list[ShellError] = []
+
+    def enveloped(error: ShellError) -> Response:
+        seen.append(error)
+        return json_response(
+            error.status,
+            {"protocol_version": "1.20", "error": {"reason": error.reason}},
+            headers=[("X-Envelope", "yes")],
+        )
+
+    async def scenario() -> None:
+        async with serving(App(), error_responder=enveloped) as server:
+            async with connect(server) as (reader, writer):
+                writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+                bad = await read_response(reader)
+            async with connect(server) as (reader, writer):
+                writer.write(get("/boom", "X-Trace: 7"))
+                boom = await read_response(reader)
+        assert bad.status == 400
+        assert bad.headers["x-envelope"] == "yes"
+        assert bad.json() == {"protocol_version": "1.20", "error": {"reason": "bad_request"}}
+        assert boom.status == 500
+        assert boom.json()["error"] == {"reason": "internal_error"}
+
+    logging.getLogger("reference_server.http").disabled = True
+    try:
+        run(scenario())
+    finally:
+        logging.getLogger("reference_server.http").disabled = False
+    assert [(e.reason, e.method, e.path) for e in seen] == [
+        ("bad_request", None, None),
+        ("internal_error", "GET", "/boom"),
+    ]
+    assert seen[1].headers["x-trace"] == "7"
+
+
+def test_broken_error_responder_falls_back_to_default(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(error: ShellError) -> Response:
+        raise ValueError("no envelope today")
+
+    async def scenario() -> None:
+        async with serving(App(), error_responder=broken) as server, connect(server) as (reader, writer):
+            writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+            response = await read_response(reader)
+            assert response.status == 400
+            assert response.json()["reason"] == "bad_request"
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run(scenario())
+    assert any("error responder failed" in r.getMessage() for r in caplog.records)
+
+
+def test_connect_is_501() -> None:
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+            response = await read_response(reader)
+            assert response.status == 501
+            assert response.json()["reason"] == "not_implemented"
+
+    run(scenario())
+
+
+# ------------------------------------------------------------------------------------------- timeouts
+
+
+def test_partial_head_times_out_with_408() -> None:
+    async def scenario() -> None:
+        async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
+            writer.write(b"GET /echo HTTP/1.1\r\nHost: test\r\n")  # never finished
+            response = await read_response(reader)
+            assert response.status == 408
+            assert response.json()["reason"] == "request_timeout"
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_partial_body_times_out_with_408() -> None:
+    async def scenario() -> None:
+        async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
+            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nabc")
+            response = await read_response(reader)
+            assert response.status == 408
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_idle_keep_alive_connection_is_closed_silently() -> None:
+    async def scenario() -> None:
+        async with serving(App(), idle_timeout=0.2) as server, connect(server) as (reader, writer):
+            writer.write(get("/echo"))
+            assert (await read_response(reader)).status == 200
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+# ----------------------------------------------------------------------------- cancellation and shutdown
+
+
+def test_client_disconnect_cancels_slow_handler() -> None:
+    async def scenario() -> None:
+        app = App()
+        async with serving(app) as server:
+            async with connect(server) as (_reader, writer):
+                writer.write(get("/slow"))
+                await within(app.slow_started.wait())
+            await within(app.slow_cancelled.wait())
+            # The server is unharmed.
+            async with connect(server) as (reader, writer):
+                writer.write(get("/echo"))
+                assert (await read_response(reader)).status == 200
+
+    run(scenario())
+
+
+def test_pipelined_bytes_during_a_handler_are_not_a_disconnect() -> None:
+    async def scenario() -> None:
+        app = App()
+        gate = asyncio.Event()
+
+        async def gated(request: Request) -> Response:
+            if request.path == "/gated":
+                app.slow_started.set()
+                try:
+                    await gate.wait()
+                except asyncio.CancelledError:
+                    app.slow_cancelled.set()
+                    raise
+            return await app(request)
+
+        async with serving(gated) as server, connect(server) as (reader, writer):
+            writer.write(get("/gated"))
+            await within(app.slow_started.wait())
+            writer.write(get("/echo?n=next"))  # arrives while the handler is still running
+            await writer.drain()
+            # A full exchange on another connection: by its end the server has long read the bytes
+            # above, so the watcher has seen them while the handler still runs.
+            async with connect(server) as (other_reader, other_writer):
+                other_writer.write(get("/echo?n=other"))
+                assert (await read_response(other_reader)).status == 200
+            gate.set()
+            first, second = await read_response(reader), await read_response(reader)
+            assert first.json()["path"] == "/gated"
+            assert second.json()["query"] == {"n": "next"}
+        assert not app.slow_cancelled.is_set()
+
+    run(scenario())
+
+
+def test_close_with_idle_keep_alive_connection_returns_promptly() -> None:
+    async def scenario() -> None:
+        app = App()
+        server = HttpServer(app)  # default idle timeout: 75 s, far beyond the test deadline
+        await server.start("127.0.0.1", 0)
+        try:
+            async with connect(server) as (reader, writer):
+                writer.write(get("/echo"))
+                assert (await read_response(reader)).status == 200
+                await within(server.close())
+                assert await read_eof(reader) == b""
+        finally:
+            await within(server.close())
+
+    run(scenario())
+
+
+def test_close_cancels_in_flight_handler_after_grace() -> None:
+    async def scenario() -> None:
+        app = App()
+        server = HttpServer(app, shutdown_grace=0.1)
+        await server.start("127.0.0.1", 0)
+        async with connect(server) as (reader, writer):
+            writer.write(get("/slow"))
+            await within(app.slow_started.wait())
+            await within(server.close())
+            assert app.slow_cancelled.is_set()
+            assert await read_eof(reader) == b""
+
+    run(scenario())
+
+
+def test_close_lets_a_finishing_request_answer_with_connection_close() -> None:
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        started = asyncio.Event()
+
+        async def handler(request: Request) -> Response:
+            started.set()
+            await gate.wait()
+            return json_response(200, {"ok": True})
+
+        server = HttpServer(handler)
+        await server.start("127.0.0.1", 0)
+        async with connect(server) as (reader, writer):
+            writer.write(get("/"))
+            await within(started.wait())
+            closing = asyncio.create_task(server.close())
+            gate.set()
+            response = await read_response(reader)
+            assert response.status == 200
+            assert response.headers["connection"] == "close"
+            assert await read_eof(reader) == b""
+        await within(closing)
+
+    run(scenario())
+
+
+def test_max_concurrent_connections_queues_new_connections() -> None:
+    async def scenario() -> None:
+        app = App()
+        async with (
+            serving(app, max_concurrent_connections=1) as server,
+            connect(server) as (first_reader, first_writer),
+        ):
+            first_writer.write(get("/echo?c=first-1"))
+            assert (await read_response(first_reader)).status == 200
+            async with connect(server) as (second_reader, second_writer):
+                second_writer.write(get("/echo?c=second"))
+                await second_writer.drain()
+                # The first connection still holds the only slot, so it is served first.
+                first_writer.write(get("/echo?c=first-2"))
+                assert (await read_response(first_reader)).status == 200
+                first_writer.close()
+                await within(first_writer.wait_closed())
+                assert (await read_response(second_reader)).json()["query"] == {"c": "second"}
+        assert app.queries == ["c=first-1", "c=first-2", "c=second"]
+
+    run(scenario())
