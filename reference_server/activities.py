@@ -46,6 +46,7 @@ from suite.protocol.commands import RetryPolicy
 from suite.protocol.errors import CodecError, Rejection
 from suite.protocol.fencing import (
     ActivityAttemptView,
+    ActivityVerb,
     activity_heartbeat_outcome,
     guard_activity_attempt,
     guard_activity_report,
@@ -127,6 +128,12 @@ _CATEGORY_BY_KIND = {
 }
 
 _TERMINAL_RUNS_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL_RUN_STATUSES))
+# "The leased activity task's run is closed", looked up by the run's primary key for each leased task. The
+# earlier `run_id IN (SELECT run_id FROM runs WHERE status IN …)` read every finished run ever kept on every
+# heartbeat and complete (tests/server/test_query_plans.py), so their cost grew with the server's age.
+_RUN_CLOSED = (
+    f"EXISTS (SELECT 1 FROM runs r WHERE r.run_id = activity_tasks.run_id AND r.status IN ({_TERMINAL_RUNS_SQL}))"
+)
 _SWEEP_LIMIT = 100
 
 
@@ -520,7 +527,7 @@ def _cancel_execution(t: T, execution: sqlite3.Row, run: sqlite3.Row, reason: st
                     **_event_base(execution, attempt["attempt_id"], attempt["attempt_number"]),
                     "failure_category": "cancelled",
                     "reason": reason,
-                    "message": "The activity was cancelled because its workflow run closed.",
+                    "message": f"The activity attempt was cancelled ({reason}).",
                     "exception_type": None,
                     "exception_class": None,
                     "non_retryable": True,
@@ -797,12 +804,12 @@ def _guarded(
     return _load(t, fence.activity_attempt_id)
 
 
-def _report_guard(t: T, view: ActivityAttemptView, rows: _Rows, verb: str) -> Rejection | None:
+def _report_guard(t: T, view: ActivityAttemptView, rows: _Rows, verb: ActivityVerb) -> Rejection | None:
     """§11.3/§11.5 via the model. A stale attempt is refused with no change at all (invariant 68). A closed
     run is refused too, but §11.5 has the server close the attempt, task and execution as cancelled in the
     same transaction — so that rejection is *returned*, to be raised only after the commit."""
     try:
-        guard_activity_report(view, verb="complete" if verb == "complete" else "fail", now=from_us(t.now))
+        guard_activity_report(view, verb=verb, now=from_us(t.now))
     except Rejection as rejection:
         if view.run_status in RUN_LIVE_STATUSES:
             raise
@@ -1111,8 +1118,7 @@ def enforce_activity_timeouts(t: T, *, execution_id: str | None = None) -> float
     # only through heartbeat, §11.5): close it, so it neither lingers nor keeps pollers due.
     for leased in t.all(
         "SELECT execution_id FROM activity_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
-        f" AND run_id IN (SELECT run_id FROM runs WHERE status IN ({_TERMINAL_RUNS_SQL}))"
-        " AND (? IS NULL OR execution_id = ?) LIMIT ?",
+        f" AND {_RUN_CLOSED} AND (? IS NULL OR execution_id = ?) LIMIT ?",
         t.now,
         *only,
         _SWEEP_LIMIT,
@@ -1144,7 +1150,7 @@ def _next_deadline(t: T) -> float | None:
         " UNION ALL SELECT MIN(start_to_close_deadline) FROM activity_attempts WHERE status = 'running'"
         " UNION ALL SELECT MIN(heartbeat_deadline) FROM activity_attempts WHERE status = 'running'"
         " UNION ALL SELECT MIN(lease_expires_at) FROM activity_tasks WHERE status = 'leased'"
-        f" AND run_id IN (SELECT run_id FROM runs WHERE status IN ({_TERMINAL_RUNS_SQL})))"
+        f" AND {_RUN_CLOSED})"
     )
     if row is None or row["at"] is None:
         return None

@@ -279,6 +279,9 @@ def parse_json_object(request: Request) -> dict[str, Any]:
         doc = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise Rejection(400, "malformed_json", f"The body is not valid JSON: {exc}.") from None
+    if _SURROGATE_ESCAPE.search(text) is not None and _has_lone_surrogate(doc):
+        # RFC 8259 §8.2: a "\ud800" escape with no partner is no Unicode text; it cannot reach UTF-8 storage.
+        raise Rejection(400, "malformed_json", "The body holds a lone UTF-16 surrogate escape (e.g. \\ud800).")
     if not isinstance(doc, dict):
         raise Rejection(
             422,
@@ -290,6 +293,19 @@ def parse_json_object(request: Request) -> dict[str, Any]:
             },
         )
     return doc
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(doc: Any) -> bool:
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except RecursionError:  # too deep to re-encode here; the route's own validation decides
+        return False
+    return False
 
 
 def _reject_constant(name: str) -> Any:

@@ -178,6 +178,9 @@ def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
 
 
 def history_page(db: sqlite3.Connection, run_id: str, after_sequence: int, limit: int) -> list[sqlite3.Row]:
+    # §8.4 bounds after_sequence only below (int ≥0); past int64 it is past every event, and SQLite cannot
+    # bind it (that was a 500), so it is clamped: the page is empty, as it would be anyway.
+    after_sequence = min(after_sequence, 2**63 - 1)
     return list(
         db.execute(
             "SELECT * FROM history WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",

@@ -50,6 +50,7 @@ import email.utils
 import http
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -271,9 +272,7 @@ ErrorResponder = Callable[[ShellError], Response]
 
 def default_error_responder(error: ShellError) -> Response:
     """``{"reason": ..., "message": ..., "error": ...}`` as JSON with the error's status."""
-    return json_response(
-        error.status, {"reason": error.reason, "message": error.message, "error": error.message}
-    )
+    return json_response(error.status, {"reason": error.reason, "message": error.message, "error": error.message})
 
 
 # ------------------------------------------------------------------------------------------- the server
@@ -295,6 +294,9 @@ class _Connection:
     # True while blocked on the peer with no request in flight (waiting for a request, a connection
     # slot, or lingering). close() cancels such connections at once instead of granting them grace.
     idle: bool = False
+    # The bytes of the request head being read, as h11 last saw them: when h11 refuses the head (a bad
+    # header, a head over the limit) its request line may still name the route (see ``_head_of``).
+    unparsed: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -345,9 +347,7 @@ class HttpServer:
         shutdown_grace: float = 5.0,
     ) -> None:
         if max_concurrent_connections is not None and max_concurrent_connections < 1:
-            raise ValueError(
-                f"max_concurrent_connections must be at least 1, got {max_concurrent_connections}"
-            )
+            raise ValueError(f"max_concurrent_connections must be at least 1, got {max_concurrent_connections}")
         self._handler = handler
         self._error_responder = error_responder
         self._max_header_bytes = max_header_bytes
@@ -368,9 +368,7 @@ class HttpServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host``:``port``; port 0 picks a free port (read it from ``.port``)."""
         if self._server is not None or self._closing:
-            raise RuntimeError(
-                "this HttpServer was already started or closed; create a new one to serve again"
-            )
+            raise RuntimeError("this HttpServer was already started or closed; create a new one to serve again")
         if self._max_connections is not None:
             self._slots = asyncio.Semaphore(self._max_connections)
         self._server = await asyncio.start_server(self._on_connection, host, port)
@@ -503,12 +501,12 @@ class HttpServer:
                 408,
                 f"The request head was not received completely within {self._read_timeout:g} seconds; "
                 "send the whole request promptly.",
-                None,
+                _head_of(connection.unparsed),
             )
         except _HeadTooLarge:
-            return await self._fail(connection, 431, self._head_too_large_message(), None)
+            return await self._fail(connection, 431, self._head_too_large_message(), _head_of(connection.unparsed))
         except h11.RemoteProtocolError as exc:
-            return await self._protocol_error(connection, exc, None)
+            return await self._protocol_error(connection, exc, _head_of(connection.unparsed))
         if isinstance(event, h11.ConnectionClosed) or event is None:
             return _Outcome.ABORT
         if not isinstance(event, h11.Request):
@@ -586,9 +584,7 @@ class HttpServer:
             result, peer_gone = await self._run_handler(connection, request)
         except Exception:
             logger.exception("the handler failed on %s %s from %s", method, target, connection.client)
-            events = self._render_error(
-                _internal_error(head), close=self._closing, head_only=method == "HEAD"
-            )
+            events = self._render_error(_internal_error(head), close=self._closing, head_only=method == "HEAD")
         else:
             if result is _PEER_GONE:
                 return _Outcome.ABORT
@@ -609,7 +605,8 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         while True:
-            buffered = len(protocol.trailing_data[0])
+            connection.unparsed = protocol.trailing_data[0]
+            buffered = len(connection.unparsed)
             event = protocol.next_event()
             if isinstance(event, h11.Request):
                 # h11's max_incomplete_event_size only bounds a head that is still incomplete; a whole
@@ -820,8 +817,7 @@ def _internal_error(head: _Head) -> ShellError:
     return ShellError(
         status=500,
         reason="internal_error",
-        message="The server failed while handling this request; this is a bug in the reference server, "
-        "see its log.",
+        message="The server failed while handling this request; this is a bug in the reference server, see its log.",
         method=head.method,
         path=head.path,
         headers=head.headers,
@@ -869,6 +865,24 @@ def _render(response: object, *, close: bool, head_only: bool) -> list[_OutEvent
         events.append(h11.Data(data=payload))
     events.append(h11.EndOfMessage())
     return events
+
+
+# RFC 9112 §3: request-line = method SP request-target SP HTTP-version CRLF (origin-form targets only).
+_REQUEST_LINE: Final = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) (/[!-~]*) HTTP/[0-9]\.[0-9]\r?\n")
+
+
+def _head_of(unparsed: bytes) -> _Head | None:
+    """Method and path from the request line of a head that h11 refused, or ``None`` without one.
+
+    A malformed header or an oversize head still comes after a well-formed request line, and the route it
+    names decides the error's envelope: PROTOCOL.md §2.1 puts the worker envelope on "every `/api/worker/*`
+    response including errors". Headers are not trusted here, so none are passed on.
+    """
+    match = _REQUEST_LINE.match(unparsed)
+    if match is None:
+        return None
+    method, target = match.group(1).decode("ascii").upper(), match.group(2).decode("ascii")
+    return _Head(method=method, path=_best_effort_path(target), headers=_empty_str_mapping())
 
 
 def _best_effort_path(target: str) -> str:

@@ -255,9 +255,7 @@ def claim_query_task(
     if poll_request_id:
         replay = _replay_poll(t, namespace, task_queue, build_id, worker_id, poll_request_id)
         if replay is not None:
-            t.db.execute(
-                "UPDATE query_tasks SET lease_expires_at = ? WHERE query_task_id = ?", (lease_until, replay)
-            )
+            t.db.execute("UPDATE query_tasks SET lease_expires_at = ? WHERE query_task_id = ?", (lease_until, replay))
             return _task_payload(t, replay)
     types = loads(worker["workflow_types"]) or []
     candidates = t.all(
@@ -365,15 +363,11 @@ def _completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
         else:
             codec, blob = envelope.get("codec"), envelope.get("blob")
             if codec is None:
-                errors["result_envelope.codec"] = [
-                    "result_envelope.codec is required when an envelope is sent."
-                ]
+                errors["result_envelope.codec"] = ["result_envelope.codec is required when an envelope is sent."]
             elif codec != "avro":
                 errors["result_envelope.codec"] = [f"unsupported_payload_codec: {codec!r} is not 'avro'."]
             if blob is None:
-                errors["result_envelope.blob"] = [
-                    "result_envelope.blob is required when an envelope is sent."
-                ]
+                errors["result_envelope.blob"] = ["result_envelope.blob is required when an envelope is sent."]
             elif not isinstance(blob, str):
                 errors["result_envelope.blob"] = ["result_envelope.blob must be a base64 string."]
             elif codec == "avro":
@@ -410,9 +404,7 @@ def _failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
         if reason is None:
             reason = DEFAULT_FAILURE_REASON
         elif not isinstance(reason, str) or not reason or len(reason) > 255:
-            errors["failure.reason"] = [
-                "failure.reason must be a non-empty string of at most 255 characters."
-            ]
+            errors["failure.reason"] = ["failure.reason must be a non-empty string of at most 255 characters."]
         for name in ("type", "stack_trace"):
             value = failure.get(name)
             if value is not None and not isinstance(value, str):
@@ -439,9 +431,7 @@ def _report(
     doc: dict[str, Any],
 ) -> str:
     """Fence (§10.6, in the model's order) and record one outcome. Returns the new status."""
-    row = t.one(
-        "SELECT * FROM query_tasks WHERE query_task_id = ? AND namespace = ?", query_task_id, namespace
-    )
+    row = t.one("SELECT * FROM query_tasks WHERE query_task_id = ? AND namespace = ?", query_task_id, namespace)
     view = None
     if row is not None:
         expires = row["lease_expires_at"]
@@ -453,9 +443,7 @@ def _report(
             lease_expires_at=from_us(expires) if expires is not None else None,
         )
     # FENCE-UNKNOWN-QUERY-TASK, QUERY-LATE-COMPLETE-NOT-LEASED, QUERY-FENCE-OWNER, QUERY-FENCE-ATTEMPT.
-    guard_query_task(
-        view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now)
-    )
+    guard_query_task(view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert row is not None
     new = _step(QueryTaskStatus.LEASED, event)
     column = "result" if event is QueryTaskEvent.COMPLETE else "failure"
@@ -504,9 +492,7 @@ class _Routes:
         worker, queue, build_id, hold, prid = s.poll_preconditions(ctx)
 
         def attempt(t: T) -> dict[str, Any] | None:
-            return claim_query_task(
-                t, worker=worker, task_queue=queue, build_id=build_id, poll_request_id=prid
-            )
+            return claim_query_task(t, worker=worker, task_queue=queue, build_id=build_id, poll_request_id=prid)
 
         result = await s.long_poll(
             ("query", ctx.namespace, queue),
@@ -542,9 +528,7 @@ class _Routes:
         s = self.server
         name = ctx.params["name"]
         if len(name) > MAX_QUERY_NAME_LENGTH:
-            raise validation_error(
-                {"name": [f"the query name must be at most {MAX_QUERY_NAME_LENGTH} characters."]}
-            )
+            raise validation_error({"name": [f"the query name must be at most {MAX_QUERY_NAME_LENGTH} characters."]})
         # §12.2 body {"input"?: array | envelope}; arguments are positional: an envelope must hold an array.
         args_blob = s.payload_blob(ctx.obj().get("input"), "input", require_array=True)
         run = s.command_target(ctx)  # 404 instance_not_found / run_not_found; 409 for a historical run
@@ -562,8 +546,7 @@ class _Routes:
                     {**base, "task_queue": run["task_queue"], "workflow_type": run["workflow_type"]},
                 )
             pending = t.one(
-                "SELECT COUNT(*) AS n FROM query_tasks"
-                " WHERE namespace = ? AND task_queue = ? AND status = 'pending'",
+                "SELECT COUNT(*) AS n FROM query_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending'",
                 run["namespace"],
                 run["task_queue"],
             )

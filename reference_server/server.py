@@ -32,6 +32,7 @@ from .observers import JsonLinesEventLog, ObserverSet
 from .store import Clock, Store, SystemClock, dumps, loads, new_id
 from .workflow_tasks import (
     IMPLEMENTED_OPTIONAL_COMMANDS,
+    MAX_DURATION_SECONDS,
     claim_workflow_task,
     complete_workflow_task,
     fail_workflow_task,
@@ -474,8 +475,9 @@ class Server:
             value = body.get(name, default)
             if value is None:
                 return default
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                errors[name] = [f"{name} must be an integer >= 1."]
+            # The upper bound keeps a huge JSON integer out of SQLite (an OverflowError there was a 500).
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 2**63 - 1:
+                errors[name] = [f"{name} must be an integer from 1 to 2**63-1."]
                 return default
             return value
 
@@ -602,11 +604,13 @@ class Server:
     # -- workflow tasks --------------------------------------------------------------------------------
 
     async def wt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        worker, queue, _build, hold, prid = self.poll_preconditions(ctx)
         body = ctx.obj()
         page_size = body.get("history_page_size", 500)
+        # Checked before poll_preconditions, which records the worker's liveness: a 422 changes nothing
+        # (§2.3 validation before domain checks; invariant 68).
         if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 1000:
             raise validation_error({"history_page_size": ["history_page_size must be an integer in 1..1000."]})
+        worker, queue, _build, hold, prid = self.poll_preconditions(ctx)
         accept = body.get("accept_history_encoding")
         accept = accept if isinstance(accept, str) else None
         build = body.get("build_id")
@@ -701,8 +705,9 @@ class Server:
         timeouts: dict[str, int | None] = {}
         for name in ("execution_timeout_seconds", "run_timeout_seconds"):
             v = body.get(name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                errors[name] = [f"{name} must be an integer >= 1."]
+            # The upper bound is the longest duration this server can store (see MAX_DURATION_SECONDS).
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_DURATION_SECONDS):
+                errors[name] = [f"{name} must be an integer from 1 to {MAX_DURATION_SECONDS}."]
             timeouts[name] = v if isinstance(v, int) and not isinstance(v, bool) else None
         policy = body.get("duplicate_policy", "fail")
         if policy not in ("fail", "use-existing"):

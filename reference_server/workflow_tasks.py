@@ -36,6 +36,8 @@ from .store import dumps, from_us, loads, new_id
 
 __all__ = [
     "IMPLEMENTED_OPTIONAL_COMMANDS",
+    "MAX_DURATION_SECONDS",
+    "check_storable_durations",
     "claim_workflow_task",
     "complete_workflow_task",
     "fail_workflow_task",
@@ -375,6 +377,7 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     batch = cmdmodel.validate_batch(
         body.get("commands"), open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS
     )
+    check_storable_durations(batch)
     _fenced_write(t, task, "status = 'completed', lease_owner = NULL, lease_expires_at = NULL", ())
     t.fx.transition("workflow_task", task_id, "leased", "completed")
     _forget_polls(t, "workflow", task_id)
@@ -382,7 +385,6 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     run_before = t.run(run_id)
     new_events_arrived = int(run_before["last_sequence"]) > seen
     created: list[str] = []
-    reopened_waits: set[str] = set()
     terminal: cmdmodel.Command | None = None
     # SDK-INTEROP §6.4: an open wait that this batch does not re-emit (same key and fingerprint) was
     # satisfied by the history the task replayed — before anything the batch schedules after it in workflow
@@ -392,7 +394,7 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
         if command.type in cmdmodel.TERMINAL_TYPES:
             terminal = command
             continue
-        apply_command(t, task, command, created, reopened_waits)
+        apply_command(t, task, command, created)
     if terminal is not None:
         apply_terminal(t, task, terminal, created)
     run = t.run(run_id)
@@ -415,6 +417,44 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     }
 
 
+# This server keeps instants as int64 microseconds (store.py), so "now + duration" must fit in 2**63 µs.
+# The spec bounds durations only below ("ints ≥1"); a larger one used to reach SQLite and fail there with a
+# 500, which §14.1 forbids ("never return 5xx. Either 422 or ignored"). The cap is 10,000 years, the range of
+# a protobuf Duration: far beyond any real timeout, far below the overflow.
+MAX_DURATION_SECONDS = 315_576_000_000
+_DURATION_FIELDS = (
+    "delay_seconds",  # start_timer
+    "timeout_seconds",  # open_condition_wait
+    "start_to_close_timeout",
+    "schedule_to_start_timeout",
+    "schedule_to_close_timeout",
+    "heartbeat_timeout",
+    "execution_timeout_seconds",
+    "run_timeout_seconds",
+)
+
+
+def check_storable_durations(batch: list[cmdmodel.Command]) -> None:
+    """422 for a duration (or retry backoff) of a validated batch that this server cannot store."""
+    from .app import validation_error
+
+    errors: dict[str, list[str]] = {}
+    limit = f"must be at most {MAX_DURATION_SECONDS} seconds (10,000 years)"
+    for command in batch:
+        p = f"commands.{command.index}"
+        for name in _DURATION_FIELDS:
+            value = command.fields.get(name)
+            if isinstance(value, int) and value > MAX_DURATION_SECONDS:
+                errors[f"{p}.{name}"] = [limit]
+        policy = command.fields.get("retry_policy")
+        backoff = policy.get("backoff_seconds") if isinstance(policy, Mapping) else None
+        for i, value in enumerate(backoff if isinstance(backoff, list) else []):
+            if isinstance(value, int) and value > MAX_DURATION_SECONDS:
+                errors[f"{p}.retry_policy.backoff_seconds.{i}"] = [limit]
+    if errors:
+        raise validation_error(errors)
+
+
 def _blob(value: Any) -> str | None:
     """A payload field is an envelope ``{codec, blob}`` or a bare base64 blob (§8.7.1)."""
     if value is None:
@@ -425,9 +465,7 @@ def _blob(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def apply_command(
-    t: T, task: sqlite3.Row, command: cmdmodel.Command, created: list[str], reopened_waits: set[str]
-) -> None:
+def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: list[str]) -> None:
     run = t.run(task["run_id"])
     run_id = run["run_id"]
     f = command.fields
@@ -538,7 +576,7 @@ def apply_command(
         )
         created.append(timer_id)
     elif command.type == "open_condition_wait":
-        _open_condition_wait(t, run_id, f, ev, created, reopened_waits)
+        _open_condition_wait(t, run_id, f, ev, created)
     elif command.type == "start_child_workflow":
         step = next_step(t, run_id)
         call_id = new_id(t.now)
@@ -667,10 +705,10 @@ def _open_condition_wait(
     f: Mapping[str, Any],
     ev: Mapping[str, Any],
     created: list[str],
-    reopened_waits: set[str],
 ) -> None:
     """``open_condition_wait`` (SDK-INTEROP §5, §6.4): re-emitting an open wait with the same key and
-    fingerprint re-opens it (no new event); a wait the worker stopped re-emitting was satisfied."""
+    fingerprint re-opens it (no new event); a wait the worker stopped re-emitting was satisfied, which
+    :func:`complete_workflow_task` records before applying the batch (:func:`_reemitted_waits`)."""
     key = f.get("condition_key")
     fingerprint = f.get("condition_definition_fingerprint")
     existing = t.one(
@@ -681,7 +719,6 @@ def _open_condition_wait(
         fingerprint,
     )
     if existing is not None:
-        reopened_waits.add(existing["condition_wait_id"])
         return
     step = next_step(t, run_id)
     wait_id = new_id(t.now)
@@ -728,7 +765,6 @@ def _open_condition_wait(
         " timeout_seconds, timer_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, 'open')",
         (wait_id, run_id, key, fingerprint, step, timeout, timer_id),
     )
-    reopened_waits.add(wait_id)
 
 
 def _reemitted_waits(t: T, run_id: str, batch: list[cmdmodel.Command]) -> set[str]:

@@ -41,15 +41,16 @@ class Verdict(StrEnum):
     INFORMATIONAL = "informational"  # works but not advertised
 
 
-# When several checks judge one requirement, the requirement gets the most severe verdict.
+# When several checks judge one requirement, the requirement gets the most severe verdict. A check that
+# could not run (not covered) says nothing, so any check that did run and passed covers the requirement.
 VERDICT_ORDER: dict[Verdict, int] = {
     Verdict.FAILED: 6,
     Verdict.ERROR: 5,
     Verdict.NON_STRICT: 4,
-    Verdict.NOT_COVERED: 3,
-    Verdict.UNIMPLEMENTED: 2,
-    Verdict.INFORMATIONAL: 1,
-    Verdict.PASSED: 0,
+    Verdict.UNIMPLEMENTED: 3,
+    Verdict.INFORMATIONAL: 2,
+    Verdict.PASSED: 1,
+    Verdict.NOT_COVERED: 0,
 }
 
 

@@ -74,6 +74,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Longest the suite may wait for a lease expiry or timer, in seconds (default 30)",
     )
     # --strict is pytest's own flag (strict mode); with --target it also makes SHOULD violations fail the run.
+    group.addoption("--machine-examples", type=int, default=8, help="Random sequences per state machine (default 8)")
+    group.addoption("--machine-steps", type=int, default=40, help="Steps per sequence of a state machine (default 40)")
     group.addoption(
         "--requirement",
         action="append",
@@ -99,11 +101,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if unknown:
         raise pytest.UsageError(f"--requirement: unknown IDs {unknown}; see suite.protocol.requirements")
     # Collect the suite's own checks, wherever pytest was started.
-    config.args[:] = [str(Path(__file__).parent / "checks" / "test_conformance.py")]
+    checks = Path(__file__).parent / "checks"
+    config.args[:] = [str(checks / "test_conformance.py"), str(checks / "test_machines.py")]
     config.stash[_RESULTS_KEY] = []
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker: the controller resolved the target already
         config.stash[_TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
+        config.stash[_RUN_KEY] = json.loads(workerinput["dw_run"])
         return
     config.stash[_RUN_KEY] = {
         "run_id": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
@@ -157,6 +161,7 @@ def pytest_configure_node(node: Any) -> None:
     target = node.config.stash.get(_TARGET_KEY, None)
     if target is not None:
         node.workerinput["dw_target"] = json.dumps(target.__dict__)
+        node.workerinput["dw_run"] = json.dumps(node.config.stash[_RUN_KEY])
 
 
 def _stop_embedded(config: pytest.Config) -> None:
@@ -180,8 +185,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     drop: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        check = callspec.params.get("check") if callspec is not None else None
-        (keep if isinstance(check, Check) and wanted & set(check.requirements) else drop).append(item)
+        params = callspec.params if callspec is not None else {}
+        if isinstance(params.get("check"), Check):
+            reqs = set(params["check"].requirements)
+        else:
+            reqs = set(getattr(params.get("machine"), "REQUIREMENTS", {}))
+        (keep if wanted & reqs else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -265,6 +274,31 @@ def run_check(check: Check, target: TargetInfo, item: pytest.Item) -> None:
         pytest.fail(f"harness error (not a conformance failure): {message}", pytrace=False)
     if verdict in (Verdict.NOT_COVERED, Verdict.UNIMPLEMENTED):
         pytest.skip(f"{verdict.value}: {message}")
+
+
+def run_machine_item(machine: Any, target: TargetInfo, item: pytest.Item) -> None:
+    """Run one state machine with the session's budget and seed; one verdict record per requirement."""
+    from .machines.runner import MachineBudget, run_machine
+
+    config = item.config
+    run = config.stash[_RUN_KEY]
+    budget = MachineBudget(
+        examples=int(config.getoption("--machine-examples")),
+        steps=int(config.getoption("--machine-steps")),
+        seed=int(run["seed"]),
+    )
+    replay_dir = Path(str(config.getoption("--report-dir"))) / run["run_id"] / "replay"
+    result = run_machine(machine, target, budget, replay_dir)
+    for record in result.records:
+        _record(item, record)
+    verdicts = {Verdict(r["verdict"]) for r in result.records}
+    if Verdict.FAILED in verdicts or (Verdict.NON_STRICT in verdicts and target.strict):
+        where = f"\nreplay bundle: {result.bundle}" if result.bundle else ""
+        pytest.fail(f"[machine {machine.name}] {result.message}{where}\nseed: {budget.seed}", pytrace=False)
+    if Verdict.ERROR in verdicts:
+        pytest.fail(
+            f"harness error in machine {machine.name} (not a conformance failure): {result.message}", pytrace=False
+        )
 
 
 def _judge(

@@ -75,11 +75,7 @@ def test_protocol_model_reads_no_clock() -> None:
     for path in python_files("suite/protocol"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in CLOCK_CALLS
-            ):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CLOCK_CALLS:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} calls .{node.func.attr}()")
     assert found == []
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reference_server.activities import enforce_activity_timeouts
+from reference_server.activities import activity_due_in, enforce_activity_timeouts
 from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
@@ -70,7 +70,7 @@ class Harness:
         assert isinstance(doc, dict)
         return response.status, doc
 
-    def now(self) -> Any:
+    def now(self) -> datetime:
         return from_us(self.clock.us)
 
     def maintain(self) -> float:
@@ -196,14 +196,23 @@ class Harness:
 
 
 @pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path, activity_lease_seconds=60)
-    yield harness
-    harness.server.store.close()
+def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    """Build a harness with extra settings; every one is closed after the test."""
+    made: list[Harness] = []
+
+    def build(**settings: Any) -> Harness:
+        harness = Harness(tmp_path / f"server-{len(made)}", **settings)
+        made.append(harness)
+        return harness
+
+    yield build
+    for harness in made:
+        harness.server.store.close()
 
 
-def make(tmp_path: Path, **settings: Any) -> Harness:
-    return Harness(tmp_path / "custom", **settings)
+@pytest.fixture
+def h(make: Callable[..., Harness]) -> Harness:
+    return make(activity_lease_seconds=60)
 
 
 def resumed_task(h: Harness) -> dict[str, Any]:
@@ -272,7 +281,7 @@ def test_poll_request_id_replays_the_same_task_and_attempt(h: Harness) -> None:
     assert (status, body["task"]) == (200, None)
 
 
-def test_supported_activity_types_filter_and_empty_list_means_all(h: Harness) -> None:
+def test_supported_activity_types_filter_the_claim(h: Harness) -> None:
     h.schedule(a={})
     h.register("picky", activity_types=["ship"])
     h.assert_empty("picky")
@@ -280,12 +289,43 @@ def test_supported_activity_types_filter_and_empty_list_means_all(h: Harness) ->
     assert h.lease("charger")["activity_type"] == "charge"
 
 
-def test_admission_limit_throttles(tmp_path: Path) -> None:
-    h = make(tmp_path, max_active_leases_per_queue=1)
+def test_admission_limit_throttles(make: Callable[..., Harness]) -> None:
+    h = make(max_active_leases_per_queue=1)
     h.schedule(a={}, b={})
     h.lease()
     status, body = h.poll()
     assert (status, body["poll_status"], body["task"]) == (200, "throttled", None)
+
+
+def test_poll_due_time_covers_backoff_and_lease_expiry_for_this_worker_only(h: Harness) -> None:
+    """The long poll sleeps until durable state makes a task claimable (§14.1 "A retry with backoff becomes
+    pollable once `available_at` passes, with no extra stimulus"), and never spins on one it cannot take."""
+    h.schedule(a={"retry_policy": {"max_attempts": 2, "backoff_seconds": [7]}})
+    h.register("picky", activity_types=["ship"])
+    db = h.server.store.read()
+
+    def due(worker_id: str) -> float | None:
+        worker = db.execute("SELECT * FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        return activity_due_in(db, worker, "q", h.clock.us)
+
+    task = h.lease()
+    assert due("w1") == pytest.approx(60.0)  # the lease expiry (redelivery)
+    assert due("picky") is None
+    h.fail(task)
+    assert due("w1") == pytest.approx(7.0)  # the retry's backoff
+    h.clock.advance(7)
+    assert h.lease()["attempt_number"] == 2
+
+
+def test_a_poll_enforces_due_timeouts_before_it_claims(h: Harness) -> None:
+    h.schedule(a={"start_to_close_timeout": 10, "retry_policy": {"max_attempts": 2}})
+    first = h.lease()
+    h.clock.advance(10)  # no maintenance pass: the poll itself must notice the timeout
+    second = h.lease("w2")
+    assert second["attempt_number"] == 2
+    assert second["task_id"] != first["task_id"]  # a timeout retry is a new task, not a redelivery
+    [retry] = h.events("wf-1", "ActivityRetryScheduled")
+    assert (retry["timeout_type"], retry["retry_backoff_seconds"]) == ("start_to_close", 0)
 
 
 # -- ownership guard (§11.2, invariant 53) ----------------------------------------------------------------

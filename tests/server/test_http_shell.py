@@ -136,9 +136,7 @@ def get(path: str, *extra: str, version: str = "HTTP/1.1") -> bytes:
 
 
 def post(path: str, body: bytes, *extra: str) -> bytes:
-    head = "\r\n".join(
-        [f"POST {path} HTTP/1.1", "Host: test", f"Content-Length: {len(body)}", *extra, "", ""]
-    )
+    head = "\r\n".join([f"POST {path} HTTP/1.1", "Host: test", f"Content-Length: {len(body)}", *extra, "", ""])
     return head.encode() + body
 
 
@@ -351,9 +349,7 @@ def test_204_has_no_body_and_no_content_length() -> None:
 def test_expect_100_continue() -> None:
     async def scenario() -> None:
         async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(
-                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
-            )
+            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
             interim = await read_response(reader)
             assert interim.status == 100
             writer.write(b"hello")
@@ -373,8 +369,7 @@ def test_413_on_big_content_length_without_reading_the_body() -> None:
         async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
             # No body is ever sent: the answer must come from the head alone, before 100 Continue.
             writer.write(
-                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n"
-                b"Expect: 100-continue\r\n\r\n"
+                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n"
             )
             response = await read_response(reader)
             assert response.status == 413

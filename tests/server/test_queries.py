@@ -95,9 +95,7 @@ class World:
     ) -> tuple[int, dict[str, Any]]:
         return await self.call(method, "/api" + path, body, worker=False, namespace=namespace)
 
-    async def start(
-        self, workflow_id: str = "order-1", *, queue: str = "orders", wf_type: str = "order"
-    ) -> str:
+    async def start(self, workflow_id: str = "order-1", *, queue: str = "orders", wf_type: str = "order") -> str:
         status, doc = await self.control(
             "POST",
             "/workflows",
@@ -161,9 +159,7 @@ class World:
     ) -> asyncio.Task[tuple[int, dict[str, Any]]]:
         """The blocking control-plane query, running next to the test's worker calls."""
         path = f"/workflows/{workflow_id}" + (f"/runs/{run_id}" if run_id else "") + f"/query/{name}"
-        return asyncio.get_running_loop().create_task(
-            self.control("POST", path, {} if body is None else body)
-        )
+        return asyncio.get_running_loop().create_task(self.control("POST", path, {} if body is None else body))
 
     def rows(self, sql: str, *args: Any) -> list[Any]:
         return list(self.server.store.read().execute(sql, args).fetchall())
@@ -175,9 +171,7 @@ class World:
         return self.rows("SELECT * FROM query_tasks WHERE query_task_id = ?", task_id)[0]
 
     async def history(self, run_id: str, workflow_id: str = "order-1") -> list[dict[str, Any]]:
-        status, doc = await self.control(
-            "GET", f"/workflows/{workflow_id}/runs/{run_id}/history?page_size=1000"
-        )
+        status, doc = await self.control("GET", f"/workflows/{workflow_id}/runs/{run_id}/history?page_size=1000")
         assert status == 200, doc
         return list(doc["events"])
 
@@ -286,9 +280,7 @@ def test_query_without_input_or_envelope_gets_null_arguments_and_a_server_built_
             pending = w.query("count")
             task = await w.poll("w1")
             assert task["query_arguments"] is None
-            status, _ = await w.report(
-                "complete", task["query_task_id"], complete_body(task, result={"n": 3})
-            )
+            status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result={"n": 3}))
             assert status == 200
             status, answer = await within(pending)
             assert status == 200, answer
@@ -367,9 +359,7 @@ def test_worker_failure_maps_onto_the_control_plane_status(
             await w.register("w1")
             pending = w.query("status")
             task = await w.poll("w1")
-            status, receipt = await w.report(
-                "fail", task["query_task_id"], complete_body(task, failure=failure)
-            )
+            status, receipt = await w.report("fail", task["query_task_id"], complete_body(task, failure=failure))
             assert status == 200, receipt
             assert (receipt["outcome"], receipt["reason"]) == ("failed", reason)
             status, answer = await within(pending)
@@ -495,9 +485,7 @@ def test_a_leased_query_past_its_deadline_times_out_and_its_holder_is_fenced(tmp
             status, doc = await within(pending)  # the sweep woke the caller
             assert (status, doc["reason"]) == (504, "query_worker_timeout")
             assert w.query_task(task["query_task_id"])["status"] == "timed_out"
-            status, doc = await w.report(
-                "fail", task["query_task_id"], complete_body(task, failure={"message": "x"})
-            )
+            status, doc = await w.report("fail", task["query_task_id"], complete_body(task, failure={"message": "x"}))
             assert (status, doc["reason"]) == (409, "query_task_not_leased")
             assert w.server.run_tx(claim_by_w2) is None
 
@@ -531,9 +519,7 @@ def test_query_task_fencing_in_section_10_6_order(tmp_path: Path) -> None:
             task = await w.poll("w1")
             qid = task["query_task_id"]
 
-            status, doc = await w.report(
-                "complete", qid, {"lease_owner": "intruder", "query_task_attempt": 1}
-            )
+            status, doc = await w.report("complete", qid, {"lease_owner": "intruder", "query_task_attempt": 1})
             assert (status, doc["reason"], doc["lease_owner"]) == (409, "lease_owner_mismatch", "w1")
             assert doc["outcome"] == "rejected"
             status, doc = await w.report("complete", qid, {"lease_owner": "w1", "query_task_attempt": 2})
@@ -586,17 +572,13 @@ def test_concurrent_completes_never_both_land(tmp_path: Path) -> None:
 def test_a_task_id_from_another_namespace_is_not_found(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with world(tmp_path) as w:
-            w.server.run_tx(
-                lambda t: t.db.execute("INSERT INTO namespaces (name, created_at) VALUES ('other', 0)")
-            )
+            w.server.run_tx(lambda t: t.db.execute("INSERT INTO namespaces (name, created_at) VALUES ('other', 0)"))
             await w.start()
             await w.register("w1")
             await w.register("w1", namespace="other")
             pending = w.query("status")
             task = await w.poll("w1")
-            status, doc = await w.report(
-                "complete", task["query_task_id"], complete_body(task, result=1), "other"
-            )
+            status, doc = await w.report("complete", task["query_task_id"], complete_body(task, result=1), "other")
             assert (status, doc["reason"]) == (404, "query_task_not_found")
             # A poller in the other namespace never sees the default namespace's task.
             assert (

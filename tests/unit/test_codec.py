@@ -549,9 +549,7 @@ def test_decode_envelope_refuses_non_inline_envelopes(obj: Any) -> None:
 
 
 def test_json_to_value_passes_json_through() -> None:
-    text = (
-        '{"s": "héllo 😀", "i": 9223372036854775807, "f": 2.5, "z": -0.0, "b": true, "n": null, "l": [1, []]}'
-    )
+    text = '{"s": "héllo 😀", "i": 9223372036854775807, "f": 2.5, "z": -0.0, "b": true, "n": null, "l": [1, []]}'
     value = json_to_value(json.loads(text))
     assert strict(value) == strict(json.loads(text))
     assert strict(decode_value(encode_value(value))) == strict(value)
@@ -637,10 +635,7 @@ def test_all_lists_the_public_names() -> None:
         name
         for name, obj in vars(codec).items()
         if not name.startswith("_")
-        and (
-            ((inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == codec.__name__)
-            or name.isupper()
-        )
+        and (((inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == codec.__name__) or name.isupper())
     }
     assert defined | {"Value"} == set(codec.__all__)
     for name in codec.__all__:

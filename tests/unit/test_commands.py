@@ -384,9 +384,7 @@ def test_payload_shapes(value: object, path: str) -> None:
 def test_payload_codec_must_be_avro_and_agree() -> None:
     errors = errors_of([{"type": "record_side_effect", "result": BLOB, "payload_codec": "json"}])
     assert errors["commands.0.payload_codec"][0].startswith("unsupported_payload_codec:")
-    errors = errors_of(
-        [{"type": "schedule_activity", "activity_type": "a", "arguments": ENVELOPE, "payload_codec": 1}]
-    )
+    errors = errors_of([{"type": "schedule_activity", "activity_type": "a", "arguments": ENVELOPE, "payload_codec": 1}])
     assert list(errors) == ["commands.0.payload_codec"]
 
 
@@ -418,9 +416,7 @@ def test_shape_errors_win_over_semantic_errors() -> None:
 
 
 def test_two_terminal_commands() -> None:
-    errors = semantic_errors_of(
-        [MINIMAL["complete_workflow"], MINIMAL["start_timer"], MINIMAL["fail_workflow"]]
-    )
+    errors = semantic_errors_of([MINIMAL["complete_workflow"], MINIMAL["start_timer"], MINIMAL["fail_workflow"]])
     assert list(errors) == ["commands.0.type", "commands.2.type"]
 
 
@@ -637,9 +633,7 @@ def test_optional_type_is_validated_when_implemented() -> None:
     validate_batch([{"type": "open_condition_wait"}], optional_types={"open_condition_wait"})
     errors = errors_of([{**WAIT, "timeout_seconds": -1}], optional_types={"open_condition_wait"})
     assert list(errors) == ["commands.0.timeout_seconds"]
-    errors = errors_of(
-        [{**WAIT, "retry_policy": {"max_attempts": 2}}], optional_types={"open_condition_wait"}
-    )
+    errors = errors_of([{**WAIT, "retry_policy": {"max_attempts": 2}}], optional_types={"open_condition_wait"})
     assert list(errors) == ["commands.0.retry_policy"]
 
 

@@ -151,9 +151,7 @@ def test_row1_task_not_found() -> None:
         (RunStatus.FAILED, False, "run_failed"),
     ],
 )
-def test_row2_run_closed_task_not_leased(
-    run_status: RunStatus, cancel_requested: bool, stop_reason: str
-) -> None:
+def test_row2_run_closed_task_not_leased(run_status: RunStatus, cancel_requested: bool, stop_reason: str) -> None:
     view = replace(
         LIVE_TASK,
         status=TaskStatus.CANCELLED if cancel_requested else TaskStatus.COMPLETED,

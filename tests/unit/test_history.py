@@ -327,11 +327,7 @@ def test_decompress_rejects_malformed(encoding: str, blob: str, match: str) -> N
         decompress_events(encoding, blob)
 
 
-@given(
-    st.lists(
-        st.dictionaries(st.text(max_size=5), st.one_of(st.none(), st.integers(), st.text())), max_size=80
-    )
-)
+@given(st.lists(st.dictionaries(st.text(max_size=5), st.one_of(st.none(), st.integers(), st.text())), max_size=80))
 def test_compressed_round_trip(evs: list[dict[str, Any]]) -> None:
     for accept in ("gzip", "deflate"):
         body = compress_page(evs, accept, threshold=0)

@@ -280,10 +280,7 @@ def test_reject_builds_a_rejection() -> None:
 def test_reject_uses_spec_messages_and_overrides() -> None:
     assert reject("unauthorized").message == "Invalid or missing authentication token."
     assert reject("run_closed").message == "Workflow run is already closed."
-    assert (
-        reject("task_not_found", "Workflow task t1 was not found.").message
-        == "Workflow task t1 was not found."
-    )
+    assert reject("task_not_found", "Workflow task t1 was not found.").message == "Workflow task t1 was not found."
 
 
 def test_reject_allows_fields_named_code_and_message() -> None:
@@ -501,9 +498,7 @@ def test_auth_composition_contract_satisfies_appendix_b() -> None:
     assert {"server_url", "namespace", "profile", "auth", "tls", "identity"} <= set(
         contract["effective_config"]["required_fields"]
     )
-    assert {"bearer_tokens", "private_keys", "raw_authorization_headers"} <= set(
-        contract["redaction"]["never_echo"]
-    )
+    assert {"bearer_tokens", "private_keys", "raw_authorization_headers"} <= set(contract["redaction"]["never_echo"])
 
 
 # ============================================================================ the official SDK's own gate

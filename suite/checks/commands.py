@@ -1,0 +1,1276 @@
+"""Workflow-task commands, timers, the task payload shape and the payload codec
+(PROTOCOL.md §8.2-§8.3, §8.7, §12.1, §13; invariants 33-44, 65, 66)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import schemas
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.protocol.codec import FINGERPRINT, decode_blob, encode_blob, encode_value
+from suite.protocol.errors import CodecError
+from suite.registry import check
+
+# §8.3: the 20 resume-context keys, "always present, with null when they do not apply".
+RESUME_CONTEXT_KEYS: tuple[str, ...] = (
+    "workflow_wait_kind",
+    "open_wait_id",
+    "resume_source_kind",
+    "resume_source_id",
+    "workflow_update_id",
+    "workflow_signal_id",
+    "signal_name",
+    "signal_wait_id",
+    "workflow_command_id",
+    "activity_execution_id",
+    "activity_attempt_id",
+    "activity_type",
+    "child_call_id",
+    "child_workflow_run_id",
+    "timer_id",
+    "condition_wait_id",
+    "condition_key",
+    "condition_definition_fingerprint",
+    "workflow_sequence",
+    "workflow_event_type",
+)
+assert len(RESUME_CONTEXT_KEYS) == 20
+
+# Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
+_STATE_FIELDS = (
+    "run_id",
+    "status",
+    "is_terminal",
+    "closed_reason",
+    "closed_at",
+    "output_envelope",
+    "run_number",
+    "run_count",
+    "search_attributes",
+)
+
+# Appendix D: decoded values of the golden cases that carry no "value".
+_GOLDEN_VALUES: dict[str, Any] = {
+    "null": None,
+    "array": [None, True, 7, 7.0, b"\x00\xff", "text"],
+    "map": {"a": 1, "b": [False]},
+    "map_empty": {},
+    "map_key_0": {"0": "zero"},
+    "map_keys_0_1": {"0": "zero", "1": "one"},
+    "nested": {"items": [{"enabled": True}, b"bytes", -2.5]},
+    "nested_map_list": {"outer": [{"left": 1, "right": b"x"}], "tail": "done"},
+}
+
+_UNSUPPORTED_CODEC = "unsupported_payload_codec"
+
+# Valid frames that no single-block encoder produces (§13.2: "Decoders MUST also accept multiple blocks and
+# negative counts followed by a byte size"). A server that decodes and re-encodes a payload instead of storing
+# the blob unchanged gives back different bytes for each of them.
+_FRAME_HEADER = "c301e2a33dff55802237"
+NON_CANONICAL_FRAMES: dict[str, str] = {
+    name: base64.b64encode(bytes.fromhex(f"{_FRAME_HEADER} {datum}")).decode("ascii")
+    for name, datum in {
+        # [1, 2] as two blocks of one item each.
+        "array_in_two_blocks": "0c 020402 020404 00",
+        # [1, 2] as one block with count -2 and its byte size 4.
+        "array_negative_count": "0c 03 08 04020404 00",
+        # [{"a": 1, "b": 2}] with the map in two blocks of one entry each.
+        "map_in_two_blocks": "0c 02 0e 02 026104 02 02 026204 04 00 00",
+    }.items()
+}
+
+
+# -- shared helpers ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """One workflow run of a check's own queue, with the workflow task currently leased to ``worker``."""
+
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    task: dict[str, Any]
+
+
+async def _leased_run(ctx: CheckContext, **start: Any) -> _Run:
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, rid = await ctx.start(queue, **start)
+    task = await ctx.lease_wf(worker, queue)
+    return _Run(queue, worker, wid, rid, task)
+
+
+async def _state(ctx: CheckContext, run: _Run) -> dict[str, Any]:
+    """What a rejected request must not change: the describe fields and the run's event list."""
+    desc = await ctx.describe(run.workflow_id)
+    events = await ctx.history(run.workflow_id, run.run_id)
+    return {
+        "describe": {k: desc.get(k) for k in _STATE_FIELDS},
+        "history": [(e.get("sequence"), e.get("event_type")) for e in events],
+    }
+
+
+def _same_state(
+    ctx: CheckContext,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    what: str,
+    replies: list[Reply],
+    requirement: str,
+) -> None:
+    added = after["history"][len(before["history"]) :]
+    ctx.require(
+        after["history"] == before["history"],
+        f"{what} was rejected, so nothing of it may be applied: history changed",
+        expected=f"the same {len(before['history'])} events",
+        received=f"new or changed events {added}",
+        replies=replies,
+        requirement=requirement,
+    )
+    changed = {
+        k: (before["describe"][k], after["describe"][k])
+        for k in _STATE_FIELDS
+        if before["describe"][k] != after["describe"][k]
+    }
+    ctx.require(
+        not changed,
+        f"{what} was rejected, so the run must be unchanged: describe changed",
+        expected="the same describe",
+        received=f"(before, after) = {changed}",
+        replies=replies,
+        requirement=requirement,
+    )
+
+
+def _side_effect(value: Any) -> dict[str, Any]:
+    return {"type": "record_side_effect", "result": CheckContext.envelope(value)}
+
+
+def _marker(change_id: str, version: int = 1, lo: int = 1, hi: int = 1) -> dict[str, Any]:
+    return {
+        "type": "record_version_marker",
+        "change_id": change_id,
+        "version": version,
+        "min_supported": lo,
+        "max_supported": hi,
+    }
+
+
+def _expect_invalid_batch(
+    ctx: CheckContext, reply: Reply, what: str, requirement: str, *, shape_error: bool = False
+) -> None:
+    """invalid_commands with 409 or 422 (§8.7); a field-shape error may also be 422 validation_failed."""
+    if shape_error and reply.status == 422:
+        ctx.expect(reply, 422, ("validation_failed", "invalid_commands"), what=what, requirement=requirement)
+        return
+    ctx.expect(reply, (409, 422), "invalid_commands", what=what, requirement=requirement)
+
+
+def _mentions(body: Any, needle: str) -> bool:
+    """Whether any string in the error body's errors/message fields contains ``needle``."""
+    if isinstance(body, str):
+        return needle in body
+    if isinstance(body, dict):
+        return any(_mentions(v, needle) for v in body.values())
+    if isinstance(body, list):
+        return any(_mentions(v, needle) for v in body)
+    return False
+
+
+def _codec_error_named(ctx: CheckContext, reply: Reply, what: str, requirement: str) -> None:
+    body = reply.json()
+    fields = {k: body.get(k) for k in ("errors", "validation_errors", "command_errors", "message", "error")}
+    ctx.require(
+        _mentions(fields, _UNSUPPORTED_CODEC + ":"),
+        f"{what}: the 422 names the problem with a message beginning '{_UNSUPPORTED_CODEC}:'",
+        expected=f"an error message '{_UNSUPPORTED_CODEC}: …'",
+        received=fields,
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+def _count(events: list[dict[str, Any]], event_type: str) -> int:
+    return sum(1 for e in events if e.get("event_type") == event_type)
+
+
+async def _poll_activity(ctx: CheckContext, worker: str, queue: str, within: float = 10.0) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        reply = await ctx.client.worker(
+            "/activity-tasks/poll",
+            {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1},
+            timeout=16,
+        )
+        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
+        return task if isinstance(task, dict) else None
+
+    return await ctx.wait_until(probe, timeout=within, what=f"an activity task on {queue}")
+
+
+# -- COMMANDS: batch validation (invariants 33-35) ---------------------------------------------------------
+
+
+@check("COMMANDS-NON-EMPTY")
+async def commands_must_be_non_empty(ctx: CheckContext) -> None:
+    """A complete with commands: [], without commands, or with a typeless command is 422 validation_failed."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("commands: []", {"commands": []}),
+        ("no commands member", {}),
+        ("a command without type", {"commands": [{"result": ctx.envelope(1)}]}),
+    ]
+    replies = []
+    for what, body in cases:
+        reply = await ctx.wf_call(run.task, "complete", body)
+        ctx.expect(reply, 422, "validation_failed", what=f"complete with {what}", requirement="COMMANDS-NON-EMPTY")
+        replies.append(reply)
+    _same_state(ctx, before, await _state(ctx, run), "an empty command batch", replies, "COMMANDS-NON-EMPTY")
+
+
+@check("COMMANDS-ONE-TERMINAL")
+async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
+    """Two terminal commands in one batch are rejected with invalid_commands and the run is unchanged."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    batches: list[list[dict[str, Any]]] = [
+        [
+            {"type": "complete_workflow", "result": ctx.envelope("a")},
+            {"type": "fail_workflow", "message": "b"},
+        ],
+        [{"type": "complete_workflow"}, {"type": "complete_workflow"}],
+        [_side_effect(1), {"type": "continue_as_new"}, {"type": "complete_workflow"}],
+    ]
+    replies = []
+    for commands in batches:
+        reply = await ctx.complete(run.task, commands)
+        _expect_invalid_batch(ctx, reply, f"a batch of {[c['type'] for c in commands]}", "COMMANDS-ONE-TERMINAL")
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a batch with two terminal commands",
+        replies,
+        "COMMANDS-ONE-TERMINAL",
+    )
+
+
+@check("COMMANDS-UNKNOWN-TYPE")
+async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
+    """An unknown command type makes the whole batch invalid_commands; its valid commands are not applied."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    replies = []
+    for commands in (
+        [{"type": "conformance_no_such_command"}],
+        [
+            _side_effect("kept?"),
+            {"type": "start_timer", "delay_seconds": 3600},
+            {"type": "conformance_another_unknown_type"},
+        ],
+    ):
+        reply = await ctx.complete(run.task, commands)
+        _expect_invalid_batch(
+            ctx, reply, f"a batch with unknown type {commands[-1]['type']!r}", "COMMANDS-UNKNOWN-TYPE"
+        )
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a batch with an unknown command type",
+        replies,
+        "COMMANDS-UNKNOWN-TYPE",
+    )
+
+
+@check("COMMANDS-REQUIRED-FIELDS", "COMMANDS-RETRY-AFTER-REJECT")
+async def commands_required_fields(ctx: CheckContext) -> None:
+    """Each invariant-34 case (missing or out-of-range required field) is rejected and nothing is applied."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    invalid: list[tuple[str, dict[str, Any]]] = [
+        (
+            "schedule_activity without activity_type",
+            {"type": "schedule_activity", "arguments": ctx.envelope([])},
+        ),
+        ("start_timer with delay_seconds -1", {"type": "start_timer", "delay_seconds": -1}),
+        ("fail_workflow without message", {"type": "fail_workflow"}),
+        ("complete_update without update_id", {"type": "complete_update", "result": ctx.envelope(1)}),
+        ("record_version_marker with version above max_supported", _marker("above", 3, 1, 2)),
+        ("record_version_marker with version below min_supported", _marker("below", 1, 2, 3)),
+    ]
+    replies = []
+    for what, command in invalid:
+        # A valid command first: the rejection must take the whole batch, not just the bad command.
+        reply = await ctx.complete(run.task, [_side_effect(what), command])
+        _expect_invalid_batch(ctx, reply, what, "COMMANDS-REQUIRED-FIELDS", shape_error=True)
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a batch with an invalid command",
+        replies,
+        "COMMANDS-REQUIRED-FIELDS",
+    )
+    # §8.7: "The task stays leased, so the same owner can retry with a valid batch."
+    reply = await ctx.complete(run.task, [_side_effect("ok"), {"type": "complete_workflow"}])
+    ctx.expect(
+        reply,
+        200,
+        what="a valid batch from the same owner after six rejected ones",
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+    desc = await ctx.describe(run.workflow_id)
+    ctx.require(
+        desc.get("status") == "completed",
+        "the valid retry batch is applied",
+        expected="status completed",
+        received=desc.get("status"),
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+
+
+@check("COMMANDS-RETRY-AFTER-REJECT")
+async def commands_retry_after_reject(ctx: CheckContext) -> None:
+    """After a rejected batch the task stays leased: the same owner and attempt then complete it once."""
+    run = await _leased_run(ctx)
+    reply = await ctx.complete(run.task, [{"type": "complete_workflow"}, {"type": "conformance_no_such_command"}])
+    _expect_invalid_batch(ctx, reply, "a batch with an unknown type", "COMMANDS-UNKNOWN-TYPE")
+    retry = await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("done")}])
+    body = ctx.expect(
+        retry,
+        200,
+        what="the same owner's valid batch after a rejection",
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+    ctx.require(
+        body.get("recorded") is not False and body.get("outcome", "completed") == "completed",
+        "the retry batch is recorded",
+        expected="outcome completed, recorded true",
+        received={k: body.get(k) for k in ("outcome", "recorded")},
+        replies=[retry],
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+    events = await ctx.history(run.workflow_id, run.run_id)
+    ctx.require(
+        _count(events, "WorkflowCompleted") == 1,
+        "the retried batch closes the run exactly once",
+        expected="one WorkflowCompleted",
+        received=_count(events, "WorkflowCompleted"),
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+
+
+@check("COMMANDS-ATOMIC")
+async def commands_batch_is_atomic(ctx: CheckContext) -> None:
+    """A batch whose last command is invalid applies none of its earlier valid commands; a valid batch applies
+    its non-terminal commands in order, then the terminal one."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    prefix = [
+        _side_effect("first"),
+        _marker("atomic-1"),
+        {"type": "start_timer", "delay_seconds": 3600},
+        {"type": "schedule_activity", "activity_type": "conformance.Atomic", "arguments": ctx.envelope([])},
+    ]
+    bad_tails: list[tuple[str, list[dict[str, Any]], bool]] = [
+        ("an unknown type last", [{"type": "conformance_no_such_command"}], False),
+        ("a negative timer last", [{"type": "start_timer", "delay_seconds": -1}], True),
+        (
+            "a second terminal command last",
+            [{"type": "complete_workflow"}, {"type": "fail_workflow", "message": "x"}],
+            False,
+        ),
+    ]
+    replies = []
+    for what, tail, shape in bad_tails:
+        reply = await ctx.complete(run.task, [*prefix, *tail])
+        _expect_invalid_batch(ctx, reply, f"a batch with {what}", "COMMANDS-ATOMIC", shape_error=shape)
+        replies.append(reply)
+    after = await _state(ctx, run)
+    applied = [t for _, t in after["history"][len(before["history"]) :]]
+    ctx.require(
+        not applied,
+        "a rejected batch applies nothing, not even the valid commands before the bad one",
+        expected="no new events",
+        received=applied,
+        replies=replies,
+        requirement="COMMANDS-ATOMIC",
+    )
+    _same_state(ctx, before, after, "a batch whose last command is invalid", replies, "COMMANDS-ATOMIC")
+    # The valid batch, terminal command last; the non-terminal types read differently backwards, so a server
+    # that reorders them (or applies the terminal command first) shows.
+    good = [_side_effect("one"), _marker("atomic-2"), _marker("atomic-3"), {"type": "complete_workflow"}]
+    reply = await ctx.complete(run.task, good)
+    ctx.expect(reply, 200, what="a valid batch", requirement="COMMANDS-ATOMIC")
+    events = await ctx.history(run.workflow_id, run.run_id)
+    new = [e.get("event_type") for e in events[len(before["history"]) :]]
+    wanted = ["SideEffectRecorded", "VersionMarkerRecorded", "VersionMarkerRecorded", "WorkflowCompleted"]
+    ctx.require(
+        [t for t in new if t in set(wanted)] == wanted,
+        "the non-terminal commands are applied in order, then the terminal command",
+        expected=wanted,
+        received=new,
+        replies=[reply],
+        requirement="COMMANDS-ATOMIC",
+    )
+
+
+@check("COMMANDS-FIELD-SCOPE")
+async def commands_field_scope(ctx: CheckContext) -> None:
+    """A field on a command that does not allow it (heartbeat_timeout on start_timer, retry_policy on
+    complete_workflow, …) returns 422 and applies nothing."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (
+            "heartbeat_timeout on start_timer",
+            {"type": "start_timer", "delay_seconds": 3600, "heartbeat_timeout": 5},
+        ),
+        (
+            "retry_policy on complete_workflow",
+            {"type": "complete_workflow", "retry_policy": {"max_attempts": 2}},
+        ),
+        (
+            "retry_policy on start_timer",
+            {"type": "start_timer", "delay_seconds": 3600, "retry_policy": {"max_attempts": 2}},
+        ),
+        ("start_to_close_timeout on record_side_effect", {**_side_effect(1), "start_to_close_timeout": 5}),
+        (
+            "run_timeout_seconds on schedule_activity",
+            {"type": "schedule_activity", "activity_type": "conformance.Scope", "run_timeout_seconds": 5},
+        ),
+        ("non_retryable on complete_workflow", {"type": "complete_workflow", "non_retryable": True}),
+    ]
+    replies = []
+    for what, command in cases:
+        reply = await ctx.complete(run.task, [command])
+        ctx.expect(
+            reply,
+            422,
+            ("validation_failed", "invalid_commands"),
+            what=what,
+            requirement="COMMANDS-FIELD-SCOPE",
+        )
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a command with an out-of-scope field",
+        replies,
+        "COMMANDS-FIELD-SCOPE",
+    )
+
+
+@check("COMMANDS-TIMEOUT-ORDER")
+async def commands_timeout_order(ctx: CheckContext) -> None:
+    """schedule_activity with heartbeat > start_to_close, start_to_close > schedule_to_close or
+    schedule_to_start > schedule_to_close is 422; equal timeouts are accepted."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+
+    def activity(**timeouts: int) -> dict[str, Any]:
+        return {
+            "type": "schedule_activity",
+            "activity_type": "conformance.Timeouts",
+            "arguments": ctx.envelope([]),
+            **timeouts,
+        }
+
+    cases = [
+        (
+            "heartbeat_timeout > start_to_close_timeout",
+            activity(heartbeat_timeout=10, start_to_close_timeout=5),
+        ),
+        (
+            "start_to_close_timeout > schedule_to_close_timeout",
+            activity(start_to_close_timeout=10, schedule_to_close_timeout=5),
+        ),
+        (
+            "schedule_to_start_timeout > schedule_to_close_timeout",
+            activity(schedule_to_start_timeout=10, schedule_to_close_timeout=5),
+        ),
+    ]
+    replies = []
+    for what, command in cases:
+        reply = await ctx.complete(run.task, [command])
+        ctx.expect(
+            reply,
+            422,
+            ("validation_failed", "invalid_commands"),
+            what=what,
+            requirement="COMMANDS-TIMEOUT-ORDER",
+        )
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a schedule_activity with misordered timeouts",
+        replies,
+        "COMMANDS-TIMEOUT-ORDER",
+    )
+    # "≤" allows equality: a server that rejects everything with timeouts would fail here.
+    ok = activity(
+        heartbeat_timeout=3600,
+        start_to_close_timeout=3600,
+        schedule_to_start_timeout=3600,
+        schedule_to_close_timeout=3600,
+    )
+    reply = await ctx.complete(run.task, [ok])
+    ctx.expect(
+        reply,
+        200,
+        what="schedule_activity with equal timeouts (heartbeat = start_to_close = "
+        "schedule_to_start = schedule_to_close)",
+        requirement="COMMANDS-TIMEOUT-ORDER",
+    )
+
+
+# -- COMMANDS: terminal and non-terminal effects (invariants 36-38) -----------------------------------------
+
+
+@check("COMMANDS-COMPLETE-WORKFLOW", "PAYLOAD-RESULT-UNCHANGED")
+async def complete_workflow_closes_run(ctx: CheckContext) -> None:
+    """complete_workflow moves the run to completed with one WorkflowCompleted, and keeps the result blob."""
+    run = await _leased_run(ctx)
+    result = ctx.envelope({"answer": 42, "bytes": b"\x00\xff"})
+    reply = await ctx.complete(run.task, [{"type": "complete_workflow", "result": result}])
+    ctx.expect(reply, 200, what="complete_workflow", requirement="COMMANDS-COMPLETE-WORKFLOW")
+    desc = await ctx.describe(run.workflow_id)
+    ctx.require(
+        desc.get("status") == "completed" and desc.get("run_id") == run.run_id,
+        "after complete_workflow the run is completed",
+        expected="status completed",
+        received=desc.get("status"),
+        requirement="COMMANDS-COMPLETE-WORKFLOW",
+    )
+    events = await ctx.history(run.workflow_id, run.run_id)
+    ctx.require(
+        _count(events, "WorkflowCompleted") == 1,
+        "complete_workflow records WorkflowCompleted once",
+        expected="one WorkflowCompleted",
+        received=[e.get("event_type") for e in events],
+        requirement="COMMANDS-COMPLETE-WORKFLOW",
+    )
+    got = (desc.get("output_envelope") or {}).get("blob") if isinstance(desc.get("output_envelope"), dict) else None
+    ctx.require(
+        got == result["blob"],
+        "describe.output_envelope.blob is the completion's result blob, unchanged",
+        expected=result["blob"],
+        received=desc.get("output_envelope"),
+        requirement="PAYLOAD-RESULT-UNCHANGED",
+    )
+
+
+@check("PAYLOAD-RESULT-UNCHANGED")
+async def result_blob_not_reencoded(ctx: CheckContext) -> None:
+    """Result blobs in alternate map orders and in multi-block framing come back in describe byte for byte."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    # A server that decodes and re-encodes the result changes the multi-block frames, and a sorting one
+    # changes one of the two map orders.
+    for blob in [*golden["alternate_map_orders"][0]["wire_base64"], *NON_CANONICAL_FRAMES.values()]:
+        run = await _leased_run(ctx)
+        reply = await ctx.complete(run.task, [{"type": "complete_workflow", "result": {"codec": "avro", "blob": blob}}])
+        ctx.expect(reply, 200, what="complete_workflow with a golden result", requirement="PAYLOAD-RESULT-UNCHANGED")
+        desc = await ctx.describe(run.workflow_id)
+        env = desc.get("output_envelope")
+        ctx.require(
+            isinstance(env, dict) and env.get("blob") == blob and env.get("codec") == "avro",
+            "describe.output_envelope is the result envelope byte for byte",
+            expected={"codec": "avro", "blob": blob},
+            received=env,
+            requirement="PAYLOAD-RESULT-UNCHANGED",
+        )
+
+
+@check("COMMANDS-FAIL-WORKFLOW")
+async def fail_workflow_fails_run(ctx: CheckContext) -> None:
+    """fail_workflow moves the run to failed with one WorkflowFailed."""
+    run = await _leased_run(ctx)
+    reply = await ctx.complete(run.task, [{"type": "fail_workflow", "message": "conformance failure"}])
+    ctx.expect(reply, 200, what="fail_workflow", requirement="COMMANDS-FAIL-WORKFLOW")
+    desc = await ctx.describe(run.workflow_id)
+    ctx.require(
+        desc.get("status") == "failed",
+        "after fail_workflow the run is failed",
+        expected="failed",
+        received=desc.get("status"),
+        requirement="COMMANDS-FAIL-WORKFLOW",
+    )
+    events = await ctx.history(run.workflow_id, run.run_id)
+    ctx.require(
+        _count(events, "WorkflowFailed") == 1 and _count(events, "WorkflowCompleted") == 0,
+        "fail_workflow records WorkflowFailed once",
+        expected="one WorkflowFailed",
+        received=[e.get("event_type") for e in events],
+        requirement="COMMANDS-FAIL-WORKFLOW",
+    )
+
+
+@check("COMMANDS-FAIL-WORKFLOW-EXCEPTION")
+async def fail_workflow_with_exception(ctx: CheckContext) -> None:
+    """fail_workflow with the optional exception object (protocol 1.10 on) is accepted and fails the run."""
+    for version in (ctx.target.protocol_version, "1.10"):
+        run = await _leased_run(ctx)
+        command = {
+            "type": "fail_workflow",
+            "message": "boom",
+            "exception_type": "ValueError",
+            "exception_class": "ValueError",
+            "non_retryable": True,
+            "exception": {
+                "class": "ValueError",
+                "type": "ValueError",
+                "message": "boom",
+                "details": {"attempt": 1},
+            },
+        }
+        body = {
+            "lease_owner": run.task.get("lease_owner"),
+            "workflow_task_attempt": run.task.get("workflow_task_attempt"),
+            "commands": [command],
+        }
+        reply = await ctx.client.worker(f"/workflow-tasks/{run.task['task_id']}/complete", body, version=version)
+        ctx.expect(
+            reply,
+            200,
+            what=f"fail_workflow with an exception object at protocol {version}",
+            requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION",
+        )
+        desc = await ctx.describe(run.workflow_id)
+        ctx.require(
+            desc.get("status") == "failed",
+            "the run is failed",
+            expected="failed",
+            received=desc.get("status"),
+            requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION",
+        )
+
+
+@check("COMMANDS-CONTINUE-AS-NEW")
+async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
+    """continue_as_new closes the run as completed (continued); describe shows a new run_id, run_number 2."""
+    run = await _leased_run(ctx, input=["first"])
+    reply = await ctx.complete(run.task, [{"type": "continue_as_new", "arguments": ctx.envelope(["second"])}])
+    ctx.expect(reply, 200, what="continue_as_new", requirement="COMMANDS-CONTINUE-AS-NEW")
+    desc = await ctx.describe(run.workflow_id)
+    new_run = desc.get("run_id")
+    ctx.require(
+        isinstance(new_run, str)
+        and new_run != run.run_id
+        and desc.get("workflow_id") == run.workflow_id
+        and desc.get("run_number") == 2,
+        "describe shows the new run: a new run_id, the same workflow_id and run_number 2",
+        expected=f"run_id != {run.run_id}, workflow_id {run.workflow_id}, run_number 2",
+        received={k: desc.get(k) for k in ("workflow_id", "run_id", "run_number", "status")},
+        requirement="COMMANDS-CONTINUE-AS-NEW",
+    )
+    old = ctx.expect(
+        await ctx.client.control("GET", f"/workflows/{run.workflow_id}/runs/{run.run_id}"),
+        200,
+        what="describe of the continued run",
+        requirement="COMMANDS-CONTINUE-AS-NEW",
+    )
+    ctx.require(
+        old.get("status") == "completed" and old.get("closed_reason") == "continued",
+        "the continued run is completed with closed_reason 'continued'",
+        expected="completed / continued",
+        received=(old.get("status"), old.get("closed_reason")),
+        requirement="COMMANDS-CONTINUE-AS-NEW",
+    )
+    events = await ctx.history(run.workflow_id, run.run_id)
+    ctx.require(
+        _count(events, "WorkflowContinuedAsNew") == 1,
+        "the continued run records WorkflowContinuedAsNew",
+        expected="one WorkflowContinuedAsNew",
+        received=[e.get("event_type") for e in events],
+        requirement="COMMANDS-CONTINUE-AS-NEW",
+    )
+    task = await ctx.lease_wf(run.worker, run.queue)
+    ctx.require(
+        task.get("run_id") == new_run and task.get("workflow_id") == run.workflow_id,
+        "the new run starts with a workflow task of its own",
+        expected=f"a task of run {new_run}",
+        received={k: task.get(k) for k in ("workflow_id", "run_id")},
+        requirement="COMMANDS-CONTINUE-AS-NEW",
+    )
+
+
+@check("COMMANDS-NON-TERMINAL-WAITING")
+async def non_terminal_batch_waits(ctx: CheckContext) -> None:
+    """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""
+    run = await _leased_run(ctx)
+    reply = await ctx.complete(run.task, [_side_effect(1), {"type": "start_timer", "delay_seconds": 3600}])
+    body = ctx.expect(reply, 200, what="a start_timer-only batch", requirement="COMMANDS-NON-TERMINAL-WAITING")
+    ctx.require(
+        isinstance(body.get("created_task_ids"), list),
+        "the complete response carries created_task_ids[]",
+        expected="a list",
+        received=body.get("created_task_ids"),
+        replies=[reply],
+        requirement="COMMANDS-NON-TERMINAL-WAITING",
+    )
+    desc = await ctx.describe(run.workflow_id)
+    ctx.require(
+        desc.get("status") == "waiting",
+        "a run with only non-terminal commands applied is waiting",
+        expected="waiting",
+        received=desc.get("status"),
+        requirement="COMMANDS-NON-TERMINAL-WAITING",
+    )
+    if "run_status" in body:
+        ctx.require(
+            body.get("run_status") == "waiting",
+            "the complete response's run_status is waiting",
+            expected="waiting",
+            received=body.get("run_status"),
+            replies=[reply],
+            requirement="COMMANDS-NON-TERMINAL-WAITING",
+        )
+
+
+# -- Timers (invariant 39) ---------------------------------------------------------------------------------
+
+
+@check("TIMER-FIRES", slow=True)
+async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
+    """After start_timer{delay_seconds:1} a workflow task is leasable with the pure-timer resume context."""
+    delay = 1
+    ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack", "--max-wait")
+    run = await _leased_run(ctx)
+    ctx.expect(
+        await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]),
+        200,
+        what="start_timer",
+        requirement="TIMER-FIRES",
+    )
+    task = await ctx.lease_wf(run.worker, run.queue, within=delay + 10)
+    context = {
+        k: task.get(k) for k in ("workflow_id", "workflow_wait_kind", "resume_source_kind", "timer_id", "open_wait_id")
+    }
+    timer_id = task.get("timer_id")
+    ok = (
+        task.get("workflow_id") == run.workflow_id
+        and task.get("workflow_wait_kind") == "timer"
+        and task.get("resume_source_kind") == "timer"
+        and isinstance(timer_id, str)
+        and bool(timer_id)
+        and task.get("open_wait_id") == f"timer:{timer_id}"
+    )
+    ctx.require(
+        ok,
+        "the timer's task carries workflow_wait_kind 'timer', resume_source_kind 'timer', a timer_id "
+        "and open_wait_id 'timer:' + timer_id",
+        expected={
+            "workflow_wait_kind": "timer",
+            "resume_source_kind": "timer",
+            "timer_id": "<id>",
+            "open_wait_id": "timer:<id>",
+        },
+        received=context,
+        requirement="TIMER-FIRES",
+    )
+
+
+@check("TIMER-NOT-EARLY", slow=True)
+async def timer_not_leasable_early(ctx: CheckContext) -> None:
+    """A 3-second timer's workflow task is not leasable before 3 s (0.5 s tolerance) after the complete."""
+    delay, tolerance = 3, 0.5
+    ctx.needs_short(delay + 10, "a 3-second timer plus 10 s of slack", "--max-wait")
+    run = await _leased_run(ctx)
+    loop = asyncio.get_running_loop()
+    reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}])
+    # The timer was scheduled before this response left the server, so this instant is late, never early:
+    # the elapsed time below can only understate how long the server held the task back.
+    scheduled = loop.time()
+    ctx.expect(reply, 200, what="start_timer", requirement="TIMER-NOT-EARLY")
+
+    async def probe() -> tuple[dict[str, Any], float] | None:
+        poll = await ctx.poll_wf(run.worker, run.queue, 1)
+        task = ctx.expect(poll, 200, what="workflow-task poll").get("task")
+        return (task, loop.time() - scheduled) if isinstance(task, dict) else None
+
+    task, elapsed = await ctx.wait_until(probe, timeout=delay + 10, what="the timer's workflow task")
+    ctx.require(
+        elapsed >= delay - tolerance,
+        f"the timer's workflow task must not be leasable before {delay}s",
+        expected=f">= {delay - tolerance:g}s after the start_timer complete",
+        received=f"leased after {elapsed:.2f}s",
+        requirement="TIMER-NOT-EARLY",
+    )
+    ctx.require(
+        task.get("workflow_id") == run.workflow_id,
+        "the leased task belongs to the timer's run",
+        expected=run.workflow_id,
+        received=task.get("workflow_id"),
+        requirement="TIMER-NOT-EARLY",
+    )
+
+
+# -- Payload shape (invariants 40-43) ---------------------------------------------------------------------
+
+
+@check("PAYLOAD-RESUME-CONTEXT-KEYS", "PAYLOAD-RESUME-CONTEXT-NULL-ON-START", "PAYLOAD-CODEC-AVRO")
+async def first_task_payload_shape(ctx: CheckContext) -> None:
+    """The first task after start has payload_codec avro and all 20 resume-context keys, every one null."""
+    run = await _leased_run(ctx, input=["x"])
+    task = run.task
+    missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
+    ctx.require(
+        not missing,
+        "every leased workflow task carries all 20 resume-context keys",
+        expected="all 20 keys (null when they do not apply)",
+        received=f"missing {missing}",
+        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
+    )
+    set_keys = {k: task[k] for k in RESUME_CONTEXT_KEYS if task[k] is not None}
+    ctx.require(
+        not set_keys,
+        "on the first task after start every resume-context key is null",
+        expected="all null",
+        received=set_keys,
+        requirement="PAYLOAD-RESUME-CONTEXT-NULL-ON-START",
+    )
+    ctx.require(
+        task.get("payload_codec") == "avro",
+        "a leased workflow task has payload_codec 'avro'",
+        expected="avro",
+        received=task.get("payload_codec"),
+        requirement="PAYLOAD-CODEC-AVRO",
+    )
+
+
+@check("PAYLOAD-RESUME-CONTEXT-KEYS", "PAYLOAD-CODEC-AVRO")
+async def resumed_task_payload_shape(ctx: CheckContext) -> None:
+    """A task resumed by a timer (not the first task) also carries all 20 resume-context keys, codec avro."""
+    run = await _leased_run(ctx)
+    ctx.expect(
+        await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": 0}]),
+        200,
+        what="start_timer with delay 0",
+        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
+    )
+    task = await ctx.lease_wf(run.worker, run.queue, within=15)
+    missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
+    ctx.require(
+        not missing,
+        "a resumed workflow task carries all 20 resume-context keys",
+        expected="all 20 keys (null when they do not apply)",
+        received=f"missing {missing}",
+        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
+    )
+    ctx.require(
+        task.get("payload_codec") == "avro",
+        "a resumed workflow task has payload_codec 'avro'",
+        expected="avro",
+        received=task.get("payload_codec"),
+        requirement="PAYLOAD-CODEC-AVRO",
+    )
+
+
+@check("PAYLOAD-ARGUMENTS-ENVELOPE")
+async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
+    """task.arguments is {codec:"avro", blob} decoding to the start's input array (null or [] for none)."""
+    cases: list[tuple[Any, Any]] = [
+        (["hello", 42], ["hello", 42]),
+        ([{"k": [1, 2.5, None, True]}, "x", -7], [{"k": [1, 2.5, None, True]}, "x", -7]),
+    ]
+    for given, wanted in cases:
+        run = await _leased_run(ctx, input=given)
+        args = run.task.get("arguments")
+        ctx.require(
+            isinstance(args, dict) and set(args) == {"codec", "blob"} and args.get("codec") == "avro",
+            "task.arguments is an envelope with exactly codec 'avro' and blob",
+            expected={"codec": "avro", "blob": "<base64>"},
+            received=args,
+            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
+        )
+        assert isinstance(args, dict)
+        try:
+            decoded: Any = decode_blob(args["blob"])
+        except CodecError as exc:
+            raise ctx.fail(
+                "task.arguments.blob does not decode with the golden-tested codec",
+                expected="an Avro Value frame",
+                received=f"{exc.code}: {exc}",
+                requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
+            ) from None
+        ctx.require(
+            _same_value(decoded, wanted),
+            "task.arguments decodes to the array of start inputs",
+            expected=repr(wanted),
+            received=repr(decoded),
+            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
+        )
+    run = await _leased_run(ctx)
+    args = run.task.get("arguments")
+    if args is not None:
+        ok = isinstance(args, dict) and args.get("codec") == "avro" and _decodes_to(args.get("blob"), [])
+        ctx.require(
+            ok,
+            "a start without input gives arguments null or an envelope of []",
+            expected="null or the envelope of []",
+            received=args,
+            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
+        )
+
+
+def _decodes_to(blob: Any, wanted: Any) -> bool:
+    try:
+        return isinstance(blob, str) and _same_value(decode_blob(blob), wanted)
+    except CodecError:
+        return False
+
+
+@check("PAYLOAD-START-ENVELOPE-UNCHANGED")
+async def start_envelope_returned_unchanged(ctx: CheckContext) -> None:
+    """Each golden blob (and each multi-block frame) sent as a start's input envelope comes back as
+    task.arguments.blob byte-identical."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    blobs = [(c["name"], c["wire_base64"]) for c in golden["cases"]]
+    blobs += [(f"{g['name']}[{i}]", w) for g in golden["alternate_map_orders"] for i, w in enumerate(g["wire_base64"])]
+    blobs += list(NON_CANONICAL_FRAMES.items())
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    for name, blob in blobs:
+        wid, _ = await ctx.start(queue, input={"codec": "avro", "blob": blob})
+        task = await ctx.lease_wf(worker, queue)
+        args = task.get("arguments")
+        ctx.require(
+            task.get("workflow_id") == wid
+            and isinstance(args, dict)
+            and args.get("blob") == blob
+            and args.get("codec") == "avro",
+            f"case {name}: the start envelope comes back in task.arguments unchanged",
+            expected={"codec": "avro", "blob": blob},
+            received=args,
+            requirement="PAYLOAD-START-ENVELOPE-UNCHANGED",
+        )
+        ctx.expect(
+            await ctx.complete(task, [{"type": "complete_workflow"}]),
+            200,
+            what="complete_workflow",
+            requirement="PAYLOAD-START-ENVELOPE-UNCHANGED",
+        )
+
+
+@check("PAYLOAD-ACTIVITY-ATTEMPT-ALIAS")
+async def activity_task_attempt_alias(ctx: CheckContext) -> None:
+    """A leased activity task also carries attempt, equal to attempt_number."""
+    run = await _leased_run(ctx)
+    ctx.expect(
+        await ctx.complete(
+            run.task,
+            [
+                {
+                    "type": "schedule_activity",
+                    "activity_type": "conformance.Alias",
+                    "arguments": ctx.envelope([]),
+                }
+            ],
+        ),
+        200,
+        what="schedule_activity",
+    )
+    task = await _poll_activity(ctx, run.worker, run.queue)
+    ctx.require(
+        "attempt" in task and task.get("attempt") == task.get("attempt_number"),
+        "the activity task carries attempt as an alias of attempt_number",
+        expected=f"attempt == attempt_number ({task.get('attempt_number')})",
+        received=task.get("attempt", "(absent)"),
+        requirement="PAYLOAD-ACTIVITY-ATTEMPT-ALIAS",
+    )
+
+
+# -- Codec: the suite's own codec against the golden vectors (invariant 65) --------------------------------
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equality that tells 7 from 7.0 and True from 1, and -0.0 from 0.0 (the golden negative_zero case)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _golden_value(case: dict[str, Any]) -> Any:
+    if "value_base64" in case:
+        return base64.b64decode(case["value_base64"])
+    if "value" not in case:
+        return _GOLDEN_VALUES[case["name"]]
+    value = case["value"]
+    if case["kind"] == "long":
+        return int(value)
+    if case["kind"] == "double":
+        return float(value)
+    return value
+
+
+@check("CODEC-GOLDEN-DECODE")
+async def codec_decodes_golden_cases(ctx: CheckContext) -> None:
+    """The suite's codec decodes all 16 golden cases (and both alternate map orders) to their values."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    cases = [(c["name"], c["wire_base64"], _golden_value(c)) for c in golden["cases"]]
+    cases += [
+        (g["name"], w, _GOLDEN_VALUES[g["name"]]) for g in golden["alternate_map_orders"] for w in g["wire_base64"]
+    ]
+    ctx.require(
+        len(golden["cases"]) == 16,
+        "the golden file has 16 valid cases",
+        expected=16,
+        received=len(golden["cases"]),
+    )
+    for name, wire, wanted in cases:
+        try:
+            got: Any = decode_blob(wire)
+        except CodecError as exc:
+            raise ctx.fail(f"golden case {name} does not decode", expected=repr(wanted), received=str(exc)) from None
+        ctx.require(
+            _same_value(got, wanted),
+            f"golden case {name} decodes to its listed value",
+            expected=repr(wanted),
+            received=repr(got),
+        )
+
+
+@check("CODEC-GOLDEN-ROUNDTRIP")
+async def codec_reencodes_golden_bytes(ctx: CheckContext) -> None:
+    """Re-encoding each golden case's value reproduces its bytes."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    for case in golden["cases"]:
+        wanted = case["wire_base64"]
+        got = encode_blob(_golden_value(case))
+        ctx.require(
+            got == wanted,
+            f"golden case {case['name']} re-encodes byte for byte",
+            expected=wanted,
+            received=got,
+        )
+
+
+@check("CODEC-MALFORMED-REJECTED")
+async def codec_rejects_malformed_frames(ctx: CheckContext) -> None:
+    """All 18 malformed golden frames fail with the listed error (17 framing, 1 schema)."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    frames = golden["malformed_frames"]
+    ctx.require(len(frames) == 18, "the golden file has 18 malformed frames", expected=18, received=len(frames))
+    for frame in frames:
+        try:
+            value = decode_blob(frame["wire_base64"])
+        except CodecError as exc:
+            ctx.require(
+                exc.code == frame["error"],
+                f"malformed frame {frame['name']} fails with its listed error",
+                expected=frame["error"],
+                received=exc.code,
+            )
+        else:
+            raise ctx.fail(
+                f"malformed frame {frame['name']} decoded instead of failing",
+                expected=frame["error"],
+                received=repr(value),
+            )
+
+
+@check("CODEC-FINGERPRINT")
+async def codec_fingerprint(ctx: CheckContext) -> None:
+    """The frame's fingerprint bytes are e2a33dff55802237, after the magic c301."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    ctx.require(
+        FINGERPRINT.hex() == "e2a33dff55802237" == golden["fingerprint"],
+        "the CRC-64-AVRO fingerprint of the Value schema is e2a33dff55802237",
+        expected="e2a33dff55802237",
+        received=FINGERPRINT.hex(),
+    )
+    frame = encode_value("x")
+    ctx.require(
+        frame[:10].hex() == "c301e2a33dff55802237",
+        "every frame starts with magic c301 and the fingerprint",
+        expected="c301e2a33dff55802237",
+        received=frame[:10].hex(),
+    )
+
+
+# -- Codec on the wire (invariants 44, 66, §13.1) -----------------------------------------------------------
+
+
+@check("CODEC-START-UNKNOWN-CODEC", "CODEC-NON-AVRO-ENVELOPE-422", "CODEC-CHECK-BEFORE-DECODE")
+async def start_with_unknown_codec(ctx: CheckContext) -> None:
+    """A start whose input envelope names a codec other than avro is 422 unsupported_payload_codec: and
+    creates no run, even when the blob is a valid Avro frame."""
+    queue = ctx.uid("q")
+    valid_frame = encode_blob(["hello", 42])
+    for codec in ("json", "php", "base64", "Y", ""):
+        wid = ctx.uid("wf")
+        body = {
+            "workflow_type": "conformance.Probe",
+            "workflow_id": wid,
+            "task_queue": queue,
+            "input": {"codec": codec, "blob": valid_frame},
+        }
+        reply = await ctx.client.control("POST", "/workflows", body)
+        ctx.expect(reply, 422, what=f"start with input codec {codec!r}", requirement="CODEC-START-UNKNOWN-CODEC")
+        _codec_error_named(ctx, reply, f"start with input codec {codec!r}", "CODEC-NON-AVRO-ENVELOPE-422")
+        probe = await ctx.client.control("GET", f"/workflows/{wid}")
+        ctx.expect(
+            probe,
+            404,
+            what=f"describe after the rejected start with codec {codec!r} (no run is created)",
+            requirement="CODEC-START-UNKNOWN-CODEC",
+        )
+        # Nothing was reserved either: the same workflow id now starts normally.
+        ctx.expect(
+            await ctx.client.control("POST", "/workflows", {**body, "input": ctx.envelope(["ok"])}),
+            201,
+            what="a valid start with the id of the rejected one",
+            requirement="CODEC-START-UNKNOWN-CODEC",
+        )
+
+
+@check("CODEC-CHECK-BEFORE-DECODE", "CODEC-NON-AVRO-ENVELOPE-422")
+async def command_envelope_codec_checked(ctx: CheckContext) -> None:
+    """Command result/arguments envelopes with a codec other than avro (around a valid Avro frame) are 422
+    unsupported_payload_codec: and apply nothing."""
+    run = await _leased_run(ctx)
+    before = await _state(ctx, run)
+    frame = encode_blob(["valid", "avro"])
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (
+            "complete_workflow.result codec json",
+            {"type": "complete_workflow", "result": {"codec": "json", "blob": frame}},
+        ),
+        (
+            "record_side_effect.result codec php",
+            {"type": "record_side_effect", "result": {"codec": "php", "blob": frame}},
+        ),
+        (
+            "schedule_activity.arguments codec json",
+            {
+                "type": "schedule_activity",
+                "activity_type": "conformance.Codec",
+                "arguments": {"codec": "json", "blob": frame},
+            },
+        ),
+        (
+            "continue_as_new.arguments codec base64",
+            {"type": "continue_as_new", "arguments": {"codec": "base64", "blob": frame}},
+        ),
+    ]
+    replies = []
+    for what, command in cases:
+        reply = await ctx.complete(run.task, [_side_effect("before"), command])
+        ctx.expect(reply, 422, what=what, requirement="CODEC-NON-AVRO-ENVELOPE-422")
+        _codec_error_named(ctx, reply, what, "CODEC-NON-AVRO-ENVELOPE-422")
+        replies.append(reply)
+    _same_state(
+        ctx,
+        before,
+        await _state(ctx, run),
+        "a batch with a non-avro envelope",
+        replies,
+        "CODEC-CHECK-BEFORE-DECODE",
+    )
+    ctx.expect(
+        await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("ok")}]),
+        200,
+        what="the same task completed with an avro envelope",
+        requirement="COMMANDS-RETRY-AFTER-REJECT",
+    )
+
+
+@check("CODEC-NON-AVRO-ENVELOPE-422")
+async def activity_envelope_codec_checked(ctx: CheckContext) -> None:
+    """An activity result or failure-details envelope with codec json is 422 unsupported_payload_codec:; the
+    attempt stays open."""
+    run = await _leased_run(ctx)
+    ctx.expect(
+        await ctx.complete(
+            run.task,
+            [
+                {
+                    "type": "schedule_activity",
+                    "activity_type": "conformance.Codec",
+                    "arguments": ctx.envelope([]),
+                }
+            ],
+        ),
+        200,
+        what="schedule_activity",
+    )
+    task = await _poll_activity(ctx, run.worker, run.queue)
+    base = {"activity_attempt_id": task.get("activity_attempt_id"), "lease_owner": run.worker}
+    frame = encode_blob("result")
+    path = f"/activity-tasks/{task['task_id']}"
+    reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "json", "blob": frame}})
+    ctx.expect(reply, 422, what="activity complete with result codec json", requirement="CODEC-NON-AVRO-ENVELOPE-422")
+    _codec_error_named(ctx, reply, "activity complete with result codec json", "CODEC-NON-AVRO-ENVELOPE-422")
+    reply = await ctx.client.worker(
+        f"{path}/fail", {**base, "failure": {"message": "x", "details": {"codec": "json", "blob": frame}}}
+    )
+    ctx.expect(reply, 422, what="activity fail with details codec json", requirement="CODEC-NON-AVRO-ENVELOPE-422")
+    _codec_error_named(ctx, reply, "activity fail with details codec json", "CODEC-NON-AVRO-ENVELOPE-422")
+    reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "avro", "blob": frame}})
+    ctx.expect(
+        reply,
+        200,
+        what="the attempt completed with an avro result after the rejections",
+        requirement="CODEC-NON-AVRO-ENVELOPE-422",
+    )
+
+
+@check("CODEC-SIGNAL-MALFORMED")
+async def signal_with_malformed_frame(ctx: CheckContext) -> None:
+    """A signal whose input is a malformed golden frame is 422 (never 5xx) and records no SignalReceived."""
+    golden = schemas.load_json("avro/avro-value-v1-golden.json")
+    queue = ctx.uid("q")
+    await ctx.register(queue)
+    wid, rid = await ctx.start(queue)
+    for frame in golden["malformed_frames"]:
+        reply = await ctx.client.control(
+            "POST",
+            f"/workflows/{wid}/signal/conformance",
+            {"input": {"codec": "avro", "blob": frame["wire_base64"]}},
+        )
+        ctx.expect(
+            reply,
+            422,
+            what=f"signal with malformed frame {frame['name']} ({frame['error']})",
+            requirement="CODEC-SIGNAL-MALFORMED",
+        )
+    events = await ctx.history(wid, rid)
+    ctx.require(
+        _count(events, "SignalReceived") == 0,
+        "a rejected signal records no SignalReceived",
+        expected="no SignalReceived",
+        received=[e.get("event_type") for e in events],
+        requirement="CODEC-SIGNAL-MALFORMED",
+    )
+    # The control: a well-formed signal is recorded, so the history above could have shown one.
+    ok = await ctx.client.control("POST", f"/workflows/{wid}/signal/conformance", {"input": ctx.envelope(["ok"])})
+    ctx.expect(ok, 202, what="a well-formed signal", requirement="CODEC-SIGNAL-MALFORMED")
+    events = await ctx.history(wid, rid)
+    ctx.require(
+        _count(events, "SignalReceived") == 1,
+        "the well-formed signal is recorded exactly once",
+        expected="one SignalReceived",
+        received=[e.get("event_type") for e in events],
+        requirement="CODEC-SIGNAL-MALFORMED",
+    )

@@ -1,0 +1,794 @@
+"""History: sequences, poll-inline paging, the history route's cursors, compression, and one terminal event
+per run and per activity attempt (PROTOCOL.md §8.2, §8.4, §8.5; invariants 29, 41, 45-48, 69)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.outcomes import NotCovered
+from suite.protocol.history import check_sequences, decompress_events
+from suite.registry import check
+
+# §8.2 and §12.3: the events that close a run, and those that close an activity attempt (§11).
+RUN_TERMINAL_EVENTS = frozenset(
+    {
+        "WorkflowCompleted",
+        "WorkflowFailed",
+        "WorkflowCancelled",
+        "WorkflowTerminated",
+        "WorkflowContinuedAsNew",
+        "WorkflowTimedOut",
+    }
+)
+ACTIVITY_TERMINAL_EVENTS = frozenset({"ActivityCompleted", "ActivityFailed", "ActivityCancelled", "ActivityTimedOut"})
+_STATUS_OF = {
+    "WorkflowCompleted": "completed",
+    "WorkflowFailed": "failed",
+    "WorkflowCancelled": "cancelled",
+    "WorkflowTerminated": "terminated",
+}
+
+# §8.5: "< 50 events MUST NOT be compressed, and > 50 with opt-in MAY be compressed."
+THRESHOLD = 50
+# Commands per filler batch; halved when the target answers 422 structural_limit_exceeded.
+BATCH = 250
+
+
+@dataclass
+class _Run:
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    task: dict[str, Any]
+
+    @property
+    def size(self) -> int:
+        """The run's history length as the leased task states it."""
+        value = self.task.get("last_history_sequence", self.task.get("total_history_events"))
+        return value if isinstance(value, int) else 0
+
+
+def _filler(count: int, tag: str) -> list[dict[str, Any]]:
+    """``count`` commands that each add one event: side effects and version markers, interleaved."""
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        if i % 2:
+            out.append(
+                {
+                    "type": "record_version_marker",
+                    "change_id": f"{tag}-{i}",
+                    "version": 1,
+                    "min_supported": 1,
+                    "max_supported": 1,
+                }
+            )
+        else:
+            out.append({"type": "record_side_effect", "result": CheckContext.envelope(i)})
+    return out
+
+
+async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> _Run:
+    """A run with at least ``min_events`` history events and a workflow task leased on it.
+
+    Each round completes the leased task with filler commands and a zero-delay timer, then leases the task
+    the timer wakes (with the ``poll`` extras, e.g. ``history_page_size``).
+    """
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, rid = await ctx.start(queue)
+    run = _Run(queue, worker, wid, rid, await ctx.lease_wf(worker, queue, **poll))
+    batch = BATCH
+    rounds = 0
+    while run.size < min_events:
+        rounds += 1
+        if rounds > 64:
+            raise ctx.fail(
+                f"could not grow the run to {min_events} events",
+                expected=f">= {min_events}",
+                received=run.size,
+            )
+        # Each round also adds TimerScheduled and TimerFired.
+        count = max(1, min(batch, min_events - run.size - 2))
+        commands = [*_filler(count, f"r{rounds}"), {"type": "start_timer", "delay_seconds": 0}]
+        reply = await ctx.complete(run.task, commands)
+        if reply.status == 422 and reply.reason == "structural_limit_exceeded" and batch > 8:
+            batch //= 2
+            continue
+        ctx.expect(
+            reply,
+            200,
+            what=f"a batch of {count} record_side_effect/record_version_marker commands and a "
+            "zero-delay timer (to build a long history)",
+        )
+        run.task = await ctx.lease_wf(worker, queue, within=15, **poll)
+    return run
+
+
+async def _page(ctx: CheckContext, run: _Run, **fields: Any) -> Reply:
+    return await ctx.wf_call(run.task, "history", fields)
+
+
+def _seqs(events: Any) -> list[Any]:
+    return [e.get("sequence") if isinstance(e, dict) else e for e in (events if isinstance(events, list) else [])]
+
+
+def _plain_events(ctx: CheckContext, reply: Reply, what: str, requirement: str) -> list[dict[str, Any]]:
+    """The events of a history page requested without opt-in: the plain array, never compressed."""
+    body = ctx.expect(reply, 200, what=what, requirement=requirement)
+    ctx.require(
+        "history_events_compressed" not in body,
+        f"{what}: without accept_history_encoding the page is the plain array",
+        expected="no history_events_compressed",
+        received=body.get("history_events_encoding"),
+        replies=[reply],
+        requirement="COMPRESSION-OPT-IN-ONLY",
+    )
+    events = body.get("history_events")
+    ctx.require(
+        isinstance(events, list),
+        f"{what}: history_events is an array",
+        expected="an array",
+        received=type(events).__name__,
+        replies=[reply],
+        requirement=requirement,
+    )
+    assert isinstance(events, list)
+    return events
+
+
+def _cursor(body: dict[str, Any]) -> bool:
+    """Whether a page carries a non-null cursor in either style (§8.2, §8.4)."""
+    return body.get("next_history_page_token") is not None or (
+        body.get("has_more") is True and body.get("next_after_sequence") is not None
+    )
+
+
+# -- Sequences (invariant 41) -----------------------------------------------------------------------------
+
+
+@check("HISTORY-SEQUENCE-CONTIGUOUS", "HISTORY-FIRST-TASK-STARTED")
+async def history_sequences_contiguous(ctx: CheckContext) -> None:
+    """history_events run 1, 2, 3, … with no gap on the first task and on a resumed task; the first task's
+    history holds WorkflowStarted."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    await ctx.start(queue)
+    first = await ctx.lease_wf(worker, queue)
+    events = first.get("history_events")
+    problem = check_sequences(_seqs(events))
+    ctx.require(
+        isinstance(events, list) and bool(events) and problem is None,
+        "the first task's history_events start at 1 and increase by exactly 1",
+        expected="1, 2, …",
+        received=problem or _seqs(events),
+        requirement="HISTORY-SEQUENCE-CONTIGUOUS",
+    )
+    types = [e.get("event_type") for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+    ctx.require(
+        "WorkflowStarted" in types,
+        "the first workflow task's history contains WorkflowStarted",
+        expected="WorkflowStarted among the events",
+        received=types,
+        requirement="HISTORY-FIRST-TASK-STARTED",
+    )
+    reply = await ctx.complete(first, [*_filler(9, "seq"), {"type": "start_timer", "delay_seconds": 0}])
+    ctx.expect(reply, 200, what="a batch of 9 side effects and markers and a zero-delay timer")
+    resumed = await ctx.lease_wf(worker, queue, within=15)
+    events = resumed.get("history_events")
+    problem = check_sequences(_seqs(events))
+    ctx.require(
+        isinstance(events, list) and len(events) >= 13 and problem is None,
+        "a resumed task's history_events start at 1 and increase by exactly 1",
+        expected="1, 2, … (at least 13 events)",
+        received=problem or _seqs(events),
+        requirement="HISTORY-SEQUENCE-CONTIGUOUS",
+    )
+
+
+# -- Pagination (invariants 45-47) ------------------------------------------------------------------------
+
+
+@check("HISTORY-INLINE-PAGE")
+async def history_inline_page(ctx: CheckContext) -> None:
+    """With N events and history_page_size p < N (p = 1 and p = 5) the poll returns exactly p events
+    (sequences 1..p) and a non-null cursor."""
+    for p in (1, 5):
+        run = await _long_run(ctx, 12, history_page_size=p)
+        events = run.task.get("history_events")
+        ctx.require(
+            _seqs(events) == list(range(1, p + 1)),
+            f"history_page_size {p} of {run.size} events gives exactly the first {p} events",
+            expected=list(range(1, p + 1)),
+            received=_seqs(events),
+            requirement="HISTORY-INLINE-PAGE",
+        )
+        cursor = {k: run.task.get(k) for k in ("next_history_page_token", "has_more", "next_after_sequence")}
+        ctx.require(
+            _cursor(run.task),
+            "a partial inline page carries a non-null cursor",
+            expected="next_history_page_token, or has_more true with next_after_sequence",
+            received=cursor,
+            requirement="HISTORY-INLINE-PAGE",
+        )
+
+
+async def _follow(ctx: CheckContext, run: _Run, p: int, style: str) -> list[Any]:
+    """Follow one cursor style from the inline page to the end; returns every sequence seen, in order."""
+    seen = _seqs(run.task.get("history_events"))
+    body = run.task
+    cap = min(p, 1000)
+    req = "HISTORY-PAGINATION-COMPLETE"
+    for _ in range(run.size + 2):
+        if style == "after_sequence":
+            if body.get("has_more") is not True:
+                return seen
+            fields: dict[str, Any] = {"after_sequence": body.get("next_after_sequence"), "page_size": p}
+        else:
+            if body.get("next_history_page_token") is None:
+                return seen
+            fields = {"next_history_page_token": body.get("next_history_page_token"), "page_size": p}
+        reply = await _page(ctx, run, **fields)
+        events = _plain_events(ctx, reply, f"history page by {style}", req)
+        ctx.require(
+            len(events) <= cap,
+            f"no history page is larger than min(p, 1000) = {cap}",
+            expected=f"<= {cap} events",
+            received=len(events),
+            replies=[reply],
+            requirement=req,
+        )
+        ctx.require(
+            bool(events),
+            "a page requested through a cursor that promised more is not empty",
+            expected="at least one event",
+            received=reply.json(),
+            replies=[reply],
+            requirement=req,
+        )
+        seen += _seqs(events)
+        body = reply.json()
+    raise ctx.fail(f"the {style} cursor did not end after {run.size + 2} pages", requirement=req)
+
+
+@check("HISTORY-PAGINATION-COMPLETE")
+async def history_pagination_complete(ctx: CheckContext) -> None:
+    """Following each cursor style the target emits (after_sequence/has_more and next_history_page_token)
+    yields every sequence 1..N exactly once, in order, in pages of at most min(p, 1000)."""
+    p = 7
+    run = await _long_run(ctx, 60, history_page_size=p)
+    n = run.size
+    styles = [
+        s
+        for s, present in (
+            ("after_sequence", run.task.get("has_more") is True),
+            ("next_history_page_token", run.task.get("next_history_page_token") is not None),
+        )
+        if present
+    ]
+    ctx.require(
+        bool(styles),
+        f"a {n}-event history polled with history_page_size {p} carries a cursor",
+        expected="has_more/next_after_sequence or next_history_page_token",
+        received={k: run.task.get(k) for k in ("has_more", "next_after_sequence", "next_history_page_token")},
+        requirement="HISTORY-PAGINATION-COMPLETE",
+    )
+    for style in styles:
+        ctx.expect(await ctx.wf_call(run.task, "heartbeat"), 200, what="workflow-task heartbeat between walks")
+        seen = await _follow(ctx, run, p, style)
+        ctx.require(
+            seen == list(range(1, n + 1)),
+            f"following {style} yields every sequence 1..{n} exactly once, in order",
+            expected=f"1..{n}",
+            received=check_sequences(seen) or f"{len(seen)} sequences ending {seen[-3:]}",
+            requirement="HISTORY-PAGINATION-COMPLETE",
+        )
+
+
+@check("HISTORY-PAGE-SIZE-CAP")
+async def history_page_size_capped(ctx: CheckContext) -> None:
+    """On a run of more than 1000 events, page_size 5000 gives at most 1000 events or a 422, on the history
+    route (page_size and history_page_size) and inline on the poll."""
+    run = await _long_run(ctx, 1005)
+    req = "HISTORY-PAGE-SIZE-CAP"
+
+    def check_page(reply: Reply, events: Any, what: str) -> None:
+        count = len(events) if isinstance(events, list) else 0
+        if reply.json().get("history_events_compressed"):
+            count = len(
+                decompress_events(
+                    str(reply.json().get("history_events_encoding")),
+                    str(reply.json().get("history_events_compressed")),
+                )
+            )
+        ctx.require(
+            count <= 1000,
+            f"{what}: a page never holds more than 1000 events",
+            expected="<= 1000 events, or 422",
+            received=f"{count} events",
+            replies=[reply],
+            requirement=req,
+        )
+
+    for key in ("page_size", "history_page_size"):
+        reply = await _page(ctx, run, after_sequence=0, **{key: 5000})
+        if reply.status != 422:
+            body = ctx.expect(reply, 200, what=f"history with {key} 5000", requirement=req)
+            check_page(reply, body.get("history_events"), f"history with {key} 5000")
+    reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": 0}])
+    ctx.expect(reply, 200, what="a zero-delay timer")
+
+    async def probe() -> Reply | None:
+        poll = await ctx.poll_wf(run.worker, run.queue, 1, history_page_size=5000)
+        return poll if poll.status == 422 or poll.json().get("task") else None
+
+    poll = await ctx.wait_until(probe, timeout=15, what="a poll with history_page_size 5000 (422 or a lease)")
+    if poll.status != 422:
+        body = ctx.expect(poll, 200, what="poll with history_page_size 5000", requirement=req)
+        check_page(poll, body["task"].get("history_events"), "poll with history_page_size 5000")
+
+
+@check("HISTORY-INVALID-TOKEN")
+async def history_invalid_page_token(ctx: CheckContext) -> None:
+    """A next_history_page_token that is not base64 of a decimal sequence is 400 invalid_page_token."""
+    run = await _long_run(ctx, 3)
+    for token in ("!!not-base64!!", "LTE=", "YWJj", "MS41"):  # not base64, then base64 of -1, abc and 1.5
+        reply = await _page(ctx, run, next_history_page_token=token)
+        ctx.expect(
+            reply,
+            400,
+            "invalid_page_token",
+            what=f"history with next_history_page_token {token!r}",
+            requirement="HISTORY-INVALID-TOKEN",
+        )
+    reply = await _page(ctx, run, next_history_page_token="MQ==")
+    ctx.expect(
+        reply,
+        200,
+        what="history with the valid token 'MQ==' (after sequence 1)",
+        requirement="HISTORY-INVALID-TOKEN",
+    )
+
+
+@check("HISTORY-BOTH-CURSORS")
+async def history_both_cursor_styles(ctx: CheckContext) -> None:
+    """The poll and the history route emit both cursor styles, and accept both: after_sequence and the token
+    lead to the same next page."""
+    p = 5
+    run = await _long_run(ctx, 20, history_page_size=p)
+    req = "HISTORY-BOTH-CURSORS"
+    emitted = {k: run.task.get(k) for k in ("has_more", "next_after_sequence", "next_history_page_token")}
+    ctx.require(
+        run.task.get("has_more") is True
+        and run.task.get("next_after_sequence") == p
+        and isinstance(run.task.get("next_history_page_token"), str),
+        "a partial inline page carries both has_more/next_after_sequence and next_history_page_token",
+        expected={"has_more": True, "next_after_sequence": p, "next_history_page_token": "<token>"},
+        received=emitted,
+        requirement=req,
+    )
+    by_seq = await _page(ctx, run, after_sequence=p, page_size=p)
+    by_token = await _page(ctx, run, next_history_page_token=run.task["next_history_page_token"], page_size=p)
+    a = _plain_events(ctx, by_seq, "history by after_sequence", req)
+    b = _plain_events(ctx, by_token, "history by next_history_page_token", req)
+    wanted = list(range(p + 1, 2 * p + 1))
+    ctx.require(
+        _seqs(a) == wanted and _seqs(b) == wanted,
+        "both cursor styles lead to the same next page",
+        expected=wanted,
+        received={"after_sequence": _seqs(a), "next_history_page_token": _seqs(b)},
+        replies=[by_seq, by_token],
+        requirement=req,
+    )
+    for reply in (by_seq, by_token):
+        body = reply.json()
+        ctx.require(
+            body.get("has_more") is True
+            and body.get("next_after_sequence") == 2 * p
+            and isinstance(body.get("next_history_page_token"), str),
+            "a history page emits both cursor styles",
+            expected={"has_more": True, "next_after_sequence": 2 * p, "next_history_page_token": "<token>"},
+            received={k: body.get(k) for k in emitted},
+            replies=[reply],
+            requirement=req,
+        )
+    last = await _page(ctx, run, after_sequence=run.size - 1, page_size=p)
+    body = ctx.expect(last, 200, what="the last history page", requirement=req)
+    ctx.require(
+        body.get("has_more") is False
+        and body.get("next_after_sequence") is None
+        and body.get("next_history_page_token") is None,
+        "the last page ends both cursors: has_more false, next_after_sequence and the token null",
+        expected={"has_more": False, "next_after_sequence": None, "next_history_page_token": None},
+        received={k: body.get(k) for k in emitted},
+        replies=[last],
+        requirement=req,
+    )
+
+
+# -- One terminal event (invariants 29, 69) ---------------------------------------------------------------
+
+
+async def _leased(ctx: CheckContext) -> _Run:
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, rid = await ctx.start(queue)
+    return _Run(queue, worker, wid, rid, await ctx.lease_wf(worker, queue))
+
+
+@check("HISTORY-ONE-TERMINAL-PER-RUN")
+async def history_one_terminal_event_per_run(ctx: CheckContext) -> None:
+    """Racing a closing complete against cancel and terminate, then retrying them on the closed run, leaves
+    exactly one terminal run event, matching the run's status."""
+
+    def close(run: _Run, verb: str) -> Awaitable[Reply]:
+        return ctx.client.control("POST", f"/workflows/{run.workflow_id}/{verb}", {"reason": "conformance race"})
+
+    def race(run: _Run, n: int) -> list[Awaitable[Reply]]:
+        if n == 0:
+            return [ctx.complete(run.task, [{"type": "complete_workflow"}]), close(run, "terminate")]
+        if n == 1:
+            return [
+                ctx.complete(run.task, [{"type": "fail_workflow", "message": "race"}]),
+                close(run, "cancel"),
+            ]
+        return [
+            close(run, "cancel"),
+            close(run, "terminate"),
+            ctx.complete(run.task, [{"type": "complete_workflow"}]),
+        ]
+
+    for n in range(3):
+        run = await _leased(ctx)
+        replies = list(await asyncio.gather(*race(run, n)))
+        # Everything again, now that the run is closed: each must be refused without a second terminal event.
+        replies += list(await asyncio.gather(*race(run, n)))
+        events = await ctx.history(run.workflow_id, run.run_id)
+        terminal = [e.get("event_type") for e in events if e.get("event_type") in RUN_TERMINAL_EVENTS]
+        ctx.require(
+            len(terminal) == 1,
+            "a run's history holds exactly one terminal run event",
+            expected="one of " + ", ".join(sorted(RUN_TERMINAL_EVENTS)),
+            received=terminal,
+            replies=replies,
+            requirement="HISTORY-ONE-TERMINAL-PER-RUN",
+        )
+        desc = await ctx.describe(run.workflow_id)
+        ctx.require(
+            desc.get("status") == _STATUS_OF.get(str(terminal[0])),
+            "the run's status is the one its terminal event records",
+            expected=_STATUS_OF.get(str(terminal[0])),
+            received=desc.get("status"),
+            replies=replies,
+            requirement="HISTORY-ONE-TERMINAL-PER-RUN",
+        )
+
+
+@check("HISTORY-ONE-WORKFLOW-COMPLETED")
+async def history_one_workflow_completed(ctx: CheckContext) -> None:
+    """After a second complete or a fail of an already completed task (also sent concurrently), history
+    shows exactly one WorkflowCompleted."""
+    req = "HISTORY-ONE-WORKFLOW-COMPLETED"
+    run = await _leased(ctx)
+    ctx.expect(
+        await ctx.complete(run.task, [{"type": "complete_workflow"}]),
+        200,
+        what="complete_workflow",
+        requirement=req,
+    )
+    again = await ctx.complete(run.task, [{"type": "complete_workflow"}])
+    ctx.expect(again, 409, what="a second complete of the completed task", requirement=req)
+    fail = await ctx.wf_call(run.task, "fail", {"failure": {"message": "late"}})
+    ctx.expect(fail, 409, what="a fail of the completed task", requirement=req)
+    # The same, raced: two completes of one lease at once.
+    raced = await _leased(ctx)
+    both = await asyncio.gather(
+        ctx.complete(raced.task, [{"type": "complete_workflow"}]),
+        ctx.complete(raced.task, [{"type": "complete_workflow"}]),
+    )
+    ctx.require(
+        sorted(r.status for r in both) == [200, 409],
+        "of two concurrent completes exactly one succeeds",
+        expected="[200, 409]",
+        received=sorted(r.status for r in both),
+        replies=list(both),
+        requirement=req,
+    )
+    for r, replies in ((run, [again, fail]), (raced, list(both))):
+        events = await ctx.history(r.workflow_id, r.run_id)
+        count = sum(1 for e in events if e.get("event_type") == "WorkflowCompleted")
+        ctx.require(
+            count == 1,
+            "history shows exactly one WorkflowCompleted",
+            expected=1,
+            received=[e.get("event_type") for e in events],
+            replies=replies,
+            requirement=req,
+        )
+
+
+async def _poll_activity(ctx: CheckContext, run: _Run) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        reply = await ctx.client.worker(
+            "/activity-tasks/poll",
+            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
+            timeout=16,
+        )
+        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
+        return task if isinstance(task, dict) else None
+
+    return await ctx.wait_until(probe, timeout=10, what=f"an activity task on {run.queue}")
+
+
+@check("HISTORY-ONE-TERMINAL-PER-ATTEMPT")
+async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
+    """Duplicate, late and concurrent completes and fails of activity attempts leave at most one terminal
+    event per activity_attempt_id in control-plane history."""
+    req = "HISTORY-ONE-TERMINAL-PER-ATTEMPT"
+    run = await _leased(ctx)
+    activity = {
+        "type": "schedule_activity",
+        "activity_type": "conformance.Once",
+        "arguments": ctx.envelope([]),
+    }
+    ctx.expect(await ctx.complete(run.task, [activity, activity, activity]), 200, what="three schedule_activity")
+    tasks = [await _poll_activity(ctx, run) for _ in range(3)]
+
+    def call(task: dict[str, Any], verb: str) -> Awaitable[Reply]:
+        body: dict[str, Any] = {
+            "activity_attempt_id": task.get("activity_attempt_id"),
+            "lease_owner": run.worker,
+        }
+        body.update({"result": ctx.envelope(verb)} if verb == "complete" else {"failure": {"message": verb}})
+        return ctx.client.worker(f"/activity-tasks/{task['task_id']}/{verb}", body)
+
+    # 1: complete, a duplicate complete, a late fail. 2: complete and fail at once. 3: two fails at once.
+    replies = [
+        await call(tasks[0], "complete"),
+        await call(tasks[0], "complete"),
+        await call(tasks[0], "fail"),
+    ]
+    replies += await asyncio.gather(call(tasks[1], "complete"), call(tasks[1], "fail"))
+    replies += await asyncio.gather(call(tasks[2], "fail"), call(tasks[2], "fail"))
+    events = await ctx.history(run.workflow_id, run.run_id)
+    terminal = [e for e in events if e.get("event_type") in ACTIVITY_TERMINAL_EVENTS]
+    summary = [(e.get("event_type"), (e.get("payload") or {}).get("activity_attempt_id")) for e in terminal]
+    ctx.require(
+        len(terminal) == 3,
+        "three activities with one attempt each close with three terminal events",
+        expected="3 terminal activity events",
+        received=summary,
+        replies=replies,
+        requirement=req,
+    )
+    keys = Counter(
+        (e.get("payload") or {}).get("activity_attempt_id") for e in terminal if isinstance(e.get("payload"), dict)
+    )
+    repeated = {k: n for k, n in keys.items() if k is not None and n > 1}
+    ctx.require(
+        not repeated,
+        "no activity_attempt_id has two terminal events",
+        expected="at most one per attempt",
+        received=repeated,
+        replies=replies,
+        requirement=req,
+    )
+    attempts = {t.get("activity_attempt_id") for t in tasks}
+    named = {k for k in keys if k is not None}
+    ctx.require(
+        not named or named == attempts,
+        "the terminal events name the three leased attempts",
+        expected=sorted(str(a) for a in attempts),
+        received=sorted(str(k) for k in named),
+        replies=replies,
+        requirement=req,
+    )
+
+
+# -- Compression (invariant 48, §8.5) ---------------------------------------------------------------------
+
+
+def _compressed(reply: Reply) -> tuple[str, str] | None:
+    body = reply.json()
+    blob = body.get("history_events_compressed")
+    return (str(body.get("history_events_encoding")), str(blob)) if blob is not None else None
+
+
+@check("COMPRESSION-BELOW-THRESHOLD")
+async def compression_below_threshold(ctx: CheckContext) -> None:
+    """With gzip opted in, pages of fewer than 50 events (of a 60+ event run) come back uncompressed, inline
+    on the poll and from the history route."""
+    req = "COMPRESSION-BELOW-THRESHOLD"
+    run = await _long_run(ctx, 60, history_page_size=THRESHOLD - 1, accept_history_encoding="gzip")
+    ctx.require(
+        "history_events_compressed" not in run.task and len(run.task.get("history_events") or []) == 49,
+        "a 49-event inline page is not compressed, even with gzip opted in",
+        expected="49 plain history_events",
+        received={
+            "history_events": len(run.task.get("history_events") or []),
+            "history_events_encoding": run.task.get("history_events_encoding"),
+        },
+        requirement=req,
+    )
+    for what, fields in (
+        ("a 49-event page", {"after_sequence": 0, "page_size": THRESHOLD - 1}),
+        ("the last 10 events", {"after_sequence": run.size - 10, "page_size": 1000}),
+        ("one event", {"after_sequence": 0, "page_size": 1}),
+    ):
+        for accept in ("gzip", "deflate", "gzip, deflate"):
+            reply = await _page(ctx, run, accept_history_encoding=accept, **fields)
+            body = ctx.expect(reply, 200, what=f"history of {what} with {accept!r}", requirement=req)
+            ctx.require(
+                _compressed(reply) is None and bool(body.get("history_events")),
+                f"{what} (fewer than 50 events) is never compressed, even with {accept!r} opted in",
+                expected="plain history_events, no history_events_compressed",
+                received={
+                    "history_events": len(body.get("history_events") or []),
+                    "history_events_encoding": body.get("history_events_encoding"),
+                },
+                replies=[reply],
+                requirement=req,
+            )
+
+
+@check("COMPRESSION-ROUNDTRIP", "COMPRESSION-ABOVE-THRESHOLD")
+async def compression_roundtrip(ctx: CheckContext) -> None:
+    """A compressed page (gzip and deflate, on the history route and inline) has history_events [] and the
+    offered encoding, and base64 → decompress → JSON equals the uncompressed page."""
+    run = await _long_run(ctx, 64, accept_history_encoding="gzip")
+    plain = _plain_events(
+        ctx,
+        await _page(ctx, run, after_sequence=0, page_size=1000),
+        "history without opt-in",
+        "COMPRESSION-ROUNDTRIP",
+    )
+    ctx.require(
+        len(plain) == run.size and len(plain) > THRESHOLD,
+        "the uncompressed page holds the whole history",
+        expected=f"{run.size} events",
+        received=len(plain),
+        requirement="COMPRESSION-ROUNDTRIP",
+    )
+    observed: list[str] = []
+    inline = {
+        "history_events": run.task.get("history_events"),
+        "history_events_compressed": run.task.get("history_events_compressed"),
+        "history_events_encoding": run.task.get("history_events_encoding"),
+    }
+    pages: list[tuple[str, str, dict[str, Any], list[Reply]]] = [("gzip", "the inline poll page", inline, [])]
+    for accept in ("gzip", "deflate"):
+        reply = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding=accept)
+        pages.append(
+            (
+                accept,
+                f"a history page with {accept!r}",
+                ctx.expect(reply, 200, what=f"history, {accept}", requirement="COMPRESSION-ROUNDTRIP"),
+                [reply],
+            )
+        )
+    for accept, what, body, replies in pages:
+        blob = body.get("history_events_compressed")
+        if blob is None:
+            # Not compressing is allowed (MAY); an uncompressed answer must then be the whole plain page.
+            ctx.require(
+                body.get("history_events") == plain,
+                f"{what}, left uncompressed, holds the plain events",
+                expected=f"{len(plain)} events",
+                received=len(body.get("history_events") or []),
+                replies=replies,
+                requirement="COMPRESSION-ROUNDTRIP",
+            )
+            continue
+        observed.append(accept)
+        encoding = body.get("history_events_encoding")
+        ctx.require(
+            encoding == accept,
+            f"{what} is compressed with the encoding the client offered",
+            expected=accept,
+            received=encoding,
+            replies=replies,
+            requirement="COMPRESSION-ABOVE-THRESHOLD",
+        )
+        ctx.require(
+            body.get("history_events") == [],
+            f"{what}: a compressed page has history_events []",
+            expected="[]",
+            received=f"{len(body.get('history_events') or [])} events",
+            replies=replies,
+            requirement="COMPRESSION-ROUNDTRIP",
+        )
+        try:
+            decoded = decompress_events(accept, str(blob))
+        except ValueError as exc:
+            raise ctx.fail(
+                f"{what}: history_events_compressed does not decode",
+                expected=f"base64 of {accept} JSON",
+                received=str(exc),
+                replies=replies,
+                requirement="COMPRESSION-ROUNDTRIP",
+            ) from None
+        differ = [i for i, (x, y) in enumerate(zip(decoded, plain, strict=False)) if x != y][:3]
+        ctx.require(
+            decoded == plain,
+            f"{what}: base64 → {accept} → JSON equals the uncompressed page",
+            expected=f"the {len(plain)} plain events",
+            received=f"{len(decoded)} events, differing at indexes {differ}",
+            replies=replies,
+            requirement="COMPRESSION-ROUNDTRIP",
+        )
+    if not observed:
+        raise NotCovered(
+            "the target compressed none of the 64-event pages offered gzip or deflate (compression is a "
+            "MAY), so the round trip could not be observed"
+        )
+
+
+@check("COMPRESSION-OPT-IN-ONLY")
+async def compression_opt_in_only(ctx: CheckContext) -> None:
+    """Without accept_history_encoding, or with only unsupported encodings, a 60+ event page is plain."""
+    req = "COMPRESSION-OPT-IN-ONLY"
+    run = await _long_run(ctx, 64)
+    ctx.require(
+        "history_events_compressed" not in run.task and len(run.task.get("history_events") or []) == run.size,
+        "a poll without opt-in carries the plain history_events",
+        expected=f"{run.size} plain events",
+        received={
+            "history_events": len(run.task.get("history_events") or []),
+            "history_events_encoding": run.task.get("history_events_encoding"),
+        },
+        requirement=req,
+    )
+    plain = _plain_events(ctx, await _page(ctx, run, after_sequence=0, page_size=1000), "history without opt-in", req)
+    ctx.require(
+        len(plain) == run.size,
+        "the plain page holds every event",
+        expected=run.size,
+        received=len(plain),
+        requirement=req,
+    )
+    for accept in ("br", "identity", "compress", "zstd, br", "x-gzip-not", ""):
+        reply = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding=accept)
+        body = ctx.expect(reply, 200, what=f"history with accept_history_encoding {accept!r}", requirement=req)
+        ctx.require(
+            _compressed(reply) is None and body.get("history_events") == plain,
+            f"an unsupported encoding ({accept!r}) is ignored: the page is the plain array",
+            expected=f"{len(plain)} plain events",
+            received={
+                "history_events": len(body.get("history_events") or []),
+                "history_events_encoding": body.get("history_events_encoding"),
+            },
+            replies=[reply],
+            requirement=req,
+        )
+
+
+@check("COMPRESSION-GZIP-PREFERRED")
+async def compression_prefers_gzip(ctx: CheckContext) -> None:
+    """With both gzip and deflate listed the server picks gzip; encoding names match case-insensitively."""
+    req = "COMPRESSION-GZIP-PREFERRED"
+    run = await _long_run(ctx, 64)
+    probe = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding="gzip")
+    ctx.expect(probe, 200, what="history with 'gzip'", requirement=req)
+    if _compressed(probe) is None:
+        raise NotCovered(
+            "the target did not compress a 64-event page offered gzip (compression is a MAY), so its "
+            "preference cannot be observed"
+        )
+    for accept in ("deflate, gzip", "deflate,gzip", "GZIP", "Deflate, GZip"):
+        reply = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding=accept)
+        ctx.expect(reply, 200, what=f"history with {accept!r}", requirement=req)
+        got = _compressed(reply)
+        ctx.require(
+            got is not None and got[0] == "gzip",
+            f"accept_history_encoding {accept!r} gets gzip, as 'gzip' alone did",
+            expected="history_events_encoding gzip",
+            received=got[0] if got else "not compressed",
+            replies=[probe, reply],
+            requirement=req,
+        )

@@ -1,0 +1,11 @@
+"""Hypothesis state machines that drive a target through long random sequences, race requests, wait out
+leases and judge every answer with the pure protocol model (PROTOCOL.md §8-§11, seed 003)."""
+
+from __future__ import annotations
+
+from .base import MachineBase
+from .workflow_leases import WorkflowLeaseMachine
+
+__all__ = ["MACHINES", "MachineBase"]
+
+MACHINES: tuple[type[MachineBase], ...] = (WorkflowLeaseMachine,)

@@ -1,0 +1,224 @@
+"""Running a machine as part of ``pytest --target``: budget, seed, verdicts, coverage ledger and the
+replay bundle of a failure.
+
+A machine judges several requirements. It passes a requirement only if the run reached the hard state
+that requirement needs (the coverage ledger): a requirement whose state was never reached is
+``not-covered``, never ``passed``. A failure is shrunk by Hypothesis; the final, minimal step program is
+written to ``reports/<run-id>/replay/<machine>/`` as a runnable script, with the seed and the exchanges.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis import seed as hypothesis_seed
+from hypothesis import settings as hypothesis_settings
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import get_state_machine_test
+
+from suite.context import TargetInfo
+from suite.outcomes import CheckFailure, HarnessError, Verdict
+from suite.protocol.requirements import REGISTRY, Level, applicable
+
+from .base import LEDGER, MachineBase
+
+__all__ = ["MachineBudget", "MachineResult", "run_machine"]
+
+
+@dataclass(frozen=True)
+class MachineBudget:
+    examples: int = 6
+    steps: int = 25
+    seed: int = 0
+
+
+@dataclass
+class MachineResult:
+    records: list[dict[str, Any]]
+    failed: bool
+    message: str
+    bundle: str | None
+
+
+def run_machine(
+    cls: type[MachineBase], target: TargetInfo, budget: MachineBudget, replay_dir: Path | None
+) -> MachineResult:
+    bound = cls.bound(target)
+    LEDGER[cls.name] = Counter()
+    settings = hypothesis_settings(
+        max_examples=budget.examples,
+        stateful_step_count=budget.steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.generate, Phase.shrink),
+        verbosity=Verbosity.normal,
+        report_multiple_bugs=False,
+    )
+    reported: list[str] = []
+    test = hypothesis_seed(budget.seed)(get_state_machine_test(bound, settings=settings))
+    outcome: BaseException | None = None
+    with with_reporter(lambda text: reported.append(str(text))):
+        try:
+            test()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            outcome = exc
+    ledger = dict(LEDGER.get(cls.name, Counter()))
+    requirements: dict[str, str | None] = getattr(cls, "REQUIREMENTS", {})
+    base = {
+        "check": f"machine:{cls.name}",
+        "doc": _first_line(cls),
+        "capability": None,
+        "ledger": ledger,
+        "budget": budget.__dict__,
+    }
+    records: list[dict[str, Any]] = []
+    bundle = None
+    failure = _failure_of(outcome)
+    message = ""
+    if outcome is not None:
+        steps = _steps(outcome, reported)
+        if replay_dir is not None:
+            bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
+        if failure is not None:
+            message = f"{failure}\n\nMinimal failing step program:\n{steps}"
+        else:
+            message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
+    for req_id, state in requirements.items():
+        rec: dict[str, Any] = {**base, "requirements": [req_id]}
+        if not applicable(REGISTRY[req_id], target.certified_minor):
+            rec.update(verdict=Verdict.NOT_COVERED.value, message="not applicable at this protocol version")
+        elif failure is not None and failure.requirement == req_id:
+            level = REGISTRY[req_id].level
+            verdict = Verdict.FAILED if level is Level.MUST else Verdict.NON_STRICT
+            rec.update(
+                verdict=verdict.value,
+                message=message,
+                failed_requirement=req_id,
+                replay=bundle,
+                exchanges=[e.to_json() for e in failure.exchanges],
+            )
+        elif outcome is not None and failure is None:
+            verdict = Verdict.ERROR
+            rec.update(verdict=verdict.value, message=message)
+        elif state is not None and not ledger.get(state):
+            rec.update(
+                verdict=Verdict.NOT_COVERED.value,
+                message=f"the machine never reached '{state}' in {budget.examples} examples × "
+                f"{budget.steps} steps; raise --machine-examples/--machine-steps or shorten leases",
+            )
+        else:
+            rec.update(verdict=Verdict.PASSED.value, message="")
+        records.append(rec)
+    if failure is not None and failure.requirement not in requirements and failure.requirement in REGISTRY:
+        records.append(
+            {
+                **base,
+                "requirements": [failure.requirement],
+                "verdict": Verdict.FAILED.value,
+                "message": message,
+                "failed_requirement": failure.requirement,
+                "replay": bundle,
+                "exchanges": [e.to_json() for e in failure.exchanges],
+            }
+        )
+    return MachineResult(records, failure is not None or outcome is not None, message, bundle)
+
+
+def _first_line(cls: type[MachineBase]) -> str:
+    for klass in cls.__mro__:  # a bound subclass has no docstring of its own
+        if klass.__doc__:
+            return klass.__doc__.strip().splitlines()[0]
+    return cls.name
+
+
+def _failure_of(exc: BaseException | None) -> CheckFailure | None:
+    """The CheckFailure inside whatever Hypothesis raised (it may wrap it in an exception group)."""
+    if exc is None:
+        return None
+    if isinstance(exc, CheckFailure):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _failure_of(inner)
+            if found is not None:
+                return found
+    if isinstance(exc, HarnessError):
+        return None
+    return _failure_of(exc.__cause__) if exc.__cause__ is not None else None
+
+
+def _steps(outcome: BaseException, reported: list[str]) -> str:
+    """The step program of the final, shrunk example: Hypothesis attaches it to the exception as notes
+    (``state = Machine()`` … ``state.teardown()``); older versions report it instead."""
+    lines = [str(n) for n in getattr(outcome, "__notes__", [])]
+    if not any(line.startswith("state = ") for line in lines):
+        lines = "\n".join(reported).splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"^state = \w+\(\)", line)]
+    if not starts:
+        return ""
+    program = []
+    for line in lines[starts[-1] :]:
+        if line.startswith("state.teardown()"):
+            break
+        # Keep the step statements; drop the notes recorded between them (exchanges, checks run).
+        if re.match(r"^(state\b|\(|\w+ = state\.)", line):
+            program.append(line)
+    return "\n".join(program)
+
+
+def _write_bundle(
+    folder: Path,
+    cls: type[MachineBase],
+    target: TargetInfo,
+    budget: MachineBudget,
+    steps: str,
+    failure: CheckFailure | None,
+    outcome: BaseException,
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    module = cls.__module__
+    script = f'''\
+"""Replay of a failing {cls.name} run: the minimal step program, runnable against any URL.
+
+    python replay.py [URL]
+
+Found with seed {budget.seed} ({budget.examples} examples x {budget.steps} steps). The expectations are
+recomputed by the pure model at every step, so the verdict means the same on every replay.
+"""
+
+import sys
+
+from suite.context import TargetInfo
+from suite.target import probe_cluster_info
+from {module} import {cls.__name__} as _Machine
+
+url = sys.argv[1] if len(sys.argv) > 1 else {target.url!r}
+target = TargetInfo(url=url, cluster_info=probe_cluster_info(url, None), max_wait={target.max_wait!r})
+{cls.__name__} = _Machine.bound(target)
+{steps}
+state.teardown()
+print("replayed without a violation")
+'''
+    (folder / "replay.py").write_text(script, encoding="utf-8")
+    exchanges = [e.to_json() for e in (failure.exchanges if failure else [])]
+    (folder / "exchanges.json").write_text(json.dumps(exchanges, indent=2, default=str), encoding="utf-8")
+    (folder / "README.txt").write_text(
+        textwrap.dedent(f"""\
+        machine: {cls.name}
+        seed: {budget.seed}   (re-run: DW_CONFORMANCE_SEED={budget.seed} pytest --target=... --requirement ...)
+        failure: {failure if failure is not None else outcome}
+        """),
+        encoding="utf-8",
+    )
+    return folder
