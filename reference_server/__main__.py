@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Long-poll hold when a poll sends no timeout_seconds (default 30, env DW_WORKER_POLL_TIMEOUT).",
     )
     p.add_argument(
+        "--long-poll-max",
+        type=int,
+        default=60,
+        help="Longest long-poll hold in seconds: larger timeout_seconds are clamped to it (default 60, the "
+        "protocol maximum; a shorter clamp is advertised in the test profile).",
+    )
+    p.add_argument(
         "--max-active-leases-per-queue",
         type=int,
         default=None,
@@ -112,7 +119,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         activity_lease_seconds=args.activity_lease_seconds,
         query_timeout_seconds=args.query_timeout,
         query_lease_seconds=args.query_lease_seconds,
-        long_poll_default_seconds=args.long_poll_default,
+        long_poll_default_seconds=min(args.long_poll_default, args.long_poll_max),
+        long_poll_max_seconds=max(1, min(60, args.long_poll_max)),
         max_active_leases_per_queue=args.max_active_leases_per_queue,
         worker_token=args.worker_token or None,
         operator_token=args.operator_token or None,

@@ -294,10 +294,11 @@ def parse_fail(body: Mapping[str, Any]) -> tuple[Fence, Failure]:
             errors[f"failure.{key}"] = [f"failure.{key} must be a boolean or null."]
         flags[key] = value is True
     kind = raw.get("kind")
-    if kind is not None and kind not in FAILURE_KINDS:
+    # isinstance first: an unhashable value (a JSON object) must be a 422, not a TypeError.
+    if kind is not None and (not isinstance(kind, str) or kind not in FAILURE_KINDS):
         errors["failure.kind"] = [f"failure.kind must be one of {sorted(FAILURE_KINDS)} or null."]
     timeout_type = raw.get("timeout_type")
-    if timeout_type is not None and timeout_type not in TIMEOUT_TYPES:
+    if timeout_type is not None and (not isinstance(timeout_type, str) or timeout_type not in TIMEOUT_TYPES):
         errors["failure.timeout_type"] = [f"failure.timeout_type must be one of {sorted(TIMEOUT_TYPES)} or null."]
     details = _blob(raw.get("details"), "failure.details", errors, bare_ok=False)
     if errors:

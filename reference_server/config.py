@@ -55,4 +55,5 @@ class Settings:
             "stale_worker_seconds": self.stale_worker_seconds,
             "auth_enabled": self.auth_enabled,
             "faults": sorted(self.faults),
+            "matching_switch": "/api/task-queues/{queue}/matching",
         }

@@ -76,6 +76,9 @@ class Server:
         ]
         self.app.capabilities = capabilities
         self.server_id = new_id()
+        # Appendix C test knob: queues whose matching layer is switched off (poll_status "unavailable").
+        # In memory on purpose: it simulates an infrastructure outage, which does not survive a restart.
+        self.unavailable_queues: set[tuple[str, str]] = set()
         self._scheduler: asyncio.Task[None] | None = None
         self._scheduler_wake = asyncio.Event()
         self.http: HttpServer | None = None
@@ -306,6 +309,14 @@ class Server:
                 "The poll's build_id differs from the registered one.",
                 {"registered_build_id": worker["build_id"], "requested_build_id": build_id},
             )
+        if (ctx.namespace, queue) in self.unavailable_queues:
+            # §7.4: "The queue or matching layer could not coordinate safely" → 503, task null.
+            raise Rejection(
+                503,
+                "matching_unavailable",
+                "The matching layer of this task queue is unavailable; retry the poll.",
+                {"poll_status": "unavailable", "task": None, "retry_after_seconds": 1},
+            )
         drained = (
             self.store.read()
             .execute(
@@ -389,6 +400,7 @@ class Server:
             a.add("POST", prefix + "/terminate", CONTROL, self.terminate)
         a.add("POST", "/api/task-queues/{queue}/build-ids/drain", CONTROL, self.drain)
         a.add("POST", "/api/task-queues/{queue}/build-ids/resume", CONTROL, self.resume)
+        a.add("POST", "/api/task-queues/{queue}/matching", CONTROL, self.matching_switch)
         from . import activities, queries
 
         activities.register(self)
@@ -1134,6 +1146,19 @@ class Server:
                     "wait_timed_out": True,
                 }
             await self.hub.wait(ev, remaining)
+
+    async def matching_switch(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        """Test knob (PROTOCOL.md Appendix C): ``{"available": false}`` makes every poll of this queue answer
+        ``poll_status: "unavailable"`` (503) until ``{"available": true}``. Advertised in the test profile."""
+        available = ctx.obj().get("available")
+        if not isinstance(available, bool):
+            raise validation_error({"available": ["available is required and must be a boolean."]})
+        key = (ctx.namespace, ctx.params["queue"])
+        if available:
+            self.unavailable_queues.discard(key)
+        else:
+            self.unavailable_queues.add(key)
+        return 200, {"namespace": ctx.namespace, "task_queue": ctx.params["queue"], "matching_available": available}
 
     async def drain(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         return self._drain(ctx, "draining")

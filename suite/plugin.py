@@ -142,6 +142,8 @@ def _resolve_target(config: pytest.Config) -> TargetInfo:
         url = target.rstrip("/")
     worker_token = config.getoption("--worker-token") or None
     operator_token = config.getoption("--operator-token") or None
+    if embedded and not (worker_token or operator_token):
+        worker_token, operator_token = server.worker_token, server.operator_token
     info = probe_cluster_info(url, operator_token or worker_token)
     return TargetInfo(
         url=url,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -37,6 +38,8 @@ EMBEDDED_ARGS: tuple[str, ...] = (
     "3",
     "--max-active-leases-per-queue",
     "16",
+    "--long-poll-max",
+    "8",
 )
 
 
@@ -80,9 +83,14 @@ class EmbeddedServer:
     _proc: subprocess.Popen[str] | None = None
     _dir: str = ""
     log_path: str = ""
+    worker_token: str | None = None
+    operator_token: str | None = None
     _env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> str:
+        # Role tokens, so the auth requirements are covered too; they live only in this process.
+        self.worker_token = secrets.token_urlsafe(18)
+        self.operator_token = secrets.token_urlsafe(18)
         self._dir = tempfile.mkdtemp(prefix="dw-embedded-")
         self.log_path = os.path.join(self._dir, "server.log")
         log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - handed to the child
@@ -97,6 +105,12 @@ class EmbeddedServer:
             "--db",
             os.path.join(self._dir, "dw.sqlite"),
             *self.extra_args,
+            "--worker-token",
+            self.worker_token,
+            "--operator-token",
+            self.operator_token,
+            "--admin-token",
+            secrets.token_urlsafe(18),
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **self._env}

@@ -505,3 +505,48 @@ async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
         raise NotCovered("needs distinct worker and operator tokens", "--operator-token different from --worker-token")
     reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=ctx.target.operator_token)
     ctx.expect(reply, 403, "forbidden")
+
+
+@check("VERSION-ACCEPTED-RANGE-FIELD")
+async def version_error_accepted_range(ctx: CheckContext) -> None:
+    """A version rejection MAY carry accepted_versions; when it does, it is {min: "1.0", max: advertised}."""
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version="1.99")
+    body = ctx.expect(reply, 400, "unsupported_protocol_version")
+    if "accepted_versions" not in body:
+        raise NotCovered("the target does not send the optional accepted_versions field")
+    ctx.require(
+        body["accepted_versions"] == {"min": "1.0", "max": _advertised(ctx)},
+        "accepted_versions names the accepted range",
+        expected={"min": "1.0", "max": _advertised(ctx)},
+        received=body["accepted_versions"],
+        replies=[reply],
+    )
+
+
+@check("SCHEMA-RESPONSES")
+async def responses_match_schemas(ctx: CheckContext) -> None:
+    """A representative exchange of every kind validates against schemas/ (every check validates its own too)."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    await ctx.client.worker("/heartbeat", {"worker_id": wid})
+    await ctx.client.worker("/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1})
+    workflow_id, run_id = await ctx.start(queue, input=["hello", 42])
+    task = await ctx.lease_wf(wid, queue)
+    await ctx.wf_call(task, "heartbeat")
+    await ctx.wf_call(task, "history", {"after_sequence": 0})
+    await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}])
+    await ctx.complete(task, [{"type": "complete_workflow"}])  # 409: not leased any more
+    await ctx.client.control("POST", f"/workflows/{workflow_id}/signal/go", {"input": ["x"]})
+    await ctx.describe(workflow_id)
+    await ctx.client.control("GET", f"/workflows/{workflow_id}/runs")
+    await ctx.history(workflow_id, run_id)
+    await ctx.client.control("POST", f"/workflows/{workflow_id}/cancel", {"reason": "done"})
+    await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None)
+    await ctx.client.control("GET", f"/workflows/{ctx.uid('absent')}")
+    problems = [(e, err) for e in ctx.exchanges for err in e.schema_errors]
+    ctx.require(
+        not problems,
+        "every response matches its schema",
+        expected="no schema violations",
+        received=[f"{e.summary()}: {err}" for e, err in problems][:5],
+    )

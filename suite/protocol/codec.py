@@ -108,9 +108,7 @@ refused with :class:`InvalidPayloadFraming` before fastavro sees it, and a nativ
 
 _PINNED_FINGERPRINT: Final = bytes.fromhex("e2a33dff55802237")
 
-_SCHEMA_JSON: Final[dict[str, Any]] = json.loads(
-    schemas.load_text("avro/durable_workflow.protocol.Value.v1.avsc")
-)
+_SCHEMA_JSON: Final[dict[str, Any]] = json.loads(schemas.load_text("avro/durable_workflow.protocol.Value.v1.avsc"))
 SCHEMA_CANONICAL_FORM: Final[str] = to_parsing_canonical_form(_SCHEMA_JSON)
 """The Parsing Canonical Form of ``durable_workflow.protocol.Value``, the input of the fingerprint."""
 
@@ -246,8 +244,7 @@ def _check_text(text: str, what: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise UnsupportedValueType(
-            f"{what} {_preview(text)} holds a lone surrogate and cannot be encoded as UTF-8; "
-            "fix the text first"
+            f"{what} {_preview(text)} holds a lone surrogate and cannot be encoded as UTF-8; fix the text first"
         ) from exc
 
 
@@ -344,9 +341,7 @@ class _DatumScanner:
     def take(self, count: int, what: str) -> bytes:
         end = self.pos + count
         if end > len(self.data):
-            raise self.fail(
-                f"truncated datum: {what} needs {count} byte(s), {len(self.data) - self.pos} left"
-            )
+            raise self.fail(f"truncated datum: {what} needs {count} byte(s), {len(self.data) - self.pos} left")
         chunk = self.data[self.pos : end]
         self.pos = end
         return chunk
@@ -457,9 +452,7 @@ def decode_blob(blob: str) -> Value:
         # URL-safe -_) instead of skipping them; a missing padding is refused either way.
         data = base64.b64decode(blob, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidPayloadFraming(
-            f"the blob is not standard base64 with padding (RFC 4648 §4): {exc}"
-        ) from exc
+        raise InvalidPayloadFraming(f"the blob is not standard base64 with padding (RFC 4648 §4): {exc}") from exc
     return decode_value(data)
 
 
@@ -494,9 +487,7 @@ def decode_envelope(obj: object) -> Value:
     codec = obj["codec"]
     # §13.1: "An unknown codec is an error, and the format must never be guessed from the content."
     if codec != AVRO_CODEC:
-        raise UnsupportedPayloadCodec(
-            f"codec {_preview(codec)} is not supported; the only payload codec is 'avro'"
-        )
+        raise UnsupportedPayloadCodec(f"codec {_preview(codec)} is not supported; the only payload codec is 'avro'")
     if "external_storage" in obj:
         raise InvalidPayloadFraming(
             "an external_storage envelope carries no bytes; fetch the frame from storage and decode that"
@@ -533,9 +524,7 @@ def _json_to_value(obj: Any, depth: int) -> Value:
         out: dict[str, Value] = {}
         for key, item in obj.items():
             if not isinstance(key, str):
-                raise InvalidMapKey(
-                    f"JSON object key {_preview(key)} is a {type(key).__name__}, not a string"
-                )
+                raise InvalidMapKey(f"JSON object key {_preview(key)} is a {type(key).__name__}, not a string")
             _check_text(key, "map key")
             out[key] = _json_to_value(item, depth + 1)
         return out

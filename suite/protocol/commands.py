@@ -459,7 +459,8 @@ def _start_child_workflow(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None
     _string(cmd, "connection", p, errs, required=False)
     _string(cmd, "queue", p, errs, required=False)
     policy = cmd.get("parent_close_policy")
-    if policy is not None and policy not in PARENT_CLOSE_POLICIES:
+    # isinstance first: an unhashable value (a JSON object) is a field error, not a TypeError.
+    if policy is not None and (not isinstance(policy, str) or policy not in PARENT_CLOSE_POLICIES):
         errs.add(f"{p}.parent_close_policy", f"must be one of {sorted(PARENT_CLOSE_POLICIES)}")
     _retry_policy(cmd.get("retry_policy"), f"{p}.retry_policy", errs)
     # "Timeouts are ints ≥1 with `run ≤ execution`."
@@ -493,8 +494,7 @@ def _record_version_marker(cmd: Mapping[str, Any], p: str, errs: _Errors) -> Non
     # version ≤ max_supported`".
     _string(cmd, "change_id", p, errs, required=True)
     v = {
-        k: _integer(cmd, k, p, errs, required=True, minimum=None)
-        for k in ("version", "min_supported", "max_supported")
+        k: _integer(cmd, k, p, errs, required=True, minimum=None) for k in ("version", "min_supported", "max_supported")
     }
     version, lo, hi = v["version"], v["min_supported"], v["max_supported"]
     if version is not None and lo is not None and hi is not None and not lo <= version <= hi:
@@ -526,9 +526,7 @@ def _upsert_search_attributes(cmd: Mapping[str, Any], p: str, errs: _Errors) -> 
             if not key:
                 errs.add(f"{p}.attributes", "attribute keys must be non-empty")
             elif not _is_attribute_value(value):
-                errs.add(
-                    f"{p}.attributes.{key}", "must be a string, number, boolean, array of strings or null"
-                )
+                errs.add(f"{p}.attributes.{key}", "must be a string, number, boolean, array of strings or null")
     types = cmd.get("attribute_types")
     if types is not None:
         # "`attribute_types` (key → type)".
@@ -616,9 +614,7 @@ class Command:
 
     def retry_policy(self) -> RetryPolicy | None:
         """The command's validated ``retry_policy`` (``None`` when absent, null or ``{}``)."""
-        return _retry_policy(
-            self.fields.get("retry_policy"), f"commands.{self.index}.retry_policy", _Errors()
-        )
+        return _retry_policy(self.fields.get("retry_policy"), f"commands.{self.index}.retry_policy", _Errors())
 
 
 def validate_batch(

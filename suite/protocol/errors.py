@@ -45,9 +45,7 @@ class Rejection(ProtocolModelError):
     the envelope, which the server adds.
     """
 
-    def __init__(
-        self, status: int, reason: str, message: str, fields: Mapping[str, Any] | None = None
-    ) -> None:
+    def __init__(self, status: int, reason: str, message: str, fields: Mapping[str, Any] | None = None) -> None:
         self.status = status
         self.reason = reason
         self.message = message

@@ -572,8 +572,7 @@ def guard_query_task(
         raise Rejection(
             409,
             "query_task_attempt_mismatch",
-            f"Query task {view.query_task_id!r} is at attempt {view.attempt}, not {attempt}; "
-            "this lease is stale.",
+            f"Query task {view.query_task_id!r} is at attempt {view.attempt}, not {attempt}; this lease is stale.",
             {"query_task_id": view.query_task_id, "current_attempt": view.attempt, "outcome": "rejected"},
         )
     # "Lease expired | 409 | `lease_expired` (with `lease_expires_at`)". Same boundary as §8.9 row 4

@@ -88,9 +88,7 @@ class Lifecycle(Generic[S, E]):
         by_state: dict[S, set[E]] = {state: set() for state in self.states}
         for (state, event), target in self.table.items():
             if state not in by_state or target not in by_state or not isinstance(event, self.events):
-                raise ValueError(
-                    f"{self.name}: table row {(state, event)!r} -> {target!r} uses a foreign enum"
-                )
+                raise ValueError(f"{self.name}: table row {(state, event)!r} -> {target!r} uses a foreign enum")
             by_state[state].add(event)
         object.__setattr__(
             self, "_by_state", MappingProxyType({state: frozenset(evs) for state, evs in by_state.items()})
@@ -339,9 +337,7 @@ class RunEvent(StrEnum):
 _R = RunStatus
 _RE = RunEvent
 
-RUN_TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
-    {_R.COMPLETED, _R.FAILED, _R.CANCELLED, _R.TERMINATED}
-)
+RUN_TERMINAL_STATUSES: frozenset[RunStatus] = frozenset({_R.COMPLETED, _R.FAILED, _R.CANCELLED, _R.TERMINATED})
 """§9.1: "`completed` | `failed` | `cancelled` | `terminated`. The last four are terminal"."""
 
 RUN_LIVE_STATUSES: frozenset[RunStatus] = frozenset({_R.PENDING, _R.RUNNING, _R.WAITING})

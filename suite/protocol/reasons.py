@@ -592,9 +592,7 @@ if len(REASONS) != len(_CATALOGUE):  # pragma: no cover - a duplicate code is an
     raise RuntimeError("suite.protocol.reasons: duplicate reason code in _CATALOGUE")
 
 
-def reject(
-    code: str, message: str | None = None, /, *, endpoint: str | None = None, **fields: Any
-) -> Rejection:
+def reject(code: str, message: str | None = None, /, *, endpoint: str | None = None, **fields: Any) -> Rejection:
     """A :class:`Rejection` for ``code`` with the catalogue's status (on ``endpoint`` if given).
 
     ``fields`` become extra body keys (``current_attempt=2``, ``lease_owner="w1"`` …). ``code`` and

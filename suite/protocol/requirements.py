@@ -177,8 +177,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "VERSION-REQUESTED-ECHO",
         MUST,
         _A.VERSIONING,
-        "An unsupported_protocol_version rejection's requested_version echoes the value sent, after "
-        "trimming.",
+        "An unsupported_protocol_version rejection's requested_version echoes the value sent, after trimming.",
         source="PROTOCOL.md §16.3; §3.1 Error body",
         invariant=3,
     ),
@@ -235,8 +234,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "ENVELOPE-PROTOCOL-VERSION-BODY",
         MUST,
         _A.ENVELOPE,
-        "Every worker-plane response body, success or error, carries protocol_version equal to the "
-        "advertised version.",
+        "Every worker-plane response body, success or error, carries protocol_version equal to the advertised version.",
         source="PROTOCOL.md §16.5; §2.1",
         invariant=5,
     ),
@@ -270,8 +268,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER",
         SHOULD,
         _A.ENVELOPE,
-        "The worker plane SHOULD ignore an extra control-plane header and still answer in the worker "
-        "envelope.",
+        "The worker plane SHOULD ignore an extra control-plane header and still answer in the worker envelope.",
         source="PROTOCOL.md §4.3; §16.6",
         invariant=6,
     ),
@@ -381,8 +378,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "DISCOVERY-CAPABILITIES-MATCH",
         MUST,
         _A.DISCOVERY,
-        "worker_protocol.server_capabilities deep-equals the server_capabilities returned on worker-plane "
-        "responses.",
+        "worker_protocol.server_capabilities deep-equals the server_capabilities returned on worker-plane responses.",
         source="PROTOCOL.md §16.7; §5.2; seed-000 Discovery capabilities",
         invariant=7,
     ),
@@ -536,8 +532,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "REGISTER-IDEMPOTENT",
         MUST,
         _A.REGISTRATION,
-        "Re-registering the same worker id is an upsert keyed by (namespace, worker_id) and also returns "
-        "201.",
+        "Re-registering the same worker id is an upsert keyed by (namespace, worker_id) and also returns 201.",
         source="PROTOCOL.md §16.11; §6.1",
         invariant=11,
     ),
@@ -545,8 +540,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "REGISTER-VALIDATION",
         MUST,
         _A.REGISTRATION,
-        "register with a missing task_queue or runtime, or an unknown runtime, returns 422 "
-        "validation_failed.",
+        "register with a missing task_queue or runtime, or an unknown runtime, returns 422 validation_failed.",
         source="PROTOCOL.md §6.1",
     ),
     _r(
@@ -652,8 +646,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "POLL-STATUS-EMPTY",
         MUST,
         _A.POLL_STATUS,
-        'A poll whose timeout expires returns the normal envelope with task:null and poll_status:"empty", '
-        "HTTP 200.",
+        'A poll whose timeout expires returns the normal envelope with task:null and poll_status:"empty", HTTP 200.',
         source="PROTOCOL.md §16.14; §7.2; seed-000 long poll",
         invariant=14,
         minor=20,  # minor: judgement
@@ -1198,8 +1191,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "PAYLOAD-RESULT-UNCHANGED",
         MUST,
         _A.PAYLOAD_SHAPE,
-        "complete_workflow with result envelope E gives describe.output_envelope.blob == E.blob byte for "
-        "byte.",
+        "complete_workflow with result envelope E gives describe.output_envelope.blob == E.blob byte for byte.",
         source="PROTOCOL.md §16.36",
         invariant=36,
     ),
@@ -1231,8 +1223,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "HISTORY-INLINE-PAGE",
         MUST,
         _A.HISTORY,
-        "With N events and history_page_size p < N, the poll returns exactly p events plus a non-null "
-        "cursor.",
+        "With N events and history_page_size p < N, the poll returns exactly p events plus a non-null cursor.",
         source="PROTOCOL.md §16.45; §8.4 Poll-inline paging",
         invariant=45,
     ),
@@ -1249,8 +1240,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "HISTORY-PAGE-SIZE-CAP",
         MUST,
         _A.HISTORY,
-        "A history page request with page_size 5000 returns ≤ 1000 events or a 422; it never returns more "
-        "than 1000.",
+        "A history page request with page_size 5000 returns ≤ 1000 events or a 422; it never returns more than 1000.",
         source="PROTOCOL.md §16.46; §8.4",
         invariant=46,
     ),
@@ -1282,8 +1272,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "HISTORY-ONE-WORKFLOW-COMPLETED",
         MUST,
         _A.HISTORY,
-        "After a second complete or fail of an already completed task, history shows exactly one "
-        "WorkflowCompleted.",
+        "After a second complete or fail of an already completed task, history shows exactly one WorkflowCompleted.",
         source="PROTOCOL.md §16.29",
         invariant=29,
     ),
@@ -1447,8 +1436,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "RETRY-ATTEMPT-NUMBERS",
         MUST,
         _A.RETRIES,
-        "With retry_policy {max_attempts:3, backoff_seconds:[2]} and two failures, the lease numbers are 1, "
-        "2, 3.",
+        "With retry_policy {max_attempts:3, backoff_seconds:[2]} and two failures, the lease numbers are 1, 2, 3.",
         source="PROTOCOL.md §16.55; §11.6",
         invariant=55,
     ),
@@ -1505,8 +1493,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "RETRY-NON-RETRYABLE-TYPE",
         MUST,
         _A.RETRIES,
-        "A failure.type or failure.class listed in non_retryable_error_types ends the activity after that "
-        "attempt.",
+        "A failure.type or failure.class listed in non_retryable_error_types ends the activity after that attempt.",
         source=f"PROTOCOL.md §16.56; §11.6; §14.2; {_S1}",
         invariant=56,
     ),
@@ -1514,8 +1501,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "RETRY-FINAL-RESUMES-WORKFLOW",
         MUST,
         _A.RETRIES,
-        "After a final activity failure the next leasable task is a workflow task (the resume), not an "
-        "activity retry.",
+        "After a final activity failure the next leasable task is a workflow task (the resume), not an activity retry.",
         source="PROTOCOL.md §16.56; §11.6 Final failure",
         invariant=56,
     ),
@@ -1523,8 +1509,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "RETRY-RESUME-ONLY-FINAL",
         MUST,
         _A.RETRIES,
-        "The workflow is resumed (a new workflow task) only for the final outcome, never for an "
-        "intermediate retry.",
+        "The workflow is resumed (a new workflow task) only for the final outcome, never for an intermediate retry.",
         source=f"PROTOCOL.md §14.2; §11.6 How a retry is created; {_S1}",
         invariant=55,
     ),
@@ -1615,8 +1600,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "QUERY-REJECTED-409",
         MUST,
         _A.QUERIES,
-        'A worker fail with reason:"query_rejected" (or any other reason) makes the control-plane call '
-        "return 409.",
+        'A worker fail with reason:"query_rejected" (or any other reason) makes the control-plane call return 409.',
         source="PROTOCOL.md §16.61; §10.4",
         invariant=61,
     ),
@@ -1685,8 +1669,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "CODEC-START-UNKNOWN-CODEC",
         MUST,
         _A.CODEC,
-        'A start with input {codec:"json", blob:…} or any codec other than avro returns 422, and no run is '
-        "created.",
+        'A start with input {codec:"json", blob:…} or any codec other than avro returns 422, and no run is created.',
         source="PROTOCOL.md §16.44; §12.1; §13.1",
         invariant=44,
     ),
@@ -1745,8 +1728,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "ROBUST-REJECTED-NO-STATE-CHANGE",
         MUST,
         _A.ROBUSTNESS,
-        "A fenced, rejected or invalid request never changes observable state (describe and history are "
-        "unchanged).",
+        "A fenced, rejected or invalid request never changes observable state (describe and history are unchanged).",
         source="PROTOCOL.md §16.68; §8.7",
         invariant=68,
     ),
@@ -1816,8 +1798,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "HOOKS-FAIL-OPEN",
         MUST,
         _A.LIFECYCLE_HOOKS,
-        "Malformed telemetry (heartbeat progress, worker metrics) never returns 5xx: it is either 422 or "
-        "ignored.",
+        "Malformed telemetry (heartbeat progress, worker metrics) never returns 5xx: it is either 422 or ignored.",
         source=f"{_S3} Hook 也要有失败策略; PROTOCOL.md §14.1",
     ),
 )

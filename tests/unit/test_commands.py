@@ -640,3 +640,12 @@ def test_optional_type_is_validated_when_implemented() -> None:
 def test_only_known_optional_types_can_be_enabled() -> None:
     with pytest.raises(ValueError, match="not optional command types"):
         validate_batch([MINIMAL["start_timer"]], optional_types={"teleport"})
+
+
+@pytest.mark.parametrize("policy", [{}, [], 1.5, True])
+def test_parent_close_policy_of_any_json_type_is_a_field_error(policy: object) -> None:
+    """A JSON object or array where a string is expected is a 422, never a crash (TypeError: unhashable)."""
+    with pytest.raises(Rejection) as caught:
+        validate_batch([{"type": "start_child_workflow", "workflow_type": "x", "parent_close_policy": policy}])
+    assert caught.value.status == 422
+    assert "commands.0.parent_close_policy" in caught.value.fields["errors"]

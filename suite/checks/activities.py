@@ -1,0 +1,944 @@
+"""Activity tasks, their fencing, retries and timeouts (PROTOCOL.md §11, §14.2, invariants 52-59 and 69).
+
+Every check schedules its own activities: it starts a workflow on a fresh queue, leases the first workflow
+task and completes it with ``schedule_activity`` commands targeting that queue, then polls
+``/activity-tasks/poll`` as a worker registered there. The helpers at the top are shared with
+:mod:`suite.checks.robustness`.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.outcomes import CheckFailure
+from suite.protocol.codec import encode_value
+from suite.protocol.fencing import parse_rfc3339
+from suite.registry import check
+
+__all__ = [
+    "ACTIVITY_TYPE",
+    "ActivityRun",
+    "activity_call",
+    "expect_no_activity",
+    "expect_no_workflow_task",
+    "history_events",
+    "lease_activity",
+    "lease_activity_at",
+    "lease_resume",
+    "poll_activity",
+    "schedule_activities",
+]
+
+ACTIVITY_TYPE = "conformance.act"
+SCHEDULED = "ACTIVITY-SCHEDULED-LEASABLE"
+# How long a ready task may take to show up on a poll: generous, because only a broken server waits it out.
+READY_WITHIN = 10.0
+# Timing tolerance for "not before the backoff" (server and suite clocks tick at the same rate; this
+# absorbs scheduling and network jitter, never a missing backoff).
+BACKOFF_TOLERANCE = 0.5
+
+# needs_short's "setting" for waits the check itself fixes: only a larger --max-wait covers them.
+FIXED = "no server setting (the check fixes this wait)"
+
+T = TypeVar("T")
+
+
+# -- shared helpers ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ActivityRun:
+    """A run whose first workflow task scheduled activities on ``queue``, served by ``worker``."""
+
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    arguments: dict[str, str]
+    completion: dict[str, Any]
+
+
+async def schedule_activities(
+    ctx: CheckContext,
+    *,
+    count: int = 1,
+    retry_policy: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    arguments: dict[str, str] | None = None,
+    requirement: str = SCHEDULED,
+) -> ActivityRun:
+    """Start a run, lease its first workflow task and complete it with ``count`` ``schedule_activity``."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await attributed(ctx.lease_wf(worker, queue), requirement)
+    args = arguments if arguments is not None else ctx.envelope([1, "x"])
+    command: dict[str, Any] = {
+        "type": "schedule_activity",
+        "activity_type": ACTIVITY_TYPE,
+        "queue": queue,
+        "arguments": args,
+    }
+    if retry_policy is not None:
+        command["retry_policy"] = retry_policy
+    command.update(options or {})
+    reply = await ctx.complete(task, [dict(command) for _ in range(count)])
+    body = ctx.expect(reply, 200, what="a workflow-task complete scheduling activities", requirement=requirement)
+    return ActivityRun(queue, worker, workflow_id, run_id, args, body)
+
+
+async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
+    """Await ``awaitable``; a failure that names no requirement is attributed to ``requirement``."""
+    try:
+        return await awaitable
+    except CheckFailure as failure:
+        if failure.requirement is None:
+            failure.requirement = requirement
+        raise
+
+
+async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
+    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
+    return await ctx.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
+
+
+async def lease_activity_at(
+    ctx: CheckContext,
+    run: ActivityRun,
+    *,
+    within: float = READY_WITHIN,
+    requirement: str = SCHEDULED,
+    extra: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], float]:
+    """Poll until an activity task is leased; return it and the monotonic time its lease arrived.
+    ``extra`` fields go into every poll body."""
+    received = [0.0]
+
+    async def probe() -> dict[str, Any] | None:
+        reply = await poll_activity(ctx, run.worker, run.queue, **(extra or {}))
+        received[0] = time.monotonic()
+        body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
+        task = body.get("task")
+        return task if isinstance(task, dict) else None
+
+    task = await attributed(ctx.wait_until(probe, timeout=within, what=f"an activity task on {run.queue}"), requirement)
+    return task, received[0]
+
+
+async def lease_activity(
+    ctx: CheckContext,
+    run: ActivityRun,
+    *,
+    within: float = READY_WITHIN,
+    requirement: str = SCHEDULED,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    task, _ = await lease_activity_at(ctx, run, within=within, requirement=requirement, extra=extra)
+    return task
+
+
+async def activity_call(
+    ctx: CheckContext,
+    task: dict[str, Any],
+    verb: str,
+    body: dict[str, Any] | None = None,
+    *,
+    owner: str | None = None,
+    attempt_id: str | None = None,
+    task_id: str | None = None,
+) -> Reply:
+    """``POST /activity-tasks/{task_id}/{verb}`` fenced with the lease's attempt id and owner (§11.2)."""
+    payload = {
+        "activity_attempt_id": attempt_id if attempt_id is not None else task.get("activity_attempt_id"),
+        "lease_owner": owner if owner is not None else task.get("lease_owner"),
+        **(body or {}),
+    }
+    return await ctx.client.worker(f"/activity-tasks/{task_id or task['task_id']}/{verb}", payload)
+
+
+async def expect_no_activity(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
+    """One short activity poll on the run's queue must come back without a task."""
+    reply = await poll_activity(ctx, run.worker, run.queue)
+    body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
+    task = body.get("task")
+    ctx.require(
+        task is None,
+        why,
+        expected="task: null (poll_status empty)",
+        received=_task_summary(task),
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+async def expect_no_workflow_task(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
+    reply = await ctx.poll_wf(run.worker, run.queue, 1)
+    body = ctx.expect(reply, 200, what="workflow-task poll", requirement=requirement)
+    task = body.get("task")
+    ctx.require(
+        task is None,
+        why,
+        expected="task: null (poll_status empty)",
+        received=_task_summary(task),
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+async def lease_resume(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> dict[str, Any]:
+    """The workflow task that resumes the run after an activity's final outcome."""
+    task = await attributed(ctx.lease_wf(run.worker, run.queue, within=READY_WITHIN), requirement)
+    ctx.require(
+        task.get("run_id") == run.run_id,
+        why,
+        expected=f"a workflow task of run {run.run_id}",
+        received=f"run {task.get('run_id')}",
+        requirement=requirement,
+    )
+    return task
+
+
+def history_events(
+    history: list[dict[str, Any]], event_type: str, execution_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Events of ``event_type``; with ``execution_id``, those that do not name another execution."""
+    out = []
+    for event in history:
+        if event.get("event_type") != event_type:
+            continue
+        payload = event.get("payload")
+        named = payload.get("activity_execution_id") if isinstance(payload, dict) else None
+        if execution_id is not None and named not in (None, execution_id):
+            continue
+        out.append(event)
+    return out
+
+
+def _task_summary(task: Any) -> str:
+    if not isinstance(task, dict):
+        return repr(task)
+    keys = ("task_id", "run_id", "activity_execution_id", "attempt_number", "workflow_task_attempt")
+    return "a task " + ", ".join(f"{k}={task[k]}" for k in keys if k in task)
+
+
+def _payload(event: dict[str, Any]) -> dict[str, Any]:
+    payload = event.get("payload")
+    return payload if isinstance(payload, dict) else {}
+
+
+def _carries_envelope(obj: Any, blob: str) -> bool:
+    """Whether ``obj`` holds ``blob`` with codec avro: as ``{codec, blob}`` or next to a ``*codec`` key."""
+    if isinstance(obj, dict):
+        if obj.get("blob") == blob and obj.get("codec") == "avro":
+            return True
+        if blob in obj.values() and any(k.endswith("codec") and v == "avro" for k, v in obj.items()):
+            return True
+        return any(_carries_envelope(v, blob) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_carries_envelope(v, blob) for v in obj)
+    return False
+
+
+def _multi_block_blob() -> str:
+    """``["detail", 7]`` written as two one-item array blocks: valid (decoders MUST accept several blocks,
+    §13.2) but not what a single-block encoder writes, so a server that re-encodes changes the bytes."""
+    header = encode_value(None)[:10]  # magic + fingerprint
+    datum = bytes([0x0C, 0x02, 0x0A, 0x0C]) + b"detail" + bytes([0x02, 0x04, 0x0E, 0x00])
+    return base64.b64encode(header + datum).decode("ascii")
+
+
+# -- scheduling, completing, heartbeats (invariants 52, 54, 58, 59) -----------------------------------------
+
+
+@check("ACTIVITY-SCHEDULED-LEASABLE")
+async def activity_scheduled_is_leasable(ctx: CheckContext) -> None:
+    """schedule_activity yields a leasable task: attempt 1, both ids, and the scheduled arguments."""
+    args = ctx.envelope(["conformance", 42, {"k": [True, None]}])
+    run = await schedule_activities(ctx, arguments=args)
+    task = await lease_activity(ctx, run)
+    ctx.require(
+        task.get("workflow_id") == run.workflow_id and task.get("run_id") == run.run_id,
+        "the activity task belongs to the run that scheduled it",
+        expected=f"{run.workflow_id} / {run.run_id}",
+        received=f"{task.get('workflow_id')} / {task.get('run_id')}",
+        requirement=SCHEDULED,
+    )
+    ctx.require(
+        task.get("attempt_number") == 1,
+        "the first lease of an activity is attempt_number 1",
+        expected=1,
+        received=task.get("attempt_number"),
+        requirement=SCHEDULED,
+    )
+    for key in ("activity_attempt_id", "activity_execution_id"):
+        value = task.get(key)
+        ctx.require(
+            isinstance(value, str) and bool(value),
+            f"the leased activity carries a non-empty {key}",
+            expected="a non-empty string",
+            received=repr(value),
+            requirement=SCHEDULED,
+        )
+    got = task.get("arguments")
+    ctx.require(
+        isinstance(got, dict) and got.get("codec") == args["codec"] and got.get("blob") == args["blob"],
+        "the activity's arguments are the envelope that was scheduled, byte for byte",
+        expected=args,
+        received=got,
+        requirement=SCHEDULED,
+    )
+
+
+@check("ACTIVITY-COMPLETE-RECORDED", "ACTIVITY-DUPLICATE-COMPLETE-STALE")
+async def activity_complete_recorded_once(ctx: CheckContext) -> None:
+    """Complete is 200 recorded:true; a duplicate is 409 stale_attempt recorded:false; 1 ActivityCompleted."""
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    result = {"result": ctx.envelope({"answer": 42})}
+    first = await activity_call(ctx, task, "complete", result)
+    body = ctx.expect(first, 200, what="activity complete by the owner", requirement="ACTIVITY-COMPLETE-RECORDED")
+    ctx.require(
+        body.get("recorded") is True,
+        "an accepted activity complete says recorded:true",
+        expected=True,
+        received=body.get("recorded"),
+        replies=[first],
+        requirement="ACTIVITY-COMPLETE-RECORDED",
+    )
+    again = await activity_call(ctx, task, "complete", result)
+    body = ctx.expect(
+        again,
+        409,
+        "stale_attempt",
+        what="a duplicate activity complete",
+        requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
+    )
+    ctx.require(
+        body.get("recorded") is False,
+        "a duplicate activity complete says recorded:false",
+        expected=False,
+        received=body.get("recorded"),
+        replies=[again],
+        requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
+    )
+    done = history_events(
+        await ctx.history(run.workflow_id, run.run_id), "ActivityCompleted", task.get("activity_execution_id")
+    )
+    ctx.require(
+        len(done) == 1,
+        "history holds exactly one ActivityCompleted after a duplicate complete",
+        expected=1,
+        received=len(done),
+        requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
+    )
+
+
+@check("ACTIVITY-FAILURE-DETAILS-UNCHANGED")
+async def activity_failure_details_unchanged(ctx: CheckContext) -> None:
+    """failure.details comes back byte for byte (blob and codec) in ActivityFailed."""
+    req = "ACTIVITY-FAILURE-DETAILS-UNCHANGED"
+    details = {"codec": "avro", "blob": _multi_block_blob()}
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    reply = await activity_call(
+        ctx,
+        task,
+        "fail",
+        {
+            "failure": {
+                "message": "conformance failure with details",
+                "type": "Conformance.Detailed",
+                "details": details,
+            }
+        },
+    )
+    ctx.expect(reply, 200, what="activity fail with failure.details", requirement=req)
+    failed = history_events(
+        await ctx.history(run.workflow_id, run.run_id), "ActivityFailed", task.get("activity_execution_id")
+    )
+    if any(_carries_envelope(_payload(e), details["blob"]) for e in failed):
+        return
+    # §16 invariant 58 also accepts the resumed workflow's history as the place the details show up.
+    resume = await lease_resume(ctx, run, requirement=req, why="a final activity failure resumes the workflow")
+    in_task = [
+        e for e in resume.get("history_events") or [] if isinstance(e, dict) and e.get("event_type") == "ActivityFailed"
+    ]
+    ctx.require(
+        any(_carries_envelope(e, details["blob"]) for e in in_task),
+        "the ActivityFailed event exposes the failure.details blob unchanged, with codec avro",
+        expected=details,
+        received=[_payload(e) for e in failed] or "no ActivityFailed event",
+        requirement=req,
+    )
+
+
+@check("ACTIVITY-HEARTBEAT-RENEWS")
+async def activity_heartbeat_renews(ctx: CheckContext) -> None:
+    """A heartbeat by the owner is 200 can_continue:true, and lease_expires_at never moves backwards."""
+    req = "ACTIVITY-HEARTBEAT-RENEWS"
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    previous = parse_rfc3339(task.get("lease_expires_at"))
+    for n in (1, 2):
+        reply = await activity_call(ctx, task, "heartbeat", {"message": f"beat {n}", "current": n, "total": 2})
+        body = ctx.expect(reply, 200, what="activity heartbeat by the owner", requirement=req)
+        ctx.require(
+            body.get("can_continue") is True,
+            "a live attempt's heartbeat says can_continue:true",
+            expected=True,
+            received=body.get("can_continue"),
+            replies=[reply],
+            requirement=req,
+        )
+        try:
+            renewed = parse_rfc3339(body.get("lease_expires_at"))
+        except (TypeError, ValueError):
+            raise ctx.fail(
+                "the heartbeat answer carries the renewed lease_expires_at (RFC 3339)",
+                expected="an RFC 3339 instant",
+                received=body.get("lease_expires_at"),
+                replies=[reply],
+                requirement=req,
+            ) from None
+        ctx.require(
+            renewed >= previous,
+            "a heartbeat never shortens the lease",
+            expected=f">= {previous.isoformat()}",
+            received=body.get("lease_expires_at"),
+            replies=[reply],
+            requirement=req,
+        )
+        previous = renewed
+
+
+@check("ACTIVITY-HEARTBEAT-STOP-200")
+async def activity_heartbeat_stop_is_200(ctx: CheckContext) -> None:
+    """A heartbeat for an attempt that cannot continue is 200 can_continue:false with a reason; only an
+    unknown attempt is 404 attempt_not_found."""
+    req = "ACTIVITY-HEARTBEAT-STOP-200"
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 2, "backoff_seconds": [0]})
+    first = await lease_activity(ctx, run)
+    ctx.expect(
+        await activity_call(ctx, first, "fail", {"failure": {"message": "retry me"}}),
+        200,
+        what="activity fail (a retry follows)",
+        requirement=req,
+    )
+    second = await lease_activity(ctx, run, requirement=req)
+    ctx.expect(
+        await activity_call(ctx, second, "complete", {"result": ctx.envelope("ok")}),
+        200,
+        what="activity complete",
+        requirement=req,
+    )
+    for task, state in ((first, "failed"), (second, "completed")):
+        reply = await activity_call(ctx, task, "heartbeat", {"message": "still there?"})
+        body = ctx.expect(reply, 200, what=f"heartbeat of a {state} attempt", requirement=req)
+        problems = []
+        if body.get("can_continue") is not False:
+            problems.append(f"can_continue={body.get('can_continue')!r}")
+        if body.get("heartbeat_recorded") is not False:
+            problems.append(f"heartbeat_recorded={body.get('heartbeat_recorded')!r}")
+        if not isinstance(body.get("reason"), str) or not body.get("reason"):
+            problems.append(f"reason={body.get('reason')!r}")
+        ctx.require(
+            not problems,
+            f"the heartbeat of a {state} attempt says it cannot continue",
+            expected="can_continue:false, heartbeat_recorded:false, a reason",
+            received=problems,
+            replies=[reply],
+            requirement=req,
+        )
+    reply = await activity_call(ctx, second, "heartbeat", attempt_id=ctx.uid("no-such-attempt"))
+    ctx.expect(reply, 404, "attempt_not_found", what="heartbeat of an unknown attempt", requirement=req)
+
+
+# -- fencing (invariant 53) ----------------------------------------------------------------------------------
+
+
+@check("ACTIVITY-FENCE-OWNER")
+async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
+    """Complete, fail and heartbeat by a non-owner are 409 lease_owner_mismatch; the owner still wins."""
+    req = "ACTIVITY-FENCE-OWNER"
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    intruder = ctx.uid("intruder")
+    for verb, stolen in (
+        ("complete", {"result": ctx.envelope("stolen")}),
+        ("fail", {"failure": {"message": "stolen"}}),
+        ("heartbeat", {}),
+    ):
+        reply = await activity_call(ctx, task, verb, stolen, owner=intruder)
+        ctx.expect(
+            reply,
+            409,
+            "lease_owner_mismatch",
+            what=f"activity {verb} by a worker that is not the owner",
+            requirement=req,
+        )
+    reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("mine")})
+    body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts", requirement=req)
+    ctx.require(
+        body.get("recorded") is True,
+        "fenced calls left the owner's lease intact",
+        expected=True,
+        received=body.get("recorded"),
+        replies=[reply],
+        requirement=req,
+    )
+
+
+@check("ACTIVITY-ATTEMPT-NOT-FOUND")
+async def activity_unknown_attempt_not_found(ctx: CheckContext) -> None:
+    """Complete or fail with an unknown activity_attempt_id on a real task is 404 attempt_not_found."""
+    req = "ACTIVITY-ATTEMPT-NOT-FOUND"
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    for verb, body in (("complete", {"result": ctx.envelope("x")}), ("fail", {"failure": {"message": "x"}})):
+        reply = await activity_call(ctx, task, verb, body, attempt_id=ctx.uid("no-such-attempt"))
+        ctx.expect(
+            reply,
+            404,
+            "attempt_not_found",
+            what=f"activity {verb} with an unknown attempt id",
+            requirement=req,
+        )
+
+
+@check("ACTIVITY-TASK-MISMATCH")
+async def activity_attempt_of_other_task(ctx: CheckContext) -> None:
+    """An attempt id of one activity task sent under another task's id is 409 task_mismatch."""
+    req = "ACTIVITY-TASK-MISMATCH"
+    run = await schedule_activities(ctx, count=2)
+    a = await lease_activity(ctx, run)
+    b = await lease_activity(ctx, run)
+    ctx.require(
+        a.get("task_id") != b.get("task_id"),
+        "two scheduled activities are two tasks",
+        expected="distinct task ids",
+        received=a.get("task_id"),
+        requirement=SCHEDULED,
+    )
+    for verb, body in (("complete", {"result": ctx.envelope("x")}), ("fail", {"failure": {"message": "x"}})):
+        reply = await activity_call(ctx, a, verb, body, attempt_id=b.get("activity_attempt_id"))
+        ctx.expect(
+            reply,
+            409,
+            "task_mismatch",
+            what=f"activity {verb} of task A with task B's attempt",
+            requirement=req,
+        )
+    for task in (a, b):
+        reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("ok")})
+        ctx.expect(reply, 200, what="the owner's complete after the mismatched calls", requirement=req)
+
+
+# -- retries (invariants 55-57, §11.6, §14.2) ----------------------------------------------------------------
+
+
+async def _fail(ctx: CheckContext, task: dict[str, Any], requirement: str, **failure: Any) -> float:
+    """Fail the attempt; return the monotonic time the answer arrived."""
+    reply = await activity_call(ctx, task, "fail", {"failure": {"message": "conformance failure", **failure}})
+    ctx.expect(reply, 200, what=f"fail of attempt {task.get('attempt_number')}", requirement=requirement)
+    return time.monotonic()
+
+
+def _terminal_outcomes(history: list[dict[str, Any]], execution: str) -> list[str]:
+    kinds = ("ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled")
+    return [str(e.get("event_type")) for kind in kinds for e in history_events(history, kind, execution)]
+
+
+def _require_backoff(ctx: CheckContext, gap: float, backoff: float, attempt: int, req: str) -> None:
+    ctx.require(
+        gap >= backoff - BACKOFF_TOLERANCE,
+        f"attempt {attempt + 1} became leasable before the {backoff:g}s backoff after attempt {attempt} failed",
+        expected=f">= {backoff - BACKOFF_TOLERANCE:g}s after the fail answer",
+        received=f"leased {gap:.2f}s after it",
+        requirement=req,
+    )
+
+
+def _require_lineage(ctx: CheckContext, tasks: list[dict[str, Any]], expected: list[int]) -> None:
+    numbers = [t.get("attempt_number") for t in tasks]
+    ctx.require(
+        numbers == expected,
+        "retries are leased as attempts 1, 2, 3, … in order",
+        expected=expected,
+        received=numbers,
+        requirement="RETRY-ATTEMPTS-CONTIGUOUS",
+    )
+    executions = {t.get("activity_execution_id") for t in tasks}
+    ctx.require(
+        len(executions) == 1,
+        "every attempt of one activity has the same activity_execution_id",
+        expected="one id",
+        received=sorted(map(str, executions)),
+        requirement="RETRY-EXECUTION-ID-STABLE",
+    )
+    attempts = [t.get("activity_attempt_id") for t in tasks]
+    ctx.require(
+        len(set(attempts)) == len(attempts) and all(attempts),
+        "every lease has a new activity_attempt_id",
+        expected="distinct ids",
+        received=attempts,
+        requirement="RETRY-ATTEMPT-ID-DISTINCT",
+    )
+
+
+@check(
+    "RETRY-ATTEMPT-NUMBERS",
+    "RETRY-EXECUTION-ID-STABLE",
+    "RETRY-ATTEMPT-ID-DISTINCT",
+    "ACTIVITY-RETRY-BACKOFF",
+    "RETRY-RESUME-ONLY-FINAL",
+    "RETRY-ONE-OUTCOME-PER-EXECUTION",
+    "RETRY-ATTEMPTS-CONTIGUOUS",
+)
+async def retry_attempts_and_backoff(ctx: CheckContext) -> None:
+    """max_attempts 3, backoff [2], two failures: attempts 1, 2, 3 of one execution, each ≥ 2 s after the
+    previous failure, no workflow task in between, one outcome."""
+    backoff = ctx.needs_short(2, "the retry backoff this check schedules", FIXED)
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 3, "backoff_seconds": [2]})
+    tasks = [await lease_activity(ctx, run)]
+    for attempt in (1, 2):
+        failed_at = await _fail(ctx, tasks[-1], "RETRY-ATTEMPT-NUMBERS")
+        await expect_no_workflow_task(
+            ctx,
+            run,
+            requirement="RETRY-RESUME-ONLY-FINAL",
+            why=f"a retried failure of attempt {attempt} must not resume the workflow",
+        )
+        task, leased_at = await lease_activity_at(
+            ctx, run, within=backoff + READY_WITHIN, requirement="RETRY-ATTEMPT-NUMBERS"
+        )
+        _require_backoff(ctx, leased_at - failed_at, backoff, attempt, "ACTIVITY-RETRY-BACKOFF")
+        tasks.append(task)
+    numbers = [t.get("attempt_number") for t in tasks]
+    ctx.require(
+        numbers == [1, 2, 3],
+        "two retried failures give leases numbered 1, 2, 3",
+        expected=[1, 2, 3],
+        received=numbers,
+        requirement="RETRY-ATTEMPT-NUMBERS",
+    )
+    _require_lineage(ctx, tasks, [1, 2, 3])
+    reply = await activity_call(ctx, tasks[-1], "complete", {"result": ctx.envelope("third time lucky")})
+    ctx.expect(reply, 200, what="complete of attempt 3", requirement="RETRY-ONE-OUTCOME-PER-EXECUTION")
+    history = await ctx.history(run.workflow_id, run.run_id)
+    outcomes = _terminal_outcomes(history, str(tasks[0].get("activity_execution_id")))
+    ctx.require(
+        outcomes == ["ActivityCompleted"],
+        "one activity execution has exactly one terminal outcome",
+        expected=["ActivityCompleted"],
+        received=outcomes,
+        requirement="RETRY-ONE-OUTCOME-PER-EXECUTION",
+    )
+
+
+async def _final_failure_resumes(
+    ctx: CheckContext, run: ActivityRun, execution: str, *, requirement: str, why: str, retries: int
+) -> None:
+    """After a final failure: no activity task, then the run's workflow task; one ActivityFailed."""
+    await expect_no_activity(ctx, run, requirement=requirement, why=why)
+    await lease_resume(
+        ctx,
+        run,
+        requirement="RETRY-FINAL-RESUMES-WORKFLOW",
+        why="after a final activity failure the next leasable task is the run's workflow task",
+    )
+    history = await ctx.history(run.workflow_id, run.run_id)
+    outcomes = _terminal_outcomes(history, execution)
+    ctx.require(
+        outcomes == ["ActivityFailed"],
+        "a final failure records exactly one ActivityFailed",
+        expected=["ActivityFailed"],
+        received=outcomes,
+        requirement="RETRY-ONE-OUTCOME-PER-EXECUTION",
+    )
+    scheduled = len(history_events(history, "ActivityRetryScheduled", execution))
+    ctx.require(
+        scheduled <= retries,
+        "only the retried failures schedule retries",
+        expected=f"at most {retries} ActivityRetryScheduled",
+        received=scheduled,
+        requirement=requirement,
+    )
+
+
+@check(
+    "RETRY-FAILED-ATTEMPTS-BOUNDED",
+    "RETRY-FINAL-RESUMES-WORKFLOW",
+    "RETRY-ATTEMPTS-CONTIGUOUS",
+    "RETRY-ONE-OUTCOME-PER-EXECUTION",
+    "RETRY-RESUME-ONLY-FINAL",
+)
+async def retry_exhausted_is_final(ctx: CheckContext) -> None:
+    """After max_attempts (3) failures nothing more is leasable, ActivityFailed is recorded once and the
+    workflow resumes."""
+    req = "RETRY-FAILED-ATTEMPTS-BOUNDED"
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 3, "backoff_seconds": [0]})
+    tasks: list[dict[str, Any]] = []
+    for attempt in (1, 2, 3):
+        tasks.append(await lease_activity(ctx, run, requirement="RETRY-ATTEMPTS-CONTIGUOUS"))
+        await _fail(ctx, tasks[-1], req)
+        if attempt < 3:
+            await expect_no_workflow_task(
+                ctx,
+                run,
+                requirement="RETRY-RESUME-ONLY-FINAL",
+                why=f"a retried failure of attempt {attempt} must not resume the workflow",
+            )
+    _require_lineage(ctx, tasks, [1, 2, 3])
+    await _final_failure_resumes(
+        ctx,
+        run,
+        str(tasks[0].get("activity_execution_id")),
+        requirement=req,
+        why="after max_attempts failures no further attempt is leasable",
+        retries=2,
+    )
+
+
+@check("RETRY-NON-RETRYABLE-FLAG", "RETRY-FINAL-RESUMES-WORKFLOW")
+async def retry_non_retryable_flag(ctx: CheckContext) -> None:
+    """failure.non_retryable:true ends the activity after attempt 1 of 5 and resumes the workflow."""
+    req = "RETRY-NON-RETRYABLE-FLAG"
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 5, "backoff_seconds": [0]})
+    task = await lease_activity(ctx, run)
+    await _fail(ctx, task, req, non_retryable=True, type="Conformance.Transient")
+    await _final_failure_resumes(
+        ctx,
+        run,
+        str(task.get("activity_execution_id")),
+        requirement=req,
+        why="a non_retryable failure is never retried",
+        retries=0,
+    )
+
+
+@check("RETRY-NON-RETRYABLE-TYPE", "RETRY-FINAL-RESUMES-WORKFLOW")
+async def retry_non_retryable_type(ctx: CheckContext) -> None:
+    """A failure.type, or a failure.class, listed in non_retryable_error_types is final."""
+    req = "RETRY-NON-RETRYABLE-TYPE"
+    policy = {"max_attempts": 5, "backoff_seconds": [0], "non_retryable_error_types": ["Conformance.Fatal"]}
+    for field, other in (("type", "class"), ("class", "type")):
+        run = await schedule_activities(ctx, retry_policy=policy)
+        task = await lease_activity(ctx, run)
+        await _fail(ctx, task, req, **{field: "Conformance.Fatal", other: "Conformance.Other"})
+        await _final_failure_resumes(
+            ctx,
+            run,
+            str(task.get("activity_execution_id")),
+            requirement=req,
+            why=f"a failure.{field} listed in non_retryable_error_types is never retried",
+            retries=0,
+        )
+
+
+@check("RETRY-DEFAULT-NONE", "RETRY-FINAL-RESUMES-WORKFLOW")
+async def retry_default_none(ctx: CheckContext) -> None:
+    """Without a retry_policy one failure is final."""
+    req = "RETRY-DEFAULT-NONE"
+    run = await schedule_activities(ctx)
+    task = await lease_activity(ctx, run)
+    await _fail(ctx, task, req, type="Conformance.Transient")
+    await _final_failure_resumes(
+        ctx,
+        run,
+        str(task.get("activity_execution_id")),
+        requirement=req,
+        why="with no retry policy the first failure is final",
+        retries=0,
+    )
+
+
+@check("RETRY-BACKOFF-SCHEDULE", "RETRY-ATTEMPTS-CONTIGUOUS")
+async def retry_backoff_schedule(ctx: CheckContext) -> None:
+    """backoff_seconds [1, 2] waits about 1 s, then 2 s, then 2 s again (the last value repeats)."""
+    req = "RETRY-BACKOFF-SCHEDULE"
+    schedule = [1, 2, 2]
+    ctx.needs_short(max(schedule), "the retry backoff this check schedules", FIXED)
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 4, "backoff_seconds": [1, 2]})
+    tasks = [await lease_activity(ctx, run)]
+    for attempt, backoff in enumerate(schedule, start=1):
+        failed_at = await _fail(ctx, tasks[-1], req)
+        task, leased_at = await lease_activity_at(ctx, run, within=backoff + READY_WITHIN, requirement=req)
+        gap = leased_at - failed_at
+        _require_backoff(ctx, gap, backoff, attempt, req)
+        if attempt == 1:
+            # ≈1 s, not the 2 s of the next entry: a server that ignores the schedule's order fails here.
+            ctx.require(
+                gap < schedule[1] - 0.1,
+                "the first retry waits backoff_seconds[0] (1 s), not longer",
+                expected=f"< {schedule[1] - 0.1:g}s",
+                received=f"{gap:.2f}s",
+                requirement=req,
+            )
+        tasks.append(task)
+    _require_lineage(ctx, tasks, [1, 2, 3, 4])
+    ids = [t.get("task_id") for t in tasks]
+    ctx.require(
+        len(set(ids)) == len(ids),
+        "every retry is a new activity task (a new task_id)",
+        expected="distinct task ids",
+        received=ids,
+        requirement=req,
+    )
+    ctx.expect(
+        await activity_call(ctx, tasks[-1], "complete", {"result": ctx.envelope("done")}),
+        200,
+        what="complete of attempt 4",
+        requirement=req,
+    )
+    retries = history_events(
+        await ctx.history(run.workflow_id, run.run_id),
+        "ActivityRetryScheduled",
+        str(tasks[0].get("activity_execution_id")),
+    )
+    recorded = [_payload(e).get("retry_backoff_seconds") for e in retries]
+    ctx.require(
+        recorded == schedule,
+        "each retry records ActivityRetryScheduled with its retry_backoff_seconds",
+        expected=schedule,
+        received=recorded,
+        requirement=req,
+    )
+
+
+# -- timeouts (§11.7) ----------------------------------------------------------------------------------------
+
+
+async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: float, seconds: float) -> None:
+    """Wait until an attempt's ``seconds``-long timeout has certainly passed: the owner's heartbeat says it
+    cannot continue, or a full second more than the timeout has elapsed since the lease arrived."""
+
+    async def probe() -> bool | None:
+        reply = await activity_call(ctx, task, "heartbeat", {})
+        if reply.status != 200 or reply.json().get("can_continue") is False:
+            return True
+        return True if time.monotonic() - leased_at >= seconds + 1.0 else None
+
+    await ctx.wait_until(probe, timeout=seconds + READY_WITHIN, what="the start_to_close timeout", interval=0.2)
+
+
+@check("TIMEOUT-LATE-COMPLETE-STALE")
+async def timeout_late_complete_stale(ctx: CheckContext) -> None:
+    """A complete after the attempt's start_to_close_timeout (1 s) passed is 409 stale_attempt."""
+    req = "TIMEOUT-LATE-COMPLETE-STALE"
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
+    task, leased_at = await lease_activity_at(ctx, run)
+    await _outlive(ctx, task, leased_at, 1)
+    reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("too late")})
+    ctx.expect(
+        reply,
+        409,
+        "stale_attempt",
+        what="activity complete after its start_to_close_timeout",
+        requirement=req,
+    )
+
+
+async def _timed_out(ctx: CheckContext, run: ActivityRun, execution: str, seconds: float, req: str) -> dict[str, Any]:
+    """Drive polls until the run's history records ActivityTimedOut; a new activity lease meanwhile fails."""
+
+    async def probe() -> dict[str, Any] | None:
+        reply = await poll_activity(ctx, run.worker, run.queue)
+        task = ctx.expect(reply, 200, what="activity-task poll", requirement=req).get("task")
+        ctx.require(
+            task is None,
+            "a terminal timeout leaves no further attempt to lease",
+            expected="task: null",
+            received=_task_summary(task),
+            replies=[reply],
+            requirement=req,
+        )
+        found = history_events(await ctx.history(run.workflow_id, run.run_id), "ActivityTimedOut", execution)
+        return found[0] if found else None
+
+    return await attributed(
+        ctx.wait_until(probe, timeout=seconds + READY_WITHIN, what="ActivityTimedOut in history", interval=0.2),
+        req,
+    )
+
+
+@check("TIMEOUT-TIMED-OUT-EVENT")
+async def timeout_records_timed_out(ctx: CheckContext) -> None:
+    """With no retry left, a start_to_close timeout records ActivityTimedOut (failure_category timeout)
+    and wakes the workflow."""
+    req = "TIMEOUT-TIMED-OUT-EVENT"
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
+    task = await lease_activity(ctx, run)
+    event = await _timed_out(ctx, run, str(task.get("activity_execution_id")), 1, req)
+    ctx.require(
+        _payload(event).get("failure_category") == "timeout",
+        "ActivityTimedOut says failure_category timeout",
+        expected="timeout",
+        received=_payload(event).get("failure_category"),
+        requirement=req,
+    )
+    await lease_resume(ctx, run, requirement=req, why="a terminal activity timeout wakes the workflow")
+
+
+@check("TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL")
+async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
+    """A start_to_close timeout with attempts left is retried: attempt 2 arrives as a new task."""
+    req = "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL"
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    run = await schedule_activities(
+        ctx, retry_policy={"max_attempts": 2, "backoff_seconds": [0]}, options={"start_to_close_timeout": 1}
+    )
+    first = await lease_activity(ctx, run)
+    second = await lease_activity(ctx, run, within=1 + READY_WITHIN, requirement=req)
+    ctx.require(
+        second.get("attempt_number") == 2
+        and second.get("activity_execution_id") == first.get("activity_execution_id")
+        and second.get("task_id") != first.get("task_id"),
+        "a timed-out attempt with attempts left is retried as attempt 2 of the same execution (new task)",
+        expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
+        received=_task_summary(second),
+        requirement=req,
+    )
+
+
+@check("TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL", "TIMEOUT-TIMED-OUT-EVENT")
+async def timeout_schedule_to_close_terminal(ctx: CheckContext) -> None:
+    """A schedule_to_close timeout is terminal even with attempts left: ActivityTimedOut, no retry."""
+    req = "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL"
+    ctx.needs_short(2, "the schedule_to_close_timeout this check schedules", FIXED)
+    run = await schedule_activities(
+        ctx,
+        retry_policy={"max_attempts": 5, "backoff_seconds": [0]},
+        options={"schedule_to_close_timeout": 2},
+    )
+    task = await lease_activity(ctx, run)
+    execution = str(task.get("activity_execution_id"))
+    event = await _timed_out(ctx, run, execution, 2, req)
+    history = await ctx.history(run.workflow_id, run.run_id)
+    # No attempt ever failed, so any retry in history was scheduled by the schedule_to_close expiry.
+    retried = [_payload(e) for e in history_events(history, "ActivityRetryScheduled", execution)]
+    outcomes = _terminal_outcomes(history, execution)
+    ctx.require(
+        not retried and outcomes == ["ActivityTimedOut"],
+        "a schedule_to_close expiry schedules no retry and records one ActivityTimedOut",
+        expected="no ActivityRetryScheduled, one ActivityTimedOut",
+        received=f"ActivityRetryScheduled {retried}, outcomes {outcomes}",
+        requirement=req,
+    )
+    ctx.require(
+        _payload(event).get("failure_category") == "timeout",
+        "ActivityTimedOut says failure_category timeout",
+        expected="timeout",
+        received=_payload(event).get("failure_category"),
+        requirement="TIMEOUT-TIMED-OUT-EVENT",
+    )
+    await lease_resume(
+        ctx, run, requirement="TIMEOUT-TIMED-OUT-EVENT", why="a terminal activity timeout wakes the workflow"
+    )

@@ -1,0 +1,1333 @@
+"""Registration, polling, long-poll, poll_status, leasing and poll idempotency (PROTOCOL.md §6, §7, §9,
+§14.1; invariants 11-25 and 32).
+
+Every check builds its own task queue, so the admission limit, drains and races of one check never touch
+another. Races are released together behind an ``asyncio.Barrier``; durations that the protocol states
+are judged on the server's own clock (``lease_expires_at`` against the response ``Date`` header), and
+long-poll holds, which are a timing rule of the request itself, with a monotonic clock around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.outcomes import HarnessError, NotCovered
+from suite.protocol.fencing import parse_rfc3339
+from suite.registry import check
+
+R = TypeVar("R")
+
+KINDS = ("workflow", "activity", "query")
+POLL_PATH = {"workflow": "/workflow-tasks/poll", "activity": "/activity-tasks/poll", "query": "/query-tasks/poll"}
+TASK_ID = {"workflow": "task_id", "activity": "task_id", "query": "query_task_id"}
+ATTEMPT = {"workflow": "workflow_task_attempt", "activity": "attempt_number", "query": "query_task_attempt"}
+# §7.4: every poll_status but "leased" comes with task:null.
+NULL_TASK_STATUSES = ("empty", "throttled", "unavailable", "draining")
+# §6.1: the SDK extras a register must tolerate, with the shapes the Python SDK sends.
+SDK_EXTRAS: dict[str, Any] = {
+    "capabilities": ["query_tasks"],
+    "workflow_command_contracts": {"schema": "durable-workflow.v2.workflow-command.contract", "version": 1},
+    "task_slots": {"workflow": {"max": 10, "available": 10}, "activity": {"max": 10, "available": 10}},
+    "process_metrics": {"pid": 4242, "rss_bytes": 52428800, "cpu_percent": 1.5},
+    "heartbeat_interval_seconds": 30,
+    "sdk_version": "0.0.0-conformance",
+    "conformance_unknown_field": {"ignored": True},
+}
+SCHEDULE_ACTIVITY = {"type": "schedule_activity", "activity_type": "conformance.Activity"}
+THROTTLE_SETTING = (
+    "worker_protocol.test_profile.max_active_leases_per_queue in cluster/info "
+    "(reference server: --max-active-leases-per-queue N)"
+)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _task(reply: Reply) -> dict[str, Any] | None:
+    task = reply.json().get("task")
+    return task if isinstance(task, dict) else None
+
+
+def _leased(ctx: CheckContext, reply: Reply, what: str, requirement: str | None = None) -> dict[str, Any] | None:
+    """The task of a poll that must be 200 (``None`` when nothing was leased)."""
+    ctx.expect(reply, 200, what=what, requirement=requirement)
+    return _task(reply)
+
+
+def _key(task: dict[str, Any], kind: str = "workflow") -> tuple[Any, Any]:
+    return task.get(TASK_ID[kind]), task.get(ATTEMPT[kind])
+
+
+async def _poll(
+    ctx: CheckContext, kind: str, worker: str | None, queue: str | None, timeout: int | None = 1, **extra: Any
+) -> Reply:
+    """One poll of ``kind``; ``None`` leaves a field out of the body."""
+    body: dict[str, Any] = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
+    body = {k: v for k, v in body.items() if v is not None}
+    hold = timeout if timeout is not None and timeout > 0 else 1
+    return await ctx.client.worker(POLL_PATH[kind], body, timeout=min(hold, 60) + 20)
+
+
+async def _race(coros: Iterable[Awaitable[R]]) -> list[R]:
+    """Run the requests concurrently, released together behind a barrier."""
+    pending = list(coros)
+    barrier = asyncio.Barrier(len(pending))
+
+    async def go(coro: Awaitable[R]) -> R:
+        await barrier.wait()
+        return await coro
+
+    return list(await asyncio.gather(*(go(c) for c in pending)))
+
+
+async def _lease(
+    ctx: CheckContext,
+    kind: str,
+    worker: str,
+    queue: str,
+    *,
+    within: float = 10.0,
+    call: asyncio.Task[Reply] | None = None,
+    **extra: Any,
+) -> tuple[Reply, dict[str, Any]]:
+    """Poll until a task of ``kind`` is leased to ``worker``; ``call`` is a query that must still be open."""
+
+    async def probe() -> tuple[Reply, dict[str, Any]] | None:
+        if call is not None and call.done():
+            ended = call.result()
+            raise ctx.fail(
+                "the control-plane query ended before a worker could lease its query task",
+                expected="a query task waiting for a worker",
+                received=f"{ended.status} {ended.reason}",
+                replies=[ended],
+            )
+        reply = await _poll(ctx, kind, worker, queue, 1, **extra)
+        ctx.expect(reply, 200, what=f"{kind}-task poll")
+        task = _task(reply)
+        return (reply, task) if task is not None else None
+
+    return await ctx.wait_until(probe, timeout=within, what=f"a {kind} task on {queue}")
+
+
+async def _schedule_activity(ctx: CheckContext, worker: str, queue: str) -> str:
+    """Start a workflow and complete its first task with schedule_activity: one ready activity task."""
+    workflow_id, _ = await ctx.start(queue)
+    _, task = await _lease(ctx, "workflow", worker, queue)
+    reply = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
+    ctx.expect(reply, 200, what="workflow-task complete with schedule_activity")
+    return workflow_id
+
+
+@contextlib.asynccontextmanager
+async def _open_query(ctx: CheckContext, workflow_id: str) -> AsyncIterator[asyncio.Task[Reply]]:
+    """A control-plane query held open (it blocks until a worker answers); cancelled if still open at exit."""
+    timeout = ctx.target.test_profile.get("query_task_timeout_seconds")
+    limit = float(timeout) if isinstance(timeout, int | float) else 30.0
+    call = asyncio.create_task(
+        ctx.client.control(
+            "POST", f"/workflows/{workflow_id}/query/conformance.status", {"input": []}, timeout=limit + 20
+        )
+    )
+    try:
+        yield call
+    finally:
+        if not call.done():
+            call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await call
+
+
+async def _answer_query(ctx: CheckContext, task: dict[str, Any], call: asyncio.Task[Reply]) -> None:
+    reply = await ctx.client.worker(
+        f"/query-tasks/{task.get('query_task_id')}/complete",
+        {
+            "lease_owner": task.get("lease_owner"),
+            "query_task_attempt": task.get("query_task_attempt"),
+            "result_envelope": ctx.envelope("ok"),
+        },
+    )
+    ctx.expect(reply, 200, what="query-task complete")
+    ctx.expect(await call, 200, what="the control-plane query after the worker answered")
+
+
+async def _leased_of_every_kind(ctx: CheckContext) -> dict[str, tuple[str, Reply, float]]:
+    """One leased workflow, activity and query task: kind → (poller, poll reply, local send time)."""
+    queue = ctx.uid("q")
+    workers = {kind: await ctx.register(queue, capabilities=["query_tasks"]) for kind in KINDS}
+    out: dict[str, tuple[str, Reply, float]] = {}
+    workflow_id, _ = await ctx.start(queue)
+    sent = time.time()
+    reply, task = await _lease(ctx, "workflow", workers["workflow"], queue)
+    out["workflow"] = (workers["workflow"], reply, sent)
+    done = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
+    ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
+    sent = time.time()
+    reply, _ = await _lease(ctx, "activity", workers["activity"], queue)
+    out["activity"] = (workers["activity"], reply, sent)
+    async with _open_query(ctx, workflow_id) as call:
+        sent = time.time()
+        reply, task = await _lease(ctx, "query", workers["query"], queue, call=call)
+        out["query"] = (workers["query"], reply, sent)
+        await _answer_query(ctx, task, call)
+    return out
+
+
+def _judge_poll_status(ctx: CheckContext, reply: Reply, kind: str) -> str:
+    """§7.4 on one poll response: poll_status present, task null for the non-leased states, task ⇔ leased."""
+    body = reply.json()
+    status = body.get("poll_status")
+    ctx.require(
+        isinstance(status, str) and bool(status),
+        f"every {kind} poll response carries poll_status",
+        expected="poll_status: leased | empty | throttled | unavailable | draining",
+        received=repr(status),
+        replies=[reply],
+        requirement="POLL-STATUS-PRESENT",
+    )
+    assert isinstance(status, str)
+    task = body.get("task")
+    if status in NULL_TASK_STATUSES:
+        ctx.require(
+            "task" in body and task is None,
+            f"a {status!r} {kind} poll carries task: null",
+            expected="task: null",
+            received="no task key" if "task" not in body else repr(task)[:200],
+            replies=[reply],
+            requirement="POLL-STATUS-NULL-TASK",
+        )
+    ctx.require(
+        (task is not None) == (status == "leased"),
+        f"a {kind} poll has a task if and only if poll_status is 'leased'",
+        expected="task object with 'leased', null otherwise",
+        received=f"poll_status {status!r} with task {'object' if task is not None else 'null'}",
+        replies=[reply],
+        requirement="POLL-STATUS-TASK-IFF-LEASED",
+    )
+    return status
+
+
+def _server_date(reply: Reply) -> datetime | None:
+    """The response ``Date`` header: the server's clock, floored to the second."""
+    value = reply.headers.get("date")
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _expires(ctx: CheckContext, body: dict[str, Any], reply: Reply, requirement: str) -> datetime:
+    try:
+        return parse_rfc3339(body.get("lease_expires_at"))
+    except ValueError as exc:
+        raise ctx.fail(
+            "lease_expires_at is an RFC 3339 timestamp",
+            expected="e.g. 2026-04-18T12:05:00.000000Z",
+            received=f"{body.get('lease_expires_at')!r} ({exc})",
+            replies=[reply],
+            requirement=requirement,
+        ) from None
+
+
+def _advertised_lease(ctx: CheckContext) -> float | None:
+    value = ctx.target.test_profile.get("workflow_task_lease_seconds")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def _build_ids_path(queue: str, verb: str) -> str:
+    return f"/task-queues/{queue}/build-ids/{verb}"
+
+
+async def _drain(ctx: CheckContext, queue: str, build_id: str | None, verb: str, requirement: str) -> None:
+    reply = await ctx.client.control("POST", _build_ids_path(queue, verb), {"build_id": build_id})
+    ctx.expect(reply, 200, what=f"{verb} build id {build_id!r} on {queue}", requirement=requirement)
+
+
+def _expect_draining(ctx: CheckContext, reply: Reply, kind: str, requirement: str) -> None:
+    ctx.expect(
+        reply, 409, "worker_draining", what=f"{kind} poll by a draining build-id cohort", requirement=requirement
+    )
+    body = reply.json()
+    ctx.require(
+        body.get("poll_status") == "draining" and "task" in body and body.get("task") is None,
+        f"a drained {kind} poll says poll_status 'draining' with task: null",
+        expected="poll_status: draining, task: null",
+        received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:80]}",
+        replies=[reply],
+        requirement="POLL-STATUS-DRAINING-409",
+    )
+
+
+# -- registration and worker heartbeat (§6, invariant 11) ---------------------------------------------------
+
+
+@check("REGISTER-CREATED")
+async def register_returns_201(ctx: CheckContext) -> None:
+    """register with task_queue and runtime python is 201 {registered: true, worker_id}; an absent id is generated."""
+    queue = ctx.uid("q")
+    wid = ctx.uid("w")
+    reply = await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"})
+    body = ctx.expect(reply, 201, what="register")
+    ctx.require(
+        body.get("registered") is True and body.get("worker_id") == wid,
+        "register answers registered: true and the worker_id",
+        expected={"registered": True, "worker_id": wid},
+        received={k: body.get(k) for k in ("registered", "worker_id")},
+        replies=[reply],
+    )
+    reply = await ctx.client.worker("/register", {"task_queue": queue, "runtime": "python"})
+    body = ctx.expect(reply, 201, what="register without worker_id")
+    generated = body.get("worker_id")
+    ctx.require(
+        body.get("registered") is True and isinstance(generated, str) and bool(generated),
+        "register without worker_id generates one and returns it",
+        expected="registered: true, worker_id: str",
+        received={k: body.get(k) for k in ("registered", "worker_id")},
+        replies=[reply],
+    )
+    poll = await _poll(ctx, "workflow", str(generated), queue)
+    ctx.expect(poll, 200, what="poll by the generated worker id")
+
+
+@check("REGISTER-IDEMPOTENT")
+async def register_is_upsert(ctx: CheckContext) -> None:
+    """Re-registering a worker id is 201 again and replaces the registration (upsert keyed by worker id)."""
+    first, second = ctx.uid("q"), ctx.uid("q")
+    wid = ctx.uid("w")
+    for queue in (first, first, second):
+        reply = await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"})
+        body = ctx.expect(reply, 201, what=f"register {wid} on {queue}")
+        ctx.require(
+            body.get("registered") is True and body.get("worker_id") == wid,
+            "a re-registration answers registered: true with the same worker_id",
+            expected=wid,
+            received={k: body.get(k) for k in ("registered", "worker_id")},
+            replies=[reply],
+        )
+    now = await _poll(ctx, "workflow", wid, second)
+    ctx.expect(now, 200, what="poll of the queue of the latest registration")
+    old = await _poll(ctx, "workflow", wid, first)
+    ctx.expect(old, 409, "task_queue_mismatch", what="poll of the queue the upsert replaced")
+
+
+@check("REGISTER-VALIDATION")
+async def register_validation(ctx: CheckContext) -> None:
+    """register without task_queue, without runtime, or with an unknown runtime is 422 and registers nothing."""
+    queue = ctx.uid("q")
+    cases = {
+        "missing task_queue": {"runtime": "python"},
+        "missing runtime": {"task_queue": queue},
+        "unknown runtime": {"task_queue": queue, "runtime": "cobol"},
+    }
+    for what, body in cases.items():
+        wid = ctx.uid("w")
+        reply = await ctx.client.worker("/register", {"worker_id": wid, **body})
+        ctx.expect(reply, 422, "validation_failed", what=f"register with {what}")
+        poll = await _poll(ctx, "workflow", wid, queue)
+        ctx.expect(poll, 412, "worker_not_registered", what=f"poll after a rejected register ({what})")
+
+
+@check("REGISTER-ACCEPT-RUST")
+async def register_accepts_rust(ctx: CheckContext) -> None:
+    """runtime rust SHOULD be accepted (S0 names Rust among the SDKs)."""
+    queue = ctx.uid("q")
+    reply = await ctx.client.worker("/register", {"worker_id": ctx.uid("w"), "task_queue": queue, "runtime": "rust"})
+    ctx.expect(reply, 201, what="register with runtime rust")
+
+
+@check("REGISTER-TOLERATE-EXTRAS")
+async def register_tolerates_sdk_extras(ctx: CheckContext) -> None:
+    """The SDK's extra register fields (capabilities, task_slots, process_metrics, …) are accepted."""
+    queue = ctx.uid("q")
+    wid = ctx.uid("w")
+    reply = await ctx.client.worker(
+        "/register", {"worker_id": wid, "task_queue": queue, "runtime": "python", **SDK_EXTRAS}
+    )
+    ctx.expect(reply, 201, what="register with SDK extras")
+    ctx.expect(await _poll(ctx, "workflow", wid, queue), 200, what="poll after a register with SDK extras")
+
+
+@check("REGISTER-FINGERPRINT-CONFLICT")
+async def register_fingerprint_conflict(ctx: CheckContext) -> None:
+    """An active worker re-registering another fingerprint for a type is 409 workflow_definition_changed."""
+    queue = ctx.uid("q")
+    wid = ctx.uid("w")
+    wf_type = "conformance.Fingerprinted"
+
+    def body(fp: str) -> dict[str, Any]:
+        return {
+            "worker_id": wid,
+            "task_queue": queue,
+            "runtime": "python",
+            "supported_workflow_types": [wf_type],
+            "workflow_definition_fingerprints": {wf_type: fp},
+        }
+
+    ctx.expect(await ctx.client.worker("/register", body("fp-a")), 201, what="first register")
+    ctx.expect(
+        await ctx.client.worker("/register", body("fp-a")),
+        201,
+        what="re-register with the same fingerprint",
+        requirement="REGISTER-IDEMPOTENT",
+    )
+    reply = await ctx.client.worker("/register", body("fp-b"))
+    got = ctx.expect(reply, 409, "workflow_definition_changed", what="re-register with another fingerprint")
+    ctx.require(
+        got.get("workflow_type") == wf_type,
+        "the conflict names the workflow type",
+        expected=wf_type,
+        received=got.get("workflow_type"),
+        replies=[reply],
+    )
+
+
+@check("WORKER-HEARTBEAT-ACK")
+async def worker_heartbeat_ack(ctx: CheckContext) -> None:
+    """POST /worker/heartbeat is 200 acknowledged: true for a registered worker, 404 for an unknown one."""
+    wid = await ctx.register(ctx.uid("q"))
+    reply = await ctx.client.worker("/heartbeat", {"worker_id": wid, "task_slots": {"workflow": {"available": 1}}})
+    body = ctx.expect(reply, 200, what="worker heartbeat")
+    ctx.require(
+        body.get("acknowledged") is True,
+        "a worker heartbeat answers acknowledged: true",
+        expected=True,
+        received=body.get("acknowledged"),
+        replies=[reply],
+    )
+    reply = await ctx.client.worker("/heartbeat", {"worker_id": ctx.uid("nobody")})
+    ctx.expect(reply, 404, "worker_not_registered", what="heartbeat of an unknown worker")
+
+
+# -- poll preconditions (§7.5, invariants 12-13) -------------------------------------------------------------
+
+
+@check("POLL-NOT-REGISTERED")
+async def poll_unregistered_worker(ctx: CheckContext) -> None:
+    """A workflow, activity or query poll by an unregistered worker_id is 412 worker_not_registered."""
+    queue = ctx.uid("q")
+    await ctx.register(queue)  # the queue exists; only this worker id does not
+    for kind in KINDS:
+        reply = await _poll(ctx, kind, ctx.uid("nobody"), queue)
+        ctx.expect(reply, 412, "worker_not_registered", what=f"{kind} poll by an unregistered worker")
+
+
+@check("POLL-QUEUE-MISMATCH")
+async def poll_queue_mismatch(ctx: CheckContext) -> None:
+    """Polling another queue than the registered one is 409 task_queue_mismatch naming both queues."""
+    queue, other = ctx.uid("q"), ctx.uid("q-other")
+    wid = await ctx.register(queue)
+    for kind in KINDS:
+        reply = await _poll(ctx, kind, wid, other)
+        body = ctx.expect(reply, 409, "task_queue_mismatch", what=f"{kind} poll of an unregistered queue")
+        got = {k: body.get(k) for k in ("registered_task_queue", "requested_task_queue")}
+        ctx.require(
+            got == {"registered_task_queue": queue, "requested_task_queue": other},
+            "task_queue_mismatch names the registered and the requested queue",
+            expected={"registered_task_queue": queue, "requested_task_queue": other},
+            received=got,
+            replies=[reply],
+        )
+
+
+@check("POLL-BUILD-ID-MISMATCH")
+async def poll_build_id_mismatch(ctx: CheckContext) -> None:
+    """A poll build_id other than the registered non-empty build_id is 409 build_id_mismatch."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue, build_id="conformance-b1")
+    for kind in KINDS:
+        ctx.expect(
+            await _poll(ctx, kind, wid, queue, build_id="conformance-b1"),
+            200,
+            what=f"{kind} poll with the registered build_id",
+        )
+        reply = await _poll(ctx, kind, wid, queue, build_id="conformance-b2")
+        ctx.expect(reply, 409, "build_id_mismatch", what=f"{kind} poll with another build_id")
+
+
+@check("POLL-MISSING-FIELDS")
+async def poll_missing_fields(ctx: CheckContext) -> None:
+    """A workflow, activity or query poll without worker_id or task_queue is 422 validation_failed, not 5xx."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    for kind in KINDS:
+        for what, worker, q in (("worker_id", None, queue), ("task_queue", wid, None), ("both", None, None)):
+            reply = await _poll(ctx, kind, worker, q)
+            ctx.expect(reply, 422, "validation_failed", what=f"{kind} poll without {what}")
+
+
+# -- long poll (§7.2, invariants 14-16) ----------------------------------------------------------------------
+
+
+async def _timed(
+    ctx: CheckContext, kind: str, worker: str, queue: str, timeout: int, *, limit: float, requirement: str
+) -> tuple[Reply, float]:
+    """A poll and its duration on a monotonic clock; no answer within ``limit`` seconds breaks ``requirement``."""
+    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout}
+    start = time.monotonic()
+    try:
+        reply = await ctx.client.worker(POLL_PATH[kind], body, timeout=limit)
+    except HarnessError:
+        elapsed = time.monotonic() - start
+        if elapsed < limit - 0.5:
+            raise  # the connection broke: the harness's problem, not a hold that was too long
+        raise ctx.fail(
+            f"a {kind} poll with timeout_seconds {timeout} got no answer",
+            expected=f"an answer within {limit:g} s",
+            received=f"nothing after {elapsed:.1f} s",
+            requirement=requirement,
+        ) from None
+    return reply, time.monotonic() - start
+
+
+@check("LONGPOLL-HOLD", "POLL-STATUS-EMPTY")
+async def long_poll_holds_for_timeout(ctx: CheckContext) -> None:
+    """An empty queue polled with timeout_seconds t ∈ {1, 2} answers 200 empty after t s (t-0.5 … t+3), per request."""
+    queue = ctx.uid("q")
+    plan = [("workflow", 1), ("workflow", 2), ("activity", 2), ("query", 2)]
+    workers = [await ctx.register(queue) for _ in plan]
+    results = await _race(
+        _timed(ctx, kind, w, queue, t, limit=t + 8, requirement="LONGPOLL-HOLD")
+        for (kind, t), w in zip(plan, workers, strict=True)
+    )
+    for (kind, t), (reply, elapsed) in zip(plan, results, strict=True):
+        body = ctx.expect(reply, 200, what=f"{kind} poll of an empty queue", requirement="POLL-STATUS-EMPTY")
+        ctx.require(
+            body.get("poll_status") == "empty" and "task" in body and body.get("task") is None,
+            f"an expired {kind} long poll is the normal envelope with task: null and poll_status 'empty'",
+            expected="poll_status: empty, task: null",
+            received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:80]}",
+            replies=[reply],
+            requirement="POLL-STATUS-EMPTY",
+        )
+        ctx.require(
+            t - 0.5 <= elapsed <= t + 3,
+            f"an empty {kind} poll with timeout_seconds {t} holds about {t} s",
+            expected=f"{t - 0.5:g} s … {t + 3:g} s",
+            received=f"{elapsed:.2f} s",
+            replies=[reply],
+            requirement="LONGPOLL-HOLD",
+        )
+
+
+@check("LONGPOLL-CLAMP-MAX", slow=True)
+async def long_poll_clamps_max(ctx: CheckContext) -> None:
+    """timeout_seconds 120 is clamped to 60 (or the shorter clamp a test profile declares): the empty poll
+    returns within that plus slack."""
+    declared = ctx.target.test_profile.get("long_poll_max_seconds")
+    clamp = declared if isinstance(declared, int) and 1 <= declared <= 60 else 60
+    if ctx.target.max_wait < clamp + 5:
+        raise NotCovered(
+            f"a poll with timeout_seconds 120 may hold {clamp} s, longer than --max-wait={ctx.target.max_wait:g}s",
+            f"--max-wait={clamp + 5} or more, or a server whose test profile declares a shorter long_poll_max_seconds",
+        )
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    reply, elapsed = await _timed(ctx, "workflow", wid, queue, 120, limit=clamp + 20, requirement="LONGPOLL-CLAMP-MAX")
+    ctx.expect(reply, 200, what="poll with timeout_seconds 120")
+    ctx.require(
+        elapsed <= clamp + 5,
+        f"timeout_seconds above the maximum is clamped to {clamp} s",
+        expected=f"≤ {clamp + 5} s",
+        received=f"{elapsed:.1f} s",
+        replies=[reply],
+    )
+
+
+@check("LONGPOLL-CLAMP-MIN")
+async def long_poll_clamps_min(ctx: CheckContext) -> None:
+    """timeout_seconds 0 or -5 is clamped to 1: the empty poll returns within 1 s plus slack."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    for value in (0, -5):
+        reply, elapsed = await _timed(ctx, "workflow", wid, queue, value, limit=10, requirement="LONGPOLL-CLAMP-MIN")
+        body = ctx.expect(reply, 200, what=f"poll with timeout_seconds {value}")
+        ctx.require(
+            body.get("task") is None,
+            f"a poll of an empty queue with timeout_seconds {value} has no task",
+            expected="task: null",
+            received=repr(body.get("task"))[:80],
+            replies=[reply],
+            requirement="POLL-STATUS-NULL-TASK",
+        )
+        ctx.require(
+            elapsed <= 3.0,
+            f"timeout_seconds {value} is clamped to 1 s",
+            expected="≤ 1 s + 2 s slack",
+            received=f"{elapsed:.2f} s",
+            replies=[reply],
+        )
+
+
+# Let the poll reach the server and start waiting before the work appears; nothing black-box announces
+# that a poll is being held, and the spec's own recipe is "poll with 30 s, start after 1 s" (§16.16).
+POLL_SETTLE_SECONDS = 1.0
+
+
+async def _settle(ctx: CheckContext, waiting: asyncio.Task[Reply], kind: str, *, settled: bool = False) -> None:
+    """Let ``waiting`` reach the server (unless that time has passed already); it must still be held."""
+    if not settled:
+        await asyncio.sleep(POLL_SETTLE_SECONDS)
+    if waiting.done():
+        raise ctx.fail(
+            f"an empty {kind} queue polled with timeout_seconds 20 holds the poll",
+            expected="a poll still waiting after 1 s",
+            received="the poll had already answered",
+            replies=[waiting.result()],
+            requirement="LONGPOLL-HOLD",
+        )
+
+
+@check("LONGPOLL-IMMEDIATE-DELIVERY")
+async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
+    """Work that becomes ready while a 20 s poll waits is delivered at once (workflow and activity polls)."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    wf_poll = asyncio.create_task(_poll(ctx, "workflow", wid, queue, 20))
+    act_poll = asyncio.create_task(_poll(ctx, "activity", wid, queue, 20))
+    try:
+        await _settle(ctx, wf_poll, "workflow")
+        await _settle(ctx, act_poll, "activity", settled=True)
+        started = time.monotonic()
+        workflow_id, _ = await ctx.start(queue)
+        reply = await wf_poll
+        elapsed = time.monotonic() - started
+        task = _leased(ctx, reply, "the waiting workflow poll")
+        ctx.require(
+            task is not None and task.get("workflow_id") == workflow_id,
+            "the waiting poll leases the workflow started meanwhile",
+            expected=f"a task of {workflow_id}",
+            received=repr(task)[:200],
+            replies=[reply],
+        )
+        ctx.require(
+            elapsed < 5.0,
+            "a task that becomes ready during a long poll is returned immediately",
+            expected="< 5 s after the start",
+            received=f"{elapsed:.2f} s",
+            replies=[reply],
+        )
+        assert task is not None
+        # The activity becomes ready when the workflow task completes.
+        started = time.monotonic()
+        done = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
+        ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
+        reply = await act_poll
+        elapsed = time.monotonic() - started
+        act = _leased(ctx, reply, "the waiting activity poll")
+        ctx.require(
+            act is not None and act.get("workflow_id") == workflow_id,
+            "the waiting activity poll leases the activity scheduled meanwhile",
+            expected=f"an activity of {workflow_id}",
+            received=repr(act)[:200],
+            replies=[reply],
+        )
+        ctx.require(
+            elapsed < 5.0,
+            "an activity that becomes ready during a long poll is returned immediately",
+            expected="< 5 s after the schedule",
+            received=f"{elapsed:.2f} s",
+            replies=[reply],
+        )
+    finally:
+        for waiting in (wf_poll, act_poll):
+            if not waiting.done():
+                waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiting
+
+
+# -- poll_status (§7.4, invariants 17-19) ---------------------------------------------------------------------
+
+
+@check("POLL-STATUS-PRESENT", "POLL-STATUS-TASK-IFF-LEASED", "POLL-STATUS-NULL-TASK")
+async def poll_status_on_every_poll(ctx: CheckContext) -> None:
+    """Empty and leased workflow, activity and query polls all carry poll_status; task ⇔ 'leased'."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    empties = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
+    for kind, reply in zip(KINDS, empties, strict=True):
+        ctx.expect(reply, 200, what=f"{kind} poll of an empty queue")
+        status = _judge_poll_status(ctx, reply, kind)
+        ctx.require(
+            status == "empty",
+            f"an empty {kind} poll says 'empty'",
+            expected="empty",
+            received=status,
+            replies=[reply],
+            requirement="POLL-STATUS-EMPTY",
+        )
+    for kind, (_, reply, _) in (await _leased_of_every_kind(ctx)).items():
+        status = _judge_poll_status(ctx, reply, kind)
+        ctx.require(
+            status == "leased",
+            f"a {kind} poll that returns a task says 'leased'",
+            expected="leased",
+            received=status,
+            replies=[reply],
+            requirement="POLL-STATUS-TASK-IFF-LEASED",
+        )
+
+
+@check("POLL-STATUS-DRAINING-409", "DRAIN-REFUSES-LEASE")
+async def drain_refuses_lease(ctx: CheckContext) -> None:
+    """After drain {build_id: b}, polls of b's workers are 409 worker_draining/draining and never lease ready work."""
+    queue = ctx.uid("q")
+    build = "conformance-drain-b1"
+    wid = await ctx.register(queue, build_id=build, capabilities=["query_tasks"])
+    workflow_id = await _schedule_activity(ctx, wid, queue)  # a ready activity task
+    await ctx.start(queue)  # and a ready workflow task
+    await _drain(ctx, queue, build, "drain", "DRAIN-REFUSES-LEASE")
+    for kind in ("workflow", "activity", "workflow", "activity"):
+        _expect_draining(ctx, await _poll(ctx, kind, wid, queue, 1), kind, "DRAIN-REFUSES-LEASE")
+    # A query of the drained cohort's run: either refused at once (no worker can answer) or left waiting;
+    # the query poll is draining either way.
+    async with _open_query(ctx, workflow_id):
+        _expect_draining(ctx, await _poll(ctx, "query", wid, queue, 1), "query", "DRAIN-REFUSES-LEASE")
+
+
+@check("DRAIN-RESUME")
+async def drain_resume_restores_leasing(ctx: CheckContext) -> None:
+    """After resume {build_id: b}, the drained worker leases the ready work again."""
+    queue = ctx.uid("q")
+    build = "conformance-drain-b1"
+    wid = await ctx.register(queue, build_id=build)
+    await _drain(ctx, queue, build, "drain", "DRAIN-RESUME")
+    workflow_id, _ = await ctx.start(queue)
+    _expect_draining(ctx, await _poll(ctx, "workflow", wid, queue, 1), "workflow", "DRAIN-REFUSES-LEASE")
+    await _drain(ctx, queue, build, "resume", "DRAIN-RESUME")
+    reply, task = await _lease(ctx, "workflow", wid, queue, within=5.0)
+    ctx.require(
+        task.get("workflow_id") == workflow_id,
+        "after resume the worker leases the waiting work",
+        expected=workflow_id,
+        received=task.get("workflow_id"),
+        replies=[reply],
+    )
+
+
+@check("DRAIN-IDEMPOTENT")
+async def drain_is_idempotent(ctx: CheckContext) -> None:
+    """Drain and resume twice are both fine; build_id null drains only the unversioned cohort."""
+    queue = ctx.uid("q")
+    build = "conformance-drain-b1"
+    versioned = await ctx.register(queue, build_id=build)
+    unversioned = await ctx.register(queue)
+    for _ in range(2):
+        await _drain(ctx, queue, build, "drain", "DRAIN-IDEMPOTENT")
+    _expect_draining(ctx, await _poll(ctx, "workflow", versioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
+    for _ in range(2):
+        await _drain(ctx, queue, build, "resume", "DRAIN-IDEMPOTENT")
+    ctx.expect(
+        await _poll(ctx, "workflow", versioned, queue, 1),
+        200,
+        what="poll after resuming twice",
+        requirement="DRAIN-IDEMPOTENT",
+    )
+    await _drain(ctx, queue, None, "drain", "DRAIN-IDEMPOTENT")
+    _expect_draining(ctx, await _poll(ctx, "workflow", unversioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
+    ctx.expect(
+        await _poll(ctx, "workflow", versioned, queue, 1),
+        200,
+        what=f"poll of the {build!r} cohort while the unversioned cohort drains",
+        requirement="DRAIN-IDEMPOTENT",
+    )
+    await _drain(ctx, queue, None, "resume", "DRAIN-IDEMPOTENT")
+    workflow_id, _ = await ctx.start(queue)
+    reply, task = await _lease(ctx, "workflow", unversioned, queue, within=5.0)
+    ctx.require(
+        task.get("workflow_id") == workflow_id,
+        "after resume {build_id: null} the unversioned worker leases",
+        expected=workflow_id,
+        received=task.get("workflow_id"),
+        replies=[reply],
+        requirement="DRAIN-IDEMPOTENT",
+    )
+
+
+async def _throttled_poll(ctx: CheckContext) -> Reply:
+    """Fill a fresh queue to the advertised admission limit with live leases; return the next poll."""
+    limit = ctx.target.test_profile.get("max_active_leases_per_queue")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise NotCovered("the target advertises no admission limit, so throttling cannot be provoked", THROTTLE_SETTING)
+    if limit > 64:
+        raise NotCovered(
+            f"the advertised admission limit is {limit} live leases per queue; the check fills at most 64",
+            THROTTLE_SETTING + " ≤ 64",
+        )
+    lease = _advertised_lease(ctx) or 300.0
+    for _ in range(3):
+        queue = ctx.uid("q")
+        workers = [await ctx.register(queue) for _ in range(limit + 1)]
+        for _ in range(limit + 1):
+            await ctx.start(queue)
+        started = time.monotonic()
+        fills = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers[:limit])
+        throttled = [r for r in fills if r.json().get("poll_status") == "throttled"]
+        if throttled:
+            return throttled[0]  # the target pushed back already: that answer is the one to judge
+        leased = [_task(r) for r in fills if _task(r) is not None]
+        if len(leased) < limit:
+            # Fewer live leases than advertised: the next poll proves nothing about this limit.
+            raise ctx.fail(
+                f"{limit} concurrent polls of {limit + 1} ready workflow tasks leased only {len(leased)}",
+                expected=f"{limit} leases (the advertised max_active_leases_per_queue)",
+                received=[f"{r.status} {r.json().get('poll_status')}" for r in fills],
+                replies=fills[:4],
+                requirement="LEASE-ONE-PER-POLL",
+            )
+        reply = await _poll(ctx, "workflow", workers[limit], queue, 1)
+        if _task(reply) is None or time.monotonic() - started < lease - 0.5:
+            return reply
+        # A lease may have expired before the probe reached the server; the probe is inconclusive.
+    raise NotCovered(f"the {lease:g} s leases expired before the queue could be filled three times", THROTTLE_SETTING)
+
+
+@check("POLL-STATUS-THROTTLED")
+async def poll_throttled_at_admission_limit(ctx: CheckContext) -> None:
+    """At the admission limit, a poll of a queue with ready work is 200 'throttled' with task: null, not 'empty'."""
+    reply = await _throttled_poll(ctx)
+    body = ctx.expect(reply, 200, what="poll beyond the admission limit")
+    ctx.require(
+        body.get("poll_status") == "throttled" and "task" in body and body.get("task") is None,
+        "a poll refused by the admission limit says 'throttled' with task: null, even with ready work",
+        expected="200 poll_status: throttled, task: null",
+        received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:120]}",
+        replies=[reply],
+    )
+
+
+@check("POLL-STATUS-RETRY-AFTER")
+async def poll_throttled_has_retry_after(ctx: CheckContext) -> None:
+    """A throttled poll SHOULD carry retry_after_seconds."""
+    reply = await _throttled_poll(ctx)
+    body = reply.json()
+    if body.get("poll_status") != "throttled":
+        raise NotCovered("the target did not throttle at its advertised limit (see poll_throttled_at_admission_limit)")
+    value = body.get("retry_after_seconds")
+    ctx.require(
+        isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
+        "a throttled poll carries retry_after_seconds",
+        expected="a number ≥ 0",
+        received=repr(value),
+        replies=[reply],
+    )
+
+
+@check("POLL-STATUS-UNAVAILABLE")
+async def poll_status_unavailable(ctx: CheckContext) -> None:
+    """An 'unavailable' poll is 503 (or 200) with task: null and a reason."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    switch = ctx.target.test_profile.get("matching_switch")
+    if isinstance(switch, str) and "{queue}" in switch and switch.startswith("/api/"):
+        # The target offers the Appendix C switch: turn matching off for this queue only.
+        path = switch.removeprefix("/api").replace("{queue}", queue)
+        ctx.expect(await ctx.client.control("POST", path, {"available": False}), 200, what="matching switch")
+        try:
+            replies = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
+            for reply in replies:
+                ctx.require(
+                    reply.json().get("poll_status") == "unavailable",
+                    "a poll of a queue whose matching layer is down answers poll_status 'unavailable'",
+                    expected="unavailable",
+                    received=f"{reply.status} {reply.json().get('poll_status')}",
+                    replies=[reply],
+                )
+        finally:
+            await ctx.client.control("POST", path, {"available": True})
+        await ctx.start(queue)
+        leased = await ctx.lease_wf(wid, queue)
+        ctx.require(bool(leased), "leasing resumes once matching is available again")
+    else:
+        replies = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
+    seen = [r for r in replies if r.json().get("poll_status") == "unavailable"]
+    if not seen:
+        raise NotCovered(
+            "poll_status 'unavailable' needs a matching layer that cannot coordinate; a black-box "
+            "client cannot cause that and the target advertises no switch for it",
+            "a target fault switch that makes matching unavailable (PROTOCOL.md Appendix C)",
+        )
+    for reply in seen:
+        body = ctx.expect(reply, (503, 200), what="an unavailable poll")
+        ctx.require(
+            "task" in body and body.get("task") is None and isinstance(body.get("reason"), str),
+            "an unavailable poll has task: null and a reason",
+            expected="task: null, reason: str",
+            received={k: body.get(k) for k in ("task", "reason")},
+            replies=[reply],
+        )
+
+
+# -- leasing (§7.5, §9, §14.1, invariants 20-23, 25, 32) ------------------------------------------------------
+
+
+def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], requirement: str) -> list[dict[str, Any]]:
+    """The leased tasks of concurrent polls; each 200, each lease owned by its poller, no (task, attempt) twice."""
+    tasks: list[dict[str, Any]] = []
+    seen: dict[tuple[Any, Any], str] = {}
+    for worker, reply in zip(workers, replies, strict=True):
+        ctx.expect(reply, 200, what="concurrent poll", requirement=requirement)
+        task = _task(reply)
+        if task is None:
+            continue
+        ctx.require(
+            task.get("lease_owner") == worker,
+            "a leased task's lease_owner is the poller's worker_id",
+            expected=worker,
+            received=task.get("lease_owner"),
+            replies=[reply],
+            requirement="LEASE-OWNER-IS-POLLER",
+        )
+        key = _key(task)
+        ctx.require(
+            key not in seen,
+            "two concurrent polls never both lease the same (task_id, workflow_task_attempt)",
+            expected="one lease per (task_id, attempt)",
+            received=f"{key} leased to {seen.get(key)} and {worker}",
+            replies=replies,
+            requirement="LEASE-NO-DUPLICATE-ATTEMPT",
+        )
+        seen[key] = worker
+        tasks.append(task)
+    return tasks
+
+
+@check("LEASE-EXCLUSIVE", "LEASE-NO-DUPLICATE-ATTEMPT")
+async def lease_exclusive_among_racing_pollers(ctx: CheckContext) -> None:
+    """8 pollers racing for one ready workflow task: exactly one is leased, the other polls are empty."""
+    queue = ctx.uid("q")
+    workers = [await ctx.register(queue) for _ in range(8)]
+    await ctx.start(queue)
+    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    tasks = _leases(ctx, replies, workers, "LEASE-EXCLUSIVE")
+    ctx.require(
+        len(tasks) == 1,
+        "exactly one of 8 racing polls leases the single ready task",
+        expected=1,
+        received=f"{len(tasks)} leased: {[_key(t) for t in tasks]}",
+        replies=replies,
+        requirement="LEASE-EXCLUSIVE",
+    )
+
+
+@check("LEASE-EACH-TASK-ONCE", "LEASE-NO-DUPLICATE-ATTEMPT")
+async def lease_each_ready_task_once(ctx: CheckContext) -> None:
+    """4 ready tasks and 8 racing pollers: every task is leased exactly once, 4 leases in all."""
+    queue = ctx.uid("q")
+    workers = [await ctx.register(queue) for _ in range(8)]
+    started = {(await ctx.start(queue))[0] for _ in range(4)}
+    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    tasks = _leases(ctx, replies, workers, "LEASE-EACH-TASK-ONCE")
+    leased = sorted(str(t.get("workflow_id")) for t in tasks)
+    ctx.require(
+        leased == sorted(started),
+        "each of the 4 ready tasks is leased exactly once",
+        expected=sorted(started),
+        received=leased,
+        replies=replies,
+        requirement="LEASE-EACH-TASK-ONCE",
+    )
+
+
+@check("LEASE-ONE-PER-POLL")
+async def lease_claim_race_moves_on(ctx: CheckContext) -> None:
+    """6 pollers racing for 6 ready tasks each get exactly one: a lost claim moves on to the next candidate."""
+    queue = ctx.uid("q")
+    workers = [await ctx.register(queue) for _ in range(6)]
+    started = {(await ctx.start(queue))[0] for _ in range(6)}
+    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    for reply in replies:
+        ctx.expect(reply, 200, what="racing poll")
+        task = reply.json().get("task")
+        ctx.require(
+            isinstance(task, dict),
+            "with as many ready tasks as pollers every poll leases one task object",
+            expected="task: {…} (one task)",
+            received=repr(task)[:200],
+            replies=[reply],
+        )
+    tasks = _leases(ctx, replies, workers, "LEASE-ONE-PER-POLL")
+    leased = sorted(str(t.get("workflow_id")) for t in tasks)
+    ctx.require(
+        leased == sorted(started),
+        "the racing polls lease the 6 ready tasks, one each",
+        expected=sorted(started),
+        received=leased,
+        replies=replies,
+    )
+
+
+@check("LEASE-OWNER-IS-POLLER", "LEASE-FIRST-ATTEMPT", "LEASE-EXPIRY-IN-FUTURE")
+async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
+    """A first lease names the poller as lease_owner, has attempt 1 and a lease_expires_at after the request."""
+    for kind, (worker, reply, sent) in (await _leased_of_every_kind(ctx)).items():
+        task = _task(reply)
+        assert task is not None
+        ctx.require(
+            task.get("lease_owner") == worker,
+            f"a leased {kind} task's lease_owner is the poller",
+            expected=worker,
+            received=task.get("lease_owner"),
+            replies=[reply],
+            requirement="LEASE-OWNER-IS-POLLER",
+        )
+        expires = _expires(ctx, task, reply, "LEASE-EXPIRY-IN-FUTURE")
+        date = _server_date(reply)
+        # The server's Date (floored to the second) is at or after it received the poll; without one, allow
+        # a minute of clock skew against the local send time.
+        floor, what = (
+            (date, "the response Date")
+            if date is not None
+            else (datetime.fromtimestamp(sent - 60, tz=expires.tzinfo), "the local send time minus 60 s of skew")
+        )
+        ctx.require(
+            expires > floor,
+            f"a leased {kind} task's lease_expires_at is later than the request",
+            expected=f"after {floor.isoformat()} ({what})",
+            received=task.get("lease_expires_at"),
+            replies=[reply],
+            requirement="LEASE-EXPIRY-IN-FUTURE",
+        )
+        if kind == "workflow":
+            ctx.require(
+                task.get("workflow_task_attempt") == 1,
+                "the first delivery is workflow_task_attempt 1",
+                expected=1,
+                received=task.get("workflow_task_attempt"),
+                replies=[reply],
+                requirement="LEASE-FIRST-ATTEMPT",
+            )
+
+
+@check("LEASE-DEFAULT-DURATION")
+async def lease_default_duration(ctx: CheckContext) -> None:
+    """The workflow-task lease is 300 s ± 5 s, or the shorter test lease the target advertises."""
+    advertised = _advertised_lease(ctx)
+    expected, tolerance = (advertised, 1.5) if advertised is not None and advertised < 300 else (300.0, 5.0)
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    await ctx.start(queue)
+    reply, task = await _lease(ctx, "workflow", wid, queue)
+    date = _server_date(reply)
+    if date is None:
+        raise NotCovered(
+            "the target sends no Date header, so the lease length cannot be read off its own clock",
+            "a Date response header",
+        )
+    length = (_expires(ctx, task, reply, "LEASE-DEFAULT-DURATION") - date).total_seconds()
+    # Date is floored to the second: the measured length is the lease plus up to 1 s.
+    ctx.require(
+        expected - tolerance <= length <= expected + 1 + tolerance,
+        "lease_expires_at minus the server's receipt time is the lease length",
+        expected=f"{expected:g} s ± {tolerance:g} s" + (" (advertised test lease)" if expected < 300 else ""),
+        received=f"{length:.1f} s",
+        replies=[reply],
+    )
+
+
+@check("LEASE-NOT-SHARED-WHILE-LIVE")
+async def lease_not_shared_while_live(ctx: CheckContext) -> None:
+    """While a workflow task's lease is live no other poller gets it."""
+    queue = ctx.uid("q")
+    owner, other = await ctx.register(queue), await ctx.register(queue)
+    await ctx.start(queue)
+    _, task = await _lease(ctx, "workflow", owner, queue)
+    for _ in range(3):
+        hb = await ctx.wf_call(task, "heartbeat")
+        expires = _expires(
+            ctx,
+            ctx.expect(hb, 200, what="owner heartbeat", requirement="LEASE-HEARTBEAT-RENEWS"),
+            hb,
+            "LEASE-HEARTBEAT-RENEWS",
+        )
+        reply = await _poll(ctx, "workflow", other, queue, 1)
+        ctx.expect(reply, 200, what="poll by another worker")
+        got = _task(reply)
+        if got is None or got.get("task_id") != task.get("task_id"):
+            continue
+        date = _server_date(reply)
+        # The claim happened before the response, i.e. before Date + 1 s: if that is still before the
+        # renewed expiry, the lease was live when the task was handed out again.
+        live = date is not None and (expires - date).total_seconds() >= 1
+        ctx.require(
+            not live,
+            "a task whose lease is live is not handed to another poller",
+            expected=f"no lease for {other} before {task.get('lease_expires_at')}",
+            received=f"{other} leased {_key(got)} at {reply.headers.get('date')} (owner's lease ran to "
+            f"{expires.isoformat()})",
+            replies=[hb, reply],
+        )
+        raise NotCovered(
+            "the other worker got the task, but its response Date cannot prove the owner's "
+            "renewed lease was still live then",
+            "a longer workflow-task lease",
+        )
+
+
+@check("LEASE-HEARTBEAT-RENEWS")
+async def lease_heartbeat_renews(ctx: CheckContext) -> None:
+    """An owner heartbeat is 200 renewed: true with a lease_expires_at never earlier and set afresh."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    await ctx.start(queue)
+    poll, task = await _lease(ctx, "workflow", wid, queue)
+    first = _expires(ctx, task, poll, "LEASE-EXPIRY-IN-FUTURE")
+    previous = first
+
+    async def probe() -> datetime | None:
+        nonlocal previous
+        reply = await ctx.wf_call(task, "heartbeat")
+        body = ctx.expect(reply, 200, what="owner heartbeat")
+        ctx.require(
+            body.get("renewed") is True,
+            "an owner heartbeat answers renewed: true",
+            expected=True,
+            received=body.get("renewed"),
+            replies=[reply],
+        )
+        expires = _expires(ctx, body, reply, "LEASE-HEARTBEAT-RENEWS")
+        ctx.require(
+            expires >= previous,
+            "a heartbeat never moves lease_expires_at backwards",
+            expected=f"≥ {previous.isoformat()}",
+            received=body.get("lease_expires_at"),
+            replies=[reply],
+        )
+        previous = expires
+        return expires if expires > first else None
+
+    # Heartbeats keep the lease live; as time passes a renewal (now + lease) must move past the first expiry.
+    await ctx.wait_until(probe, timeout=3.0, interval=0.25, what="a heartbeat to extend lease_expires_at")
+
+
+@check("LEASE-HEARTBEAT-RUN-STATUS")
+async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
+    """A workflow-task heartbeat returns the renewed lease_expires_at and the run's current status."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    workflow_id, _ = await ctx.start(queue)
+    _, task = await _lease(ctx, "workflow", wid, queue)
+    reply = await ctx.wf_call(task, "heartbeat")
+    body = ctx.expect(reply, 200, what="owner heartbeat")
+    _expires(ctx, body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
+    status = (await ctx.describe(workflow_id)).get("status")
+    ctx.require(
+        body.get("run_status") == status,
+        "the heartbeat reports the run's current status",
+        expected=f"run_status {status!r} (as described)",
+        received=repr(body.get("run_status")),
+        replies=[reply],
+    )
+
+
+# -- poll_request_id idempotency (§7.3, invariant 24) -------------------------------------------------------
+
+
+@check("IDEMPOTENT-POLL-REPLAY")
+async def poll_replay_same_task_and_attempt(ctx: CheckContext) -> None:
+    """A repeated poll_request_id returns the same task and attempt (not another ready task), attempt unchanged."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    for _ in range(2):
+        await ctx.start(queue)  # a second ready task the replay must not hand out
+    prid = ctx.uid("poll")
+    first, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
+    again = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    replay = _leased(ctx, again, "poll with the same poll_request_id")
+    ctx.require(
+        replay is not None and _key(replay) == _key(task),
+        "a repeated poll_request_id returns the same task_id and workflow_task_attempt",
+        expected=_key(task),
+        received=_key(replay) if replay else None,
+        replies=[first, again],
+    )
+    done = await ctx.complete(task, [{"type": "complete_workflow"}])
+    ctx.expect(done, 200, what="complete with the original attempt after the replay (the attempt did not move)")
+
+
+@check("IDEMPOTENT-POLL-OTHER-WORKER")
+async def poll_replay_not_for_other_worker(ctx: CheckContext) -> None:
+    """Another worker sending the same poll_request_id does not get that task."""
+    queue = ctx.uid("q")
+    owner, other = await ctx.register(queue), await ctx.register(queue)
+    await ctx.start(queue)
+    prid = ctx.uid("poll")
+    _, task = await _lease(ctx, "workflow", owner, queue, poll_request_id=prid)
+    reply = await _poll(ctx, "workflow", other, queue, 1, poll_request_id=prid)
+    got = _leased(ctx, reply, "poll by another worker with the same poll_request_id")
+    ctx.require(
+        got is None or got.get("task_id") != task.get("task_id"),
+        "another worker's poll with the same poll_request_id gets no replay of the task",
+        expected=f"not {task.get('task_id')}",
+        received=_key(got) if got else None,
+        replies=[reply],
+    )
+    ctx.expect(await ctx.wf_call(task, "heartbeat"), 200, what="the owner still holds the lease")
+
+
+@check("IDEMPOTENT-POLL-AFTER-CLOSE")
+async def poll_replay_dropped_after_close(ctx: CheckContext) -> None:
+    """After the task is completed or failed, a poll with its poll_request_id follows the normal rules."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    await ctx.start(queue)
+    prid = ctx.uid("poll")
+    _, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
+    ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="complete")
+    fresh_id, _ = await ctx.start(queue)
+    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    got = _leased(ctx, reply, "poll with the poll_request_id of a completed task")
+    ctx.require(
+        got is not None and got.get("workflow_id") == fresh_id and got.get("workflow_task_attempt") == 1,
+        "after complete the poll_request_id is forgotten: the poll leases the new ready task",
+        expected=f"a first lease of {fresh_id}",
+        received=repr(got)[:200] if got else "no task",
+        replies=[reply],
+    )
+    assert got is not None
+    fail = await ctx.wf_call(got, "fail", {"failure": {"message": "conformance: replay dropped after fail"}})
+    ctx.expect(fail, 200, what="fail")
+    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    again = _leased(ctx, reply, "poll with the poll_request_id of a failed task")
+    ctx.require(
+        again is None or _key(again) != _key(got),
+        "after fail the poll_request_id is forgotten: the failed attempt is never handed out again",
+        expected=f"not {_key(got)}",
+        received=_key(again) if again else None,
+        replies=[reply],
+    )
+
+
+@check("IDEMPOTENT-POLL-AFTER-CLOSE", slow=True)
+async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
+    """After the lease expires, a poll with its poll_request_id gets a new attempt, not the stale replay."""
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    await ctx.start(queue)
+    prid = ctx.uid("poll")
+    poll, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
+    expires = _expires(ctx, task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
+    date = _server_date(poll)
+    lease = (expires - date).total_seconds() if date is not None else _advertised_lease(ctx)
+    ctx.needs_short(
+        None if lease is None else lease + 2,
+        "a workflow-task lease expiry",
+        "a short workflow-task lease (reference server: --lease-seconds 3)",
+    )
+    assert lease is not None
+
+    async def expired() -> bool | None:
+        # Wait on the server's clock: Date is floored, so Date > expiry means the lease is over.
+        date = _server_date(await ctx.client.request("GET", "/api/health"))
+        if date is None:
+            raise NotCovered(
+                "the target sends no Date header, so lease expiry cannot be read off its clock",
+                "a Date response header",
+            )
+        return True if date > expires else None
+
+    await ctx.wait_until(expired, timeout=lease + 4, interval=0.25, what="the lease to expire on the server's clock")
+    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    got = _leased(ctx, reply, "poll with the poll_request_id of an expired lease")
+    ctx.require(
+        got is not None
+        and got.get("task_id") == task.get("task_id")
+        and isinstance(got.get("workflow_task_attempt"), int)
+        and got["workflow_task_attempt"] > task["workflow_task_attempt"],
+        "after expiry the cached poll is dropped: a fresh poll redelivers the task with a new attempt",
+        expected=f"task {task.get('task_id')} with attempt > {task.get('workflow_task_attempt')}",
+        received=_key(got) if got else "no task",
+        replies=[poll, reply],
+    )
+
+
+@check("DISPATCH-ONE-LEASE-PER-DELIVERY", "LEASE-NO-DUPLICATE-ATTEMPT")
+async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
+    """Duplicate concurrent polls (same or no poll_request_id) never yield two leases of one delivery."""
+    # 1. One worker sends the same poll_request_id twice at once, with three ready tasks on the queue.
+    queue = ctx.uid("q")
+    worker, witness = await ctx.register(queue), await ctx.register(queue)
+    started = {(await ctx.start(queue))[0] for _ in range(3)}
+    prid = ctx.uid("poll")
+    pair = await _race(_poll(ctx, "workflow", worker, queue, 1, poll_request_id=prid) for _ in range(2))
+    got = [t for t in (_leased(ctx, r, "duplicate poll") for r in pair) if t is not None]
+    ctx.require(
+        len({_key(t) for t in got}) <= 1,
+        "two concurrent polls with one poll_request_id return one lease (same task_id and attempt)",
+        expected="one (task_id, attempt)",
+        received=[_key(t) for t in got],
+        replies=pair,
+    )
+    # Nothing else was leased behind the duplicate's back: the other tasks are all still ready.
+    held = {str(t.get("workflow_id")) for t in got}
+    rest: list[str] = []
+    for _ in range(len(started)):
+        reply = await _poll(ctx, "workflow", witness, queue, 1)
+        task = _leased(ctx, reply, "poll of the remaining tasks")
+        if task is None:
+            break
+        rest.append(str(task.get("workflow_id")))
+    ctx.require(
+        sorted(rest) == sorted(started - held),
+        "a duplicate poll leases nothing beyond the one task it returns",
+        expected=sorted(started - held),
+        received=sorted(rest),
+    )
+    # 2. Six workers each send their own poll_request_id twice at once; three ready tasks.
+    queue = ctx.uid("q")
+    workers = [await ctx.register(queue) for _ in range(6)]
+    for _ in range(3):
+        await ctx.start(queue)
+    pollers = [w for w in workers for _ in range(2)]
+    ids = {w: ctx.uid("poll") for w in workers}
+    replies = await _race(_poll(ctx, "workflow", w, queue, 1, poll_request_id=ids[w]) for w in pollers)
+    holders: dict[Any, str] = {}
+    for worker in workers:
+        mine = [r for w, r in zip(pollers, replies, strict=True) if w == worker]
+        keys = {_key(t) for t in (_leased(ctx, r, "duplicate poll") for r in mine) if t is not None}
+        ctx.require(
+            len(keys) <= 1,
+            f"{worker}'s two polls with one poll_request_id return one lease",
+            expected="one (task_id, attempt)",
+            received=sorted(map(str, keys)),
+            replies=mine,
+        )
+        for task_id, _ in keys:
+            ctx.require(
+                task_id not in holders,
+                "no task is leased to two workers at once",
+                expected="each task_id held by one worker",
+                received=f"{task_id} leased to {holders.get(task_id)} and {worker}",
+                replies=replies,
+            )
+            holders[task_id] = worker
+    ctx.require(
+        len(holders) == 3,
+        "the duplicate polls lease each of the 3 ready tasks exactly once",
+        expected=3,
+        received=f"{len(holders)} leased",
+        replies=replies,
+        requirement="LEASE-EACH-TASK-ONCE",
+    )
+    # 3. One worker polls twice at once without a poll_request_id; one ready task.
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    await ctx.start(queue)
+    pair = await _race(_poll(ctx, "workflow", worker, queue, 1) for _ in range(2))
+    got = [t for t in (_leased(ctx, r, "concurrent poll") for r in pair) if t is not None]
+    ctx.require(
+        len(got) == 1,
+        "two concurrent polls for one ready task yield exactly one lease",
+        expected=1,
+        received=[_key(t) for t in got],
+        replies=pair,
+    )

@@ -1,0 +1,421 @@
+"""Query tasks (PROTOCOL.md §10, §12.2, invariants 60-64).
+
+``POST /api/workflows/{id}/query/{name}`` holds the caller until a worker answers, so each check runs the
+control-plane call as an asyncio task while it plays the worker: it polls ``/query-tasks/poll`` and
+completes or fails the leased query task, then reads what the control-plane caller got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.outcomes import CheckFailure
+from suite.protocol.codec import decode_blob, value_to_json
+from suite.registry import check
+
+QUERY_ARGS = ["conformance", 7]
+# When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
+DEFAULT_QUERY_TIMEOUT = 30.0
+READY_WITHIN = 10.0
+
+__all__ = ["QueryRun", "lease_query", "settle", "start_query", "waiting_run"]
+
+
+@dataclass
+class QueryRun:
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+
+
+def _query_timeout(ctx: CheckContext) -> tuple[float, bool]:
+    """The target's query timeout and whether it is advertised (test_profile.query_task_timeout_seconds)."""
+    value = ctx.target.test_profile.get("query_task_timeout_seconds")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value), True
+    return DEFAULT_QUERY_TIMEOUT, False
+
+
+async def waiting_run(ctx: CheckContext, *, register: bool = True) -> QueryRun:
+    """A run parked on a long timer (no open workflow task), on a queue served by one registered worker."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue) if register else ctx.uid("w")
+    workflow_id, run_id = await ctx.start(queue, input=["query-me"])
+    if register:
+        task = await ctx.lease_wf(worker, queue)
+        ctx.expect(
+            await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}]),
+            200,
+            what="workflow-task complete parking the run on a timer",
+        )
+    return QueryRun(queue, worker, workflow_id, run_id)
+
+
+def start_query(ctx: CheckContext, run: QueryRun, name: str) -> asyncio.Task[Reply]:
+    """The blocking control-plane query, running concurrently with the worker side of the check."""
+    timeout, _ = _query_timeout(ctx)
+    return asyncio.create_task(
+        ctx.client.control(
+            "POST", f"/workflows/{run.workflow_id}/query/{name}", {"input": QUERY_ARGS}, timeout=timeout + 15
+        )
+    )
+
+
+async def settle(call: asyncio.Task[Reply]) -> None:
+    """Cancel a query call the check no longer waits for."""
+    if not call.done():
+        call.cancel()
+    with contextlib.suppress(BaseException):
+        await call
+
+
+async def lease_query(
+    ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
+) -> dict[str, Any]:
+    """Poll query tasks as the run's worker until one is leased (or the control-plane call gave up)."""
+
+    async def probe() -> dict[str, Any] | None:
+        if call.done():
+            reply = call.result()
+            raise ctx.fail(
+                "the query ended before any worker leased its query task",
+                expected="a query task",
+                received=f"{reply.status} {reply.reason}",
+                replies=[reply],
+                requirement=requirement,
+            )
+        reply = await ctx.client.worker(
+            "/query-tasks/poll",
+            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
+            timeout=16,
+        )
+        task = ctx.expect(reply, 200, what="query-task poll", requirement=requirement).get("task")
+        return task if isinstance(task, dict) else None
+
+    try:
+        return await ctx.wait_until(probe, timeout=READY_WITHIN, what=f"a query task on {run.queue}")
+    except CheckFailure as failure:
+        failure.requirement = failure.requirement or requirement
+        raise
+
+
+async def _answer(
+    ctx: CheckContext,
+    task: dict[str, Any],
+    verb: str,
+    body: dict[str, Any],
+    *,
+    owner: str | None = None,
+    attempt: int | None = None,
+) -> Reply:
+    payload = {
+        "lease_owner": owner if owner is not None else task.get("lease_owner"),
+        "query_task_attempt": attempt if attempt is not None else task.get("query_task_attempt"),
+        **body,
+    }
+    return await ctx.client.worker(f"/query-tasks/{task['query_task_id']}/{verb}", payload)
+
+
+async def _snapshot(ctx: CheckContext, run: QueryRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return await ctx.describe(run.workflow_id), await ctx.history(run.workflow_id, run.run_id)
+
+
+@check("QUERY-TASK-CREATED", "QUERY-RESULT-ROUNDTRIP", "QUERY-READ-ONLY")
+async def query_task_roundtrip(ctx: CheckContext) -> None:
+    """A query becomes a leasable query task; the worker's result_envelope comes back unchanged; the run's
+    describe and history do not change and no workflow task appears."""
+    run = await waiting_run(ctx)
+    before = await _snapshot(ctx, run)
+    call = start_query(ctx, run, "status")
+    try:
+        task = await lease_query(ctx, run, call, requirement="QUERY-TASK-CREATED")
+        problems = []
+        for key, want in (
+            ("query_task_attempt", 1),
+            ("query_name", "status"),
+            ("lease_owner", run.worker),
+            ("workflow_id", run.workflow_id),
+        ):
+            if task.get(key) != want:
+                problems.append(f"{key}={task.get(key)!r}, expected {want!r}")
+        args = task.get("query_arguments")
+        try:
+            decoded = value_to_json(decode_blob(args["blob"])) if isinstance(args, dict) else None
+        except Exception:  # any decode problem is the target's malformed blob
+            decoded = "<undecodable>"
+        if not isinstance(args, dict) or args.get("codec") != "avro" or decoded != QUERY_ARGS:
+            problems.append(f"query_arguments={args!r} (decodes to {decoded!r}), expected avro {QUERY_ARGS!r}")
+        ctx.require(
+            not problems,
+            "the leased query task describes the query that was sent",
+            expected="query_task_attempt 1, the query name, the poller as lease_owner, the arguments",
+            received=problems,
+            requirement="QUERY-TASK-CREATED",
+        )
+        result = ctx.envelope({"state": "parked", "count": 3})
+        done = await _answer(ctx, task, "complete", {"result_envelope": result})
+        ctx.expect(done, 200, what="query-task complete by the owner", requirement="QUERY-RESULT-ROUNDTRIP")
+        reply = await call
+    finally:
+        await settle(call)
+    body = ctx.expect(
+        reply,
+        200,
+        what="the control-plane query after the worker answered",
+        requirement="QUERY-RESULT-ROUNDTRIP",
+    )
+    got = body.get("result_envelope")
+    ctx.require(
+        isinstance(got, dict) and got.get("codec") == "avro" and got.get("blob") == result["blob"],
+        "the control-plane caller gets the worker's result_envelope unchanged",
+        expected=result,
+        received=got,
+        replies=[reply],
+        requirement="QUERY-RESULT-ROUNDTRIP",
+    )
+    after = await _snapshot(ctx, run)
+    ctx.require(
+        after[1] == before[1],
+        "a query appends nothing to history",
+        expected=f"{len(before[1])} events, unchanged",
+        received=f"{len(after[1])} events",
+        requirement="QUERY-READ-ONLY",
+    )
+    ctx.require(
+        after[0] == before[0],
+        "a query changes nothing that describe shows",
+        expected=before[0],
+        received=after[0],
+        requirement="QUERY-READ-ONLY",
+    )
+    reply = await ctx.poll_wf(run.worker, run.queue, 1)
+    wf_task = ctx.expect(reply, 200, what="workflow-task poll after the query", requirement="QUERY-READ-ONLY").get(
+        "task"
+    )
+    ctx.require(
+        wf_task is None,
+        "a query creates no workflow task",
+        expected="task: null",
+        received=wf_task,
+        replies=[reply],
+        requirement="QUERY-READ-ONLY",
+    )
+
+
+async def _worker_fails_query(ctx: CheckContext, reason: str, requirement: str) -> Reply:
+    run = await waiting_run(ctx)
+    call = start_query(ctx, run, "conformance_query")
+    try:
+        task = await lease_query(ctx, run, call, requirement=requirement)
+        reply = await _answer(ctx, task, "fail", {"failure": {"message": f"conformance: {reason}", "reason": reason}})
+        ctx.expect(reply, 200, what=f"query-task fail with reason {reason}", requirement=requirement)
+        return await call
+    finally:
+        await settle(call)
+
+
+@check("QUERY-UNKNOWN-404")
+async def query_unknown_is_404(ctx: CheckContext) -> None:
+    """A worker fail with reason rejected_unknown_query makes the query 404 rejected_unknown_query."""
+    reply = await _worker_fails_query(ctx, "rejected_unknown_query", "QUERY-UNKNOWN-404")
+    ctx.expect(reply, 404, "rejected_unknown_query", what="the control-plane query", requirement="QUERY-UNKNOWN-404")
+
+
+@check("QUERY-REJECTED-409")
+async def query_rejected_is_409(ctx: CheckContext) -> None:
+    """A worker fail with reason query_rejected (or any other reason) makes the query 409."""
+    reply = await _worker_fails_query(ctx, "query_rejected", "QUERY-REJECTED-409")
+    ctx.expect(reply, 409, "query_rejected", what="the control-plane query", requirement="QUERY-REJECTED-409")
+    reply = await _worker_fails_query(ctx, "conformance_custom_failure", "QUERY-REJECTED-409")
+    ctx.expect(
+        reply,
+        409,
+        what="the control-plane query failed with a custom reason",
+        requirement="QUERY-REJECTED-409",
+    )
+
+
+@check("QUERY-NO-WORKER-FAST")
+async def query_no_worker_fast(ctx: CheckContext) -> None:
+    """With no worker registered on the run's queue the query is 409 query_worker_unavailable at once."""
+    timeout, _ = _query_timeout(ctx)
+    await ctx.register(ctx.uid("q-elsewhere"))  # a worker exists, just not on this run's queue
+    run = await waiting_run(ctx, register=False)
+    started = time.monotonic()
+    reply = await ctx.client.control(
+        "POST", f"/workflows/{run.workflow_id}/query/status", {"input": QUERY_ARGS}, timeout=timeout + 15
+    )
+    elapsed = time.monotonic() - started
+    ctx.expect(
+        reply,
+        409,
+        "query_worker_unavailable",
+        what="a query nobody can answer",
+        requirement="QUERY-NO-WORKER-FAST",
+    )
+    limit = min(timeout / 2, 5.0)
+    ctx.require(
+        elapsed < limit,
+        "query_worker_unavailable comes without waiting for the query timeout",
+        expected=f"< {limit:g}s (the query timeout is {timeout:g}s)",
+        received=f"{elapsed:.2f}s",
+        replies=[reply],
+        requirement="QUERY-NO-WORKER-FAST",
+    )
+
+
+@check("QUERY-TIMEOUT-504")
+async def query_timeout_504(ctx: CheckContext) -> None:
+    """With a registered worker that never polls, the query is 504 query_worker_timeout after ~the timeout."""
+    req = "QUERY-TIMEOUT-504"
+    timeout, advertised = _query_timeout(ctx)
+    ctx.needs_short(timeout, "the query timeout", "DW_QUERY_TASK_TIMEOUT (test_profile.query_task_timeout_seconds)")
+    queue = ctx.uid("q")
+    await ctx.register(queue)  # registered and fresh, but it never polls
+    workflow_id, _ = await ctx.start(queue)
+    started = time.monotonic()
+    reply = await ctx.client.control(
+        "POST", f"/workflows/{workflow_id}/query/status", {"input": QUERY_ARGS}, timeout=timeout + 15
+    )
+    elapsed = time.monotonic() - started
+    ctx.expect(reply, 504, "query_worker_timeout", what="a query no worker picks up", requirement=req)
+    low, high = (timeout - 0.5, timeout + 5.0) if advertised else (1.0, timeout + 5.0)
+    ctx.require(
+        low <= elapsed <= high,
+        "query_worker_timeout comes after about the configured query timeout",
+        expected=f"{low:g}s … {high:g}s",
+        received=f"{elapsed:.2f}s",
+        replies=[reply],
+        requirement=req,
+    )
+
+
+@check("QUERY-LATE-COMPLETE-NOT-LEASED", "QUERY-TIMEOUT-504", "QUERY-READ-ONLY")
+async def query_late_complete_not_leased(ctx: CheckContext) -> None:
+    """After the query timed out (504), the holder's complete or fail is 409 query_task_not_leased and the
+    task is not offered again; a second report after a terminal one is 409 query_task_not_leased too."""
+    req = "QUERY-LATE-COMPLETE-NOT-LEASED"
+    timeout, _ = _query_timeout(ctx)
+    ctx.needs_short(timeout, "the query timeout", "DW_QUERY_TASK_TIMEOUT (test_profile.query_task_timeout_seconds)")
+    run = await waiting_run(ctx)
+    call = start_query(ctx, run, "slow")
+    try:
+        task = await lease_query(ctx, run, call, requirement=req)
+        reply = await call  # the worker sits on its lease until the control plane gives up
+    finally:
+        await settle(call)
+    ctx.expect(
+        reply,
+        504,
+        "query_worker_timeout",
+        what="a leased query the worker never answers",
+        requirement="QUERY-TIMEOUT-504",
+    )
+    late = await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope("too late")})
+    ctx.expect(late, 409, "query_task_not_leased", what="query complete after the timeout", requirement=req)
+    late = await _answer(ctx, task, "fail", {"failure": {"message": "too late"}})
+    ctx.expect(late, 409, "query_task_not_leased", what="query fail after the timeout", requirement=req)
+    poll = await ctx.client.worker(
+        "/query-tasks/poll",
+        {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
+        timeout=16,
+    )
+    again = ctx.expect(poll, 200, what="query-task poll after the timeout", requirement="QUERY-READ-ONLY").get("task")
+    ctx.require(
+        again is None,
+        "a timed-out query task is not retried",
+        expected="task: null",
+        received=again,
+        replies=[poll],
+        requirement="QUERY-READ-ONLY",
+    )
+    # A second report after a terminal one.
+    call = start_query(ctx, run, "twice")
+    try:
+        task = await lease_query(ctx, run, call, requirement=req)
+        ctx.expect(
+            await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope(1)}),
+            200,
+            what="the first query complete",
+            requirement="QUERY-RESULT-ROUNDTRIP",
+        )
+        second = await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope(2)})
+        ctx.expect(second, 409, "query_task_not_leased", what="a second query complete", requirement=req)
+        second = await _answer(ctx, task, "fail", {"failure": {"message": "after the fact"}})
+        ctx.expect(second, 409, "query_task_not_leased", what="a query fail after its complete", requirement=req)
+        ctx.expect(
+            await call,
+            200,
+            what="the control-plane query answered once",
+            requirement="QUERY-RESULT-ROUNDTRIP",
+        )
+    finally:
+        await settle(call)
+
+
+@check("QUERY-FENCE-OWNER", "QUERY-FENCE-ATTEMPT")
+async def query_fencing(ctx: CheckContext) -> None:
+    """Query complete or fail with a wrong owner is 409 lease_owner_mismatch, with a wrong attempt 409
+    query_task_attempt_mismatch; the owner's answer still reaches the caller."""
+    run = await waiting_run(ctx)
+    call = start_query(ctx, run, "fenced")
+    try:
+        task = await lease_query(ctx, run, call, requirement="QUERY-FENCE-OWNER")
+        attempt = task.get("query_task_attempt")
+        intruder = ctx.uid("intruder")
+        result = {"result_envelope": ctx.envelope("stolen")}
+        ctx.expect(
+            await _answer(ctx, task, "complete", result, owner=intruder),
+            409,
+            "lease_owner_mismatch",
+            what="query complete by another worker",
+            requirement="QUERY-FENCE-OWNER",
+        )
+        ctx.expect(
+            await _answer(ctx, task, "fail", {"failure": {"message": "stolen"}}, owner=intruder),
+            409,
+            "lease_owner_mismatch",
+            what="query fail by another worker",
+            requirement="QUERY-FENCE-OWNER",
+        )
+        wrong = attempt + 1 if isinstance(attempt, int) else 2
+        ctx.expect(
+            await _answer(ctx, task, "complete", result, attempt=wrong),
+            409,
+            "query_task_attempt_mismatch",
+            what="query complete with the next attempt number",
+            requirement="QUERY-FENCE-ATTEMPT",
+        )
+        ctx.expect(
+            await _answer(ctx, task, "fail", {"failure": {"message": "x"}}, attempt=wrong),
+            409,
+            "query_task_attempt_mismatch",
+            what="query fail with the next attempt number",
+            requirement="QUERY-FENCE-ATTEMPT",
+        )
+        mine = ctx.envelope("mine")
+        ctx.expect(
+            await _answer(ctx, task, "complete", {"result_envelope": mine}),
+            200,
+            what="the owner's complete after the fenced calls",
+            requirement="QUERY-FENCE-OWNER",
+        )
+        reply = await call
+    finally:
+        await settle(call)
+    body = ctx.expect(reply, 200, what="the control-plane query", requirement="QUERY-FENCE-OWNER")
+    ctx.require(
+        (body.get("result_envelope") or {}).get("blob") == mine["blob"],
+        "the caller gets the owner's answer, not an intruder's",
+        expected=mine,
+        received=body.get("result_envelope"),
+        replies=[reply],
+        requirement="QUERY-FENCE-OWNER",
+    )
