@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import secrets
+import sys
 import time
 import traceback
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ RESULT_KEY = "dw_result"
 _TARGET_KEY = pytest.StashKey[TargetInfo]()
 _RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 _EMBEDDED_KEY = pytest.StashKey[Any]()
+_PROXY_KEY = pytest.StashKey[Any]()
 _RUN_KEY = pytest.StashKey[dict[str, Any]]()
 
 
@@ -83,6 +85,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="ID",
         help="Run only the checks of these requirement IDs (repeatable)",
     )
+    group.addoption(
+        "--faults",
+        default=None,
+        metavar="SPEC",
+        help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1 "
+        "('none': transparent; the faults: python -m suite.proxy --help)",
+    )
+    group.addoption("--fault-seed", type=int, default=None, help="Seed of the fault proxy (default: the run's seed)")
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -100,6 +110,13 @@ def pytest_configure(config: pytest.Config) -> None:
     unknown = [r for r in config.getoption("--requirement") if r not in REGISTRY]
     if unknown:
         raise pytest.UsageError(f"--requirement: unknown IDs {unknown}; see suite.protocol.requirements")
+    if config.getoption("--faults") is not None:
+        from .proxy import parse_faults
+
+        try:
+            parse_faults(str(config.getoption("--faults")))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--faults: {exc}") from None
     # Collect the suite's own checks, wherever pytest was started.
     checks = Path(__file__).parent / "checks"
     config.args[:] = [str(checks / "test_conformance.py"), str(checks / "test_machines.py")]
@@ -117,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         config.stash[_TARGET_KEY] = _resolve_target(config)
     except HarnessError as exc:
+        _stop_proxy(config)
         _stop_embedded(config)
         # One line, a distinct exit code, no traceback: the target could not be reached at all.
         pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
@@ -145,6 +163,8 @@ def _resolve_target(config: pytest.Config) -> TargetInfo:
     if embedded and not (worker_token or operator_token):
         worker_token, operator_token = server.worker_token, server.operator_token
     info = probe_cluster_info(url, operator_token or worker_token)
+    if config.getoption("--faults") is not None:
+        url = _start_proxy(config, url)
     return TargetInfo(
         url=url,
         cluster_info=info,
@@ -166,6 +186,28 @@ def pytest_configure_node(node: Any) -> None:
         node.workerinput["dw_run"] = json.dumps(node.config.stash[_RUN_KEY])
 
 
+def _start_proxy(config: pytest.Config, url: str) -> str:
+    """``--faults``: the checks talk to a fault proxy in front of ``url``, on its own thread and event loop."""
+    from .proxy import ProxyThread
+
+    seed = config.getoption("--fault-seed")
+    seed = int(seed if seed is not None else config.stash[_RUN_KEY]["seed"])
+    try:
+        proxy = ProxyThread(url, str(config.getoption("--faults")), seed=seed)
+        config.stash[_PROXY_KEY] = proxy
+        return proxy.start()
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise HarnessError(f"--faults: the fault proxy in front of {url} did not start: {exc}") from None
+
+
+def _stop_proxy(config: pytest.Config) -> None:
+    thread = config.stash.get(_PROXY_KEY, None)
+    if thread is not None:
+        thread.stop()
+        counts = ", ".join(f"{name}={n}" for name, n in thread.proxy.counts.items())
+        sys.stderr.write(f"fault proxy (seed {thread.proxy.seed}): {counts}\n")
+
+
 def _stop_embedded(config: pytest.Config) -> None:
     server = config.stash.get(_EMBEDDED_KEY, None)
     if server is not None:
@@ -174,6 +216,7 @@ def _stop_embedded(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _enabled(config):
+        _stop_proxy(config)
         _stop_embedded(config)
 
 
@@ -394,6 +437,8 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "max_wait": config.getoption("--max-wait"),
         "strict": bool(config.getoption("strict", default=False)),
         "requirement": list(config.getoption("--requirement")),
+        "faults": config.getoption("--faults"),
+        "fault_seed": config.getoption("--fault-seed"),
         "workers": getattr(config.option, "numprocesses", None),
         "worker_token": "<set>" if config.getoption("--worker-token") else None,
         "operator_token": "<set>" if config.getoption("--operator-token") else None,

@@ -3,9 +3,11 @@ leases and judge every answer with the pure protocol model (PROTOCOL.md §8-§11
 
 from __future__ import annotations
 
+from .activities import ActivityMachine
 from .base import MachineBase
+from .queries_signals import QuerySignalMachine
 from .workflow_leases import WorkflowLeaseMachine
 
 __all__ = ["MACHINES", "MachineBase"]
 
-MACHINES: tuple[type[MachineBase], ...] = (WorkflowLeaseMachine,)
+MACHINES: tuple[type[MachineBase], ...] = (WorkflowLeaseMachine, QuerySignalMachine, ActivityMachine)

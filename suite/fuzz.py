@@ -1,0 +1,1254 @@
+"""OpenAPI-driven fuzzing: Schemathesis generates requests from ``schemas/openapi.yaml``, the suite judges
+the answers.
+
+For every operation of the document, Hypothesis draws positive cases (bodies, paths and queries the
+schemas describe, with the version, namespace and credential headers of the operation's plane) and
+negative cases (each with at least one part that breaks the schema: bodies of the wrong type, non-JSON and
+invalid UTF-8 bytes, bad path and query values, and in a third of them bad headers too). Operations that
+act on a workflow first get a *live world* — a run built through the control plane with a registered
+worker and a leased task — and a case targets it with some probability: its ids go into the path
+parameters, and sometimes its fencing values into the body. Every answer is judged by the plain check
+functions below, each tied to one requirement ID:
+
+=============================  ======================================  ==================================
+check                          rule                                    requirement
+=============================  ======================================  ==================================
+``not_a_server_error``         no 5xx unless the operation documents   ROBUST-NO-5XX
+                               it (503 on polls, 503/504 on queries)
+``status_code_conformance``    the status is documented for the        ROBUST-STATUS-SET
+                               operation, or 413 for an oversized body
+``response_schema_conformance`` the body matches the documented schema  SCHEMA-RESPONSES
+``error_envelope``             a 4xx carries ``reason``; on worker     ROBUST-ENVELOPE-ON-ERROR (worker),
+                               routes also the worker envelope         ENVELOPE-ERROR-REASON (others)
+``rejected_changes_nothing``   a 4xx on a live world leaves describe   ROBUST-REJECTED-NO-STATE-CHANGE
+                               and control-plane history unchanged
+=============================  ======================================  ==================================
+
+The document has no OpenAPI ``links``, so Schemathesis cannot chain operations by itself;
+:func:`fuzz_stateful` is the hand-written sequence start → register → poll → complete, where the start,
+register and poll bodies and the command batch are all drawn from the document's schemas.
+
+Failures are :class:`FuzzFailure` (a :class:`~suite.outcomes.CheckFailure`) carrying the recorded exchange,
+whose ``curl`` line reproduces the case. A run never stops at the first failure: every case is judged,
+the first few failures of each requirement are kept as evidence, and the result becomes verdict records in
+the format of :func:`suite.plugin.run_check` (check name ``fuzz:<operationId>``).
+
+Everything here is synchronous (Schemathesis sends with ``requests``; the live worlds use ``httpx.Client``).
+The embedded server's 3-second leases are renewed between cases, never between the two snapshots of a
+comparison; a world that accepted a call (or answered 5xx) is rebuilt before the next case targets it, so
+nothing a generated command scheduled (a timer, an activity) can change a world while it is compared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import httpx
+import schemathesis
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
+from suite.protocol.requirements import REGISTRY, Level, applicable
+from suite.protocol.versions import CONTROL_PLANE_VERSION
+
+from .client import CONTROL_HEADER, REDACTED, WORKER_HEADER, Exchange
+from .context import TargetInfo
+from .outcomes import CheckFailure, HarnessError, Verdict
+
+__all__ = [
+    "AVRO_VALUE_FORMAT",
+    "FUZZ_CHECKS",
+    "FUZZ_REQUIREMENTS",
+    "GROUPS",
+    "STATEFUL",
+    "FuzzBudget",
+    "FuzzFailure",
+    "FuzzResult",
+    "Operation",
+    "avro_values",
+    "fuzz_group",
+    "fuzz_operation",
+    "fuzz_stateful",
+    "load_schema",
+    "operations",
+]
+
+NO_5XX: Final = "ROBUST-NO-5XX"
+STATUS_SET: Final = "ROBUST-STATUS-SET"
+SCHEMA: Final = "SCHEMA-RESPONSES"
+ENVELOPE: Final = "ROBUST-ENVELOPE-ON-ERROR"
+ERROR_REASON: Final = "ENVELOPE-ERROR-REASON"
+NO_CHANGE: Final = "ROBUST-REJECTED-NO-STATE-CHANGE"
+FUZZ_REQUIREMENTS: Final = (NO_5XX, STATUS_SET, SCHEMA, ENVELOPE, ERROR_REASON, NO_CHANGE)
+
+AVRO_VALUE_FORMAT: Final = "durable-workflow-avro-value"
+# Invariant 67 lists the statuses of a hostile request; an oversized body may also meet the HTTP layer's
+# 413 before any route runs, which is a legitimate answer to a request no server has to buffer.
+ALWAYS_ALLOWED: Final = frozenset({413})
+# Long polls, update waits and history waits are pinned to this many seconds so a case never holds a
+# connection for the target's default (30 s); the value stays inside every schema's positive space.
+SHORT_HOLD: Final = 1
+CALL_TIMEOUT: Final = 30.0
+KEPT_FAILURES: Final = 3  # exchanges kept as evidence per failing requirement and operation
+SUBSTITUTE: Final = ("none", "ids", "ids+fence")  # how a case targets the live world, drawn per case
+
+
+# -- budget, failures, results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FuzzBudget:
+    """``examples`` cases per operation (half positive, half negative); ``seed`` makes the draw repeatable."""
+
+    examples: int = 20
+    seed: int = 0
+
+    def seed_for(self, name: str) -> int:
+        return (self.seed * 1_000_003 + zlib.crc32(name.encode())) % 2**32
+
+
+class FuzzFailure(CheckFailure):
+    """A fuzz check failed on one case; ``exchanges[0]`` is the case as sent, with its curl line."""
+
+    def __init__(
+        self,
+        check: str,
+        message: str,
+        *,
+        requirement: str,
+        exchange: Exchange,
+        expected: Any = None,
+        received: Any = None,
+    ) -> None:
+        self.check = check
+        super().__init__(
+            f"{check}: {message}",
+            expected=expected,
+            received=received,
+            exchanges=[exchange],
+            requirement=requirement,
+        )
+
+
+@dataclass
+class FuzzResult:
+    """What fuzzing one operation (or the stateful sequence) found."""
+
+    name: str
+    doc: str
+    judged: set[str] = field(default_factory=set)
+    failures: dict[str, list[FuzzFailure]] = field(default_factory=dict)
+    failure_counts: Counter[str] = field(default_factory=Counter)
+    stats: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    duration: float = 0.0
+
+    def fail(self, failure: FuzzFailure) -> None:
+        req = failure.requirement or NO_5XX
+        self.failure_counts[req] += 1
+        kept = self.failures.setdefault(req, [])
+        if len(kept) < KEPT_FAILURES:
+            kept.append(failure)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def summary(self) -> str:
+        s = self.stats
+        parts = [f"{s['cases']} cases ({s['positive']} positive, {s['negative']} negative)"]
+        if s["live"]:
+            parts.append(f"{s['live']} on a live workflow, {s['compared']} state comparisons")
+        if s["unsendable"]:
+            parts.append(f"{s['unsendable']} unsendable by the HTTP client")
+        statuses = ", ".join(f"{code}×{n}" for code, n in sorted(self.statuses.items()))
+        return "; ".join(parts) + (f"; statuses {statuses}" if statuses else "") + f"; {self.duration:.1f}s"
+
+    def first_failure(self) -> FuzzFailure | None:
+        for req in FUZZ_REQUIREMENTS:
+            if self.failures.get(req):
+                return self.failures[req][0]
+        return next((f[0] for f in self.failures.values() if f), None)
+
+    def records(self, target: TargetInfo) -> list[dict[str, Any]]:
+        """Verdict records in the format of :func:`suite.plugin.run_check`: one passing record for every
+        requirement the run judged without a failure, and one record per failed requirement."""
+        base: dict[str, Any] = {
+            "check": f"fuzz:{self.name}",
+            "doc": self.doc,
+            "capability": None,
+            "duration_seconds": round(self.duration, 3),
+            "requests": self.stats["requests"],
+            "fuzz": {"statuses": {str(k): v for k, v in sorted(self.statuses.items())}, **dict(self.stats)},
+        }
+        records: list[dict[str, Any]] = []
+        passed = [r for r in FUZZ_REQUIREMENTS if r in self.judged and r not in self.failures]
+        passed = [r for r in passed if applicable(REGISTRY[r], target.certified_minor)]
+        if self.error is not None:
+            records.append(
+                {
+                    **base,
+                    "requirements": passed or [NO_5XX],
+                    "verdict": Verdict.ERROR.value,
+                    "message": f"{self.error} (after {self.summary()})",
+                    "failed_requirement": None,
+                    "exchanges": [],
+                }
+            )
+        elif passed:
+            records.append(
+                {
+                    **base,
+                    "requirements": passed,
+                    "verdict": Verdict.PASSED.value,
+                    "message": self.summary(),
+                    "failed_requirement": None,
+                    "exchanges": [],
+                }
+            )
+        for req, kept in self.failures.items():
+            if not applicable(REGISTRY[req], target.certified_minor):
+                continue
+            verdict = Verdict.FAILED if REGISTRY[req].level is Level.MUST else Verdict.NON_STRICT
+            first = kept[0]
+            more = self.failure_counts[req] - 1
+            message = (
+                f"{first}"
+                + (f"\n  ({more} more failing case(s) of this rule)" if more else "")
+                + f"\n  Reproduce: {first.exchanges[0].curl()}"
+                + f"\n  ({self.summary()})"
+            )
+            records.append(
+                {
+                    **base,
+                    "requirements": [req],
+                    "verdict": verdict.value,
+                    "message": message,
+                    "failed_requirement": req,
+                    "exchanges": [f.exchanges[0].to_json() for f in kept],
+                }
+            )
+        return records
+
+
+# -- the document -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the document, as the checks need it."""
+
+    op_id: str
+    method: str
+    path: str
+    plane: str  # worker | control | discovery (the operation's first tag)
+    statuses: frozenset[int]
+    optional: bool
+    summary: str
+
+
+@cache
+def operations() -> dict[str, Operation]:
+    """Every operation of ``schemas/openapi.yaml`` by ``operationId``."""
+    import schemas
+
+    found: dict[str, Operation] = {}
+    for path, item in schemas.openapi()["paths"].items():
+        for method, op in item.items():
+            if method not in ("get", "post", "put", "delete", "patch") or not isinstance(op, dict):
+                continue
+            statuses = frozenset(int(code) for code in op.get("responses", {}) if str(code).isdigit())
+            tags = op.get("tags") or ["control"]
+            found[op["operationId"]] = Operation(
+                op_id=op["operationId"],
+                method=method.upper(),
+                path=path,
+                plane=str(tags[0]),
+                statuses=statuses,
+                optional=bool(op.get("x-optional")),
+                summary=str(op.get("summary", "")),
+            )
+    return found
+
+
+def avro_values() -> st.SearchStrategy[Any]:
+    """Native values the Avro ``Value`` schema can carry (§13.2): null, booleans, 64-bit longs, finite
+    doubles, bytes, Unicode text, and arrays and string-keyed maps of them."""
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(INT64_MIN, INT64_MAX)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.binary(max_size=12)
+        | st.text(max_size=12)  # st.text never draws lone surrogates, which UTF-8 cannot encode
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+        max_leaves=8,
+    )
+
+
+_LOCK = threading.Lock()
+
+
+@cache
+def load_schema() -> Any:
+    """The document as a Schemathesis schema, loaded from its packaged file so the relative ``$ref`` to
+    ``./json/*.schema.json`` resolve (the files are real files in a checkout and in site-packages).
+
+    The ``durable-workflow-avro-value`` format gets a generator of valid single-object Avro frames, so a
+    positive payload really is a payload."""
+    with _LOCK:
+        schemathesis.openapi.format(AVRO_VALUE_FORMAT, avro_values().map(encode_blob))
+        with resources.as_file(resources.files("schemas").joinpath("openapi.yaml")) as path:
+            return schemathesis.openapi.from_path(str(path))
+
+
+@cache
+def _validator() -> Any:
+    from .schema_check import ResponseValidator
+
+    return ResponseValidator()
+
+
+# -- the checks ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """What a fuzz check sees: the operation, the exchange and the parsed answer."""
+
+    op: Operation
+    exchange: Exchange
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: Any  # parsed JSON, or None
+    path: str  # the raw request path, without the query
+    target: TargetInfo
+
+    @property
+    def reason(self) -> Any:
+        return self.body.get("reason") if isinstance(self.body, dict) else None
+
+    def received(self) -> str:
+        text = json.dumps(self.body)[:300] if self.body is not None else repr(self.exchange.response_body)[:300]
+        return f"{self.status} {text}"
+
+
+FuzzCheck = Callable[[Answer], None]
+FUZZ_CHECKS: dict[str, tuple[FuzzCheck, tuple[str, ...]]] = {}
+
+
+def fuzz_check(*requirements: str) -> Callable[[FuzzCheck], FuzzCheck]:
+    """Register a response check; its function name is its stable ID, ``requirements`` what it judges."""
+
+    def register(fn: FuzzCheck) -> FuzzCheck:
+        FUZZ_CHECKS[fn.__name__] = (fn, requirements)
+        return fn
+
+    return register
+
+
+@fuzz_check(NO_5XX)
+def not_a_server_error(a: Answer) -> None:
+    """Invariant 67: no request, however malformed, gets a 5xx (a documented 503/504 is an answer)."""
+    if a.status >= 500 and a.status not in a.op.statuses:
+        raise FuzzFailure(
+            "not_a_server_error",
+            f"{a.op.op_id} answered a server error",
+            requirement=NO_5XX,
+            exchange=a.exchange,
+            expected="a 2xx or 4xx answer (never 5xx, PROTOCOL.md invariant 67)",
+            received=a.received(),
+        )
+
+
+@fuzz_check(STATUS_SET)
+def status_code_conformance(a: Answer) -> None:
+    """The status is one the document lists for the operation (or 413 for a body over the size limit)."""
+    if a.status < 500 and a.status not in a.op.statuses | ALWAYS_ALLOWED:
+        raise FuzzFailure(
+            "status_code_conformance",
+            f"{a.op.op_id} answered an undocumented status",
+            requirement=STATUS_SET,
+            exchange=a.exchange,
+            expected=f"one of {sorted(a.op.statuses | ALWAYS_ALLOWED)}",
+            received=a.received(),
+        )
+
+
+@fuzz_check(SCHEMA)
+def response_schema_conformance(a: Answer) -> None:
+    """The body matches the schema documented for the operation and status."""
+    if a.status >= 500 and a.status not in a.op.statuses:
+        return  # a server error is not_a_server_error's finding; its body has no schema
+    problems = _validator()(a.op.method, a.path, a.status, a.body)
+    if problems:
+        raise FuzzFailure(
+            "response_schema_conformance",
+            f"{a.op.op_id} {a.status} does not match its schema: {problems[0]}",
+            requirement=SCHEMA,
+            exchange=a.exchange,
+            expected=f"a body valid against the {a.status} response schema of {a.op.op_id}",
+            received="; ".join(problems[:3]),
+        )
+
+
+@fuzz_check(ENVELOPE, ERROR_REASON)
+def error_envelope(a: Answer) -> None:
+    """A 4xx carries ``reason``; a worker-route 4xx also the worker envelope (invariants 5 and 67)."""
+    if not 400 <= a.status < 500:
+        return
+    worker = a.op.plane == "worker"
+    req = ENVELOPE if worker else ERROR_REASON
+    problems: list[str] = []
+    if not (isinstance(a.reason, str) and a.reason):
+        problems.append(f"reason={a.reason!r}")
+    # The HTTP layer's 413 answers before any route: only its reason is required.
+    if worker and a.status != 413:
+        advertised = a.target.advertised_version
+        body = a.body if isinstance(a.body, dict) else {}
+        if a.headers.get(WORKER_HEADER.lower()) != advertised:
+            problems.append(f"header {WORKER_HEADER}={a.headers.get(WORKER_HEADER.lower())!r}")
+        if body.get("protocol_version") != advertised:
+            problems.append(f"protocol_version={body.get('protocol_version')!r}")
+        if not isinstance(body.get("server_capabilities"), dict):
+            problems.append("no server_capabilities object")
+    if problems:
+        raise FuzzFailure(
+            "error_envelope",
+            f"{a.op.op_id} {a.status} lacks " + ", ".join(problems),
+            requirement=req,
+            exchange=a.exchange,
+            expected="reason" + (f", {WORKER_HEADER}, protocol_version, server_capabilities" if worker else ""),
+            received=a.received(),
+        )
+
+
+def judged_requirements(a: Answer) -> set[str]:
+    """The requirements a response says something about."""
+    out = {NO_5XX, STATUS_SET, SCHEMA}
+    if 400 <= a.status < 500:
+        out.add(ENVELOPE if a.op.plane == "worker" else ERROR_REASON)
+    return out
+
+
+def judge(a: Answer) -> list[FuzzFailure]:
+    found = []
+    for fn, _ in FUZZ_CHECKS.values():
+        try:
+            fn(a)
+        except FuzzFailure as failure:
+            found.append(failure)
+    return found
+
+
+# -- talking to the target outside Schemathesis (live worlds, snapshots) ------------------------------------
+
+
+class WorldUnavailable(Exception):
+    """A live world could not be built or read; the case runs without it (never the target's failure here,
+    the conformance checks judge the calls a world is made of)."""
+
+
+class _Driver:
+    """Plain protocol calls for building worlds and reading state (a synchronous httpx client)."""
+
+    def __init__(self, target: TargetInfo) -> None:
+        self.target = target
+        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT)
+        self.requests = 0
+
+    def close(self) -> None:
+        self.http.close()
+
+    def headers(self, plane: str) -> dict[str, str]:
+        return plane_headers(self.target, plane)
+
+    def call(
+        self,
+        plane: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        prefix = "/api/worker" if plane == "worker" else "/api"
+        self.requests += 1
+        try:
+            return self.http.request(
+                method,
+                prefix + path,
+                headers=self.headers(plane),
+                json=body,
+                params=params,
+                timeout=timeout or CALL_TIMEOUT,
+            )
+        except httpx.HTTPError as exc:
+            raise HarnessError(f"{method} {prefix}{path}: {type(exc).__name__}: {exc}") from exc
+
+    def ok(self, reply: httpx.Response, statuses: tuple[int, ...], what: str) -> dict[str, Any]:
+        try:
+            body = reply.json()
+        except ValueError:
+            body = None
+        if reply.status_code not in statuses or not isinstance(body, dict):
+            raise WorldUnavailable(f"{what}: {reply.status_code} {reply.text[:200]}")
+        return body
+
+    def register(self, queue: str) -> str:
+        worker = uid("w")
+        body = {"worker_id": worker, "task_queue": queue, "runtime": "python"}
+        self.ok(self.call("worker", "POST", "/register", body), (200, 201), "worker registration")
+        return worker
+
+    def start(self, queue: str) -> tuple[str, str]:
+        wid = uid("wf")
+        body = {"workflow_type": "conformance.Fuzz", "workflow_id": wid, "task_queue": queue}
+        out = self.ok(self.call("control", "POST", "/workflows", body), (200, 201), "workflow start")
+        return wid, str(out.get("run_id"))
+
+    def lease(self, kind: str, worker: str, queue: str, within: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1}
+            out = self.ok(self.call("worker", "POST", f"/{kind}/poll", body, timeout=20), (200,), f"{kind} poll")
+            if isinstance(out.get("task"), dict):
+                return dict(out["task"])
+        raise WorldUnavailable(f"no {kind} task leased on {queue} within {within:g}s")
+
+    def complete_wf(self, task: dict[str, Any], commands: list[dict[str, Any]]) -> None:
+        body = {
+            "lease_owner": task.get("lease_owner"),
+            "workflow_task_attempt": task.get("workflow_task_attempt"),
+            "commands": commands,
+        }
+        self.ok(
+            self.call("worker", "POST", f"/workflow-tasks/{task['task_id']}/complete", body),
+            (200,),
+            "workflow-task complete",
+        )
+
+    def snapshot(self, world: World) -> tuple[Any, list[Any]]:
+        """Describe and the whole control-plane history of the world's run."""
+        reply = self.call("control", "GET", f"/workflows/{world.workflow_id}")
+        if reply.status_code != 200:
+            raise WorldUnavailable(f"describe answered {reply.status_code}: {reply.text[:200]}")
+        describe = reply.json()
+        events: list[Any] = []
+        token: str | None = None
+        for _ in range(100):
+            params = {"page_size": "1000", **({"next_page_token": token} if token else {})}
+            path = f"/workflows/{world.workflow_id}/runs/{world.run_id}/history"
+            reply = self.call("control", "GET", path, params=params)
+            if reply.status_code != 200:
+                raise WorldUnavailable(f"history answered {reply.status_code}: {reply.text[:200]}")
+            page = reply.json()
+            events.extend(page.get("events") or [])
+            nxt = page.get("next_page_token")
+            if not nxt or nxt == token:
+                break
+            token = str(nxt)
+        return describe, events
+
+
+def uid(prefix: str) -> str:
+    return f"fz-{prefix}-{secrets.token_hex(5)}"
+
+
+def plane_headers(target: TargetInfo, plane: str) -> dict[str, str]:
+    """The headers a well-formed request of ``plane`` carries (§3, §4)."""
+    headers: dict[str, str] = {}
+    token: str | None
+    if plane == "worker":
+        headers = {WORKER_HEADER: target.protocol_version, "X-Namespace": target.namespace}
+        token = target.worker_token
+    elif plane == "control":
+        headers = {CONTROL_HEADER: CONTROL_PLANE_VERSION, "X-Namespace": target.namespace}
+        token = target.operator_token
+    else:
+        token = target.operator_token or target.worker_token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+# -- live worlds ------------------------------------------------------------------------------------------
+
+# Which world an operation's cases may target. "workflow": a run whose workflow task is leased; "activity":
+# an activity task leased by the run's worker; "query": a query task leased while a control-plane query
+# waits; "parked": a run whose queue has no worker, so a query is refused at once (409
+# query_worker_unavailable) instead of holding the caller for the target's query timeout.
+WORLDS: Final[dict[str, str]] = {
+    "register_worker": "workflow",
+    "heartbeat_worker": "workflow",
+    "deregister_worker": "workflow",
+    "poll_workflow_task": "workflow",
+    "fetch_workflow_task_history": "workflow",
+    "heartbeat_workflow_task": "workflow",
+    "complete_workflow_task": "workflow",
+    "fail_workflow_task": "workflow",
+    "poll_query_task": "query",
+    "complete_query_task": "query",
+    "fail_query_task": "query",
+    "poll_activity_task": "activity",
+    "complete_activity_task": "activity",
+    "fail_activity_task": "activity",
+    "heartbeat_activity_task": "activity",
+    "get_activity_task_status": "activity",
+    "start_workflow": "workflow",
+    "describe_workflow": "workflow",
+    "list_workflow_runs": "workflow",
+    "describe_workflow_run": "workflow",
+    "get_workflow_run_history": "workflow",
+    "signal_workflow": "workflow",
+    "signal_workflow_run": "workflow",
+    "query_workflow": "parked",
+    "query_workflow_run": "parked",
+    "update_workflow": "workflow",
+    "update_workflow_run": "workflow",
+    "cancel_workflow": "workflow",
+    "cancel_workflow_run": "workflow",
+    "terminate_workflow": "workflow",
+    "terminate_workflow_run": "workflow",
+    "drain_build_id": "workflow",
+    "resume_build_id": "workflow",
+}
+
+
+@dataclass
+class World:
+    """A run built for one operation's cases, and the ids and fencing values a case may borrow."""
+
+    kind: str
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    task: dict[str, Any] | None = None  # the leased workflow, activity or query task
+    renewed_at: float = 0.0
+    built_at: float = 0.0
+    dirty: bool = False
+    query_call: threading.Thread | None = None
+
+    def path_values(self) -> dict[str, str]:
+        values = {"workflow_id": self.workflow_id, "run_id": self.run_id, "queue": self.queue}
+        values["worker_id"] = self.worker
+        if self.task is not None:
+            values["task_id"] = str(self.task.get("task_id", ""))
+            values["query_task_id"] = str(self.task.get("query_task_id", ""))
+        return {k: v for k, v in values.items() if v}
+
+    def body_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {"worker_id": self.worker, "task_queue": self.queue, "workflow_id": self.workflow_id}
+        if self.task is not None:
+            for key in ("lease_owner", "workflow_task_attempt", "activity_attempt_id", "query_task_attempt"):
+                if key in self.task:
+                    values[key] = self.task[key]
+            values.setdefault("lease_owner", self.worker)
+        return values
+
+
+class Worlds:
+    """Builds, renews and rebuilds the live world of one operation."""
+
+    def __init__(self, driver: _Driver, kind: str) -> None:
+        self.driver = driver
+        self.kind = kind
+        self.world: World | None = None
+        self.failed: str | None = None
+        self.builds = 0
+        profile = driver.target.test_profile
+        lease = profile.get(
+            "activity_task_lease_seconds" if kind == "activity" else "workflow_task_lease_seconds", 3
+        )
+        self.renew_every = max(0.25, min(float(lease) / 4, 30.0)) if isinstance(lease, int | float) else 0.75
+        q_timeout = profile.get("query_task_timeout_seconds", 3)
+        q_lease = profile.get("query_task_lease_seconds", 3)
+        q_life = min(float(q_timeout), float(q_lease)) if isinstance(q_timeout, int | float) else 3.0
+        self.query_life = max(0.5, q_life * 0.4)
+
+    def get(self) -> World | None:
+        """A usable world, renewed so its lease outlives the next call; None when none can be built."""
+        if self.failed is not None:
+            return None
+        world = self.world
+        try:
+            if world is None or world.dirty or not self._fresh(world):
+                self.close()
+                world = self.world = self._build()
+                self.builds += 1
+            return world
+        except WorldUnavailable as exc:
+            self.failed = str(exc)
+            self.world = None
+            return None
+
+    def _fresh(self, world: World) -> bool:
+        now = time.monotonic()
+        if world.kind == "query":
+            return now - world.built_at < self.query_life
+        if world.kind not in ("workflow", "activity") or now - world.renewed_at < self.renew_every:
+            return True
+        task = world.task or {}
+        if world.kind == "workflow":
+            body = {"lease_owner": task.get("lease_owner"), "workflow_task_attempt": task.get("workflow_task_attempt")}
+            path = f"/workflow-tasks/{task.get('task_id')}/heartbeat"
+        else:
+            body = {"activity_attempt_id": task.get("activity_attempt_id"), "lease_owner": task.get("lease_owner")}
+            path = f"/activity-tasks/{task.get('task_id')}/heartbeat"
+        reply = self.driver.call("worker", "POST", path, body)
+        try:
+            out = reply.json()
+        except ValueError:
+            out = None
+        alive = reply.status_code == 200 and isinstance(out, dict) and out.get("can_continue", True) is not False
+        world.renewed_at = time.monotonic()
+        return alive
+
+    def _build(self) -> World:
+        d = self.driver
+        queue = uid("q")
+        # A parked run has no worker at all, so a query is refused at once (no query target).
+        worker = uid("w-none") if self.kind == "parked" else d.register(queue)
+        workflow_id, run_id = d.start(queue)
+        world = World(self.kind, queue, worker, workflow_id, run_id, built_at=time.monotonic())
+        if self.kind in ("workflow", "activity", "query"):
+            world.task = d.lease("workflow-tasks", worker, queue)
+        if self.kind == "activity":
+            command = {
+                "type": "schedule_activity",
+                "activity_type": "conformance.fuzz",
+                "queue": queue,
+                "arguments": {"codec": "avro", "blob": encode_blob(["fuzz"])},
+            }
+            d.complete_wf(world.task or {}, [command])
+            world.task = d.lease("activity-tasks", worker, queue)
+        elif self.kind == "query":
+            d.complete_wf(world.task or {}, [{"type": "start_timer", "delay_seconds": 3600}])
+            world.query_call = self._start_query(world)
+            world.task = d.lease("query-tasks", worker, queue, within=5.0)
+        world.renewed_at = time.monotonic()
+        return world
+
+    def _start_query(self, world: World) -> threading.Thread:
+        """The control-plane query that waits for the worker's answer, on its own thread and client."""
+        target = self.driver.target
+
+        def run() -> None:
+            headers = plane_headers(target, "control")
+            url = f"{target.url}/api/workflows/{world.workflow_id}/query/fuzz"
+            try:
+                httpx.post(url, headers=headers, json={}, timeout=CALL_TIMEOUT + 60)
+            except httpx.HTTPError:
+                pass  # the world is rebuilt if its query task goes away
+
+        thread = threading.Thread(target=run, name=f"fuzz-query-{world.workflow_id}", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        """Release what the current world holds (a pending query call is answered so its thread ends)."""
+        world, self.world = self.world, None
+        if world is None or world.kind != "query" or world.task is None:
+            return
+        task = world.task
+        body = {"lease_owner": task.get("lease_owner"), "query_task_attempt": task.get("query_task_attempt")}
+        body["result_envelope"] = {"codec": "avro", "blob": encode_blob("fuzz")}
+        try:
+            self.driver.call("worker", "POST", f"/query-tasks/{task.get('query_task_id')}/complete", body)
+        except HarnessError:
+            pass
+        if world.query_call is not None:
+            world.query_call.join(timeout=2.0)
+
+
+# -- preparing and sending one case ---------------------------------------------------------------------
+
+
+def _integral_floats_to_ints(value: Any) -> Any:
+    """Schemathesis may draw 3.0 for an integer; JSON Schema counts it as one but a server may refuse it
+    (``x-implementation-defined``), so positive cases send 3."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [_integral_floats_to_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral_floats_to_ints(v) for k, v in value.items()}
+    return value
+
+
+def _pin_holds(op: Operation, case: Any) -> None:
+    """Keep a case from holding its connection for the target's default wait (long polls, update and
+    history waits); the pinned values are inside the positive space, so a negative case stays negative."""
+    body = case.body
+    if isinstance(body, dict):
+        if op.op_id.startswith("poll_"):
+            t = body.get("timeout_seconds")
+            if t is None or (isinstance(t, int | float) and not isinstance(t, bool) and t > SHORT_HOLD):
+                body["timeout_seconds"] = SHORT_HOLD
+        if op.op_id.startswith("update_"):
+            t = body.get("wait_timeout_seconds")
+            if t is None or (isinstance(t, int | float) and not isinstance(t, bool) and t > SHORT_HOLD):
+                body["wait_timeout_seconds"] = SHORT_HOLD
+    query = case.query
+    if isinstance(query, dict) and str(query.get("wait_new_event", "")).lower() in ("1", "true", "yes", "on"):
+        query["wait_new_event"] = "false"
+
+
+def _pin_headers(target: TargetInfo, op: Operation, case: Any) -> None:
+    headers = dict(case.headers or {})
+    for name in list(headers):
+        if name.lower() in ("authorization", "x-namespace", WORKER_HEADER.lower(), CONTROL_HEADER.lower()):
+            del headers[name]
+    headers.update(plane_headers(target, op.plane))
+    case.headers = headers
+    if isinstance(case.query, dict):
+        case.query.pop("namespace", None)  # X-Namespace decides (§4.2); a stray query value is noise
+
+
+def _substitute(world: World, case: Any, how: str) -> bool:
+    """Point the case at the live world: its ids into the path, and with ``ids+fence`` its fencing values
+    into the body keys the case already has. Returns whether anything was substituted."""
+    changed = False
+    if isinstance(case.path_parameters, dict) and case.path_parameters:
+        values = world.path_values()
+        for name in case.path_parameters:
+            if name in values:
+                case.path_parameters[name] = values[name]
+                changed = True
+    if how == "ids+fence" and isinstance(case.body, dict):
+        for key, value in world.body_values().items():
+            if key in case.body:
+                case.body[key] = value
+                changed = True
+    return changed
+
+
+def _exchange_of(response: Any) -> Exchange:
+    """The suite's record of what Schemathesis sent and got (tokens redacted; ``curl()`` reproduces it)."""
+    req = response.request
+    body = req.body
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    headers = {
+        k: (REDACTED if k.lower() == "authorization" else str(v))
+        for k, v in req.headers.items()
+        if not k.lower().startswith("x-schemathesis")
+    }
+    content = bytes(response.content or b"")
+    try:
+        parsed: Any = json.loads(content) if content else None
+    except ValueError:
+        parsed = None
+    return Exchange(
+        method=str(req.method),
+        url=str(req.url),
+        request_headers=headers,
+        request_body=text,
+        status=int(response.status_code),
+        response_headers={k: ", ".join(v) for k, v in response.headers.items()},
+        response_body=parsed if parsed is not None else content[:4000].decode("utf-8", "replace"),
+        started_at=time.time(),
+        elapsed=float(response.elapsed),
+    )
+
+
+def _transport_problem(exc: BaseException) -> bool:
+    """A connection refused, reset or timed out (``requests`` exceptions, matched by name so the suite
+    does not import ``requests``): the harness's error, not the target's failure."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"ConnectionError", "Timeout", "ChunkedEncodingError", "ContentDecodingError"})
+
+
+class _CaseRunner:
+    """Sends prepared cases, judges them, and compares live-world snapshots around rejected ones."""
+
+    def __init__(self, target: TargetInfo, result: FuzzResult, driver: _Driver) -> None:
+        self.target = target
+        self.result = result
+        self.driver = driver
+        self.aborted = False
+
+    def send(self, op: Operation, case: Any, world: World | None = None) -> Answer | None:
+        """Send ``case`` and judge the answer; with a ``world``, a 4xx must leave it unchanged."""
+        if self.aborted:
+            return None
+        r = self.result
+        before = None
+        if world is not None:
+            try:
+                before = self.driver.snapshot(world)
+            except WorldUnavailable:
+                world.dirty = True
+                world = None
+        r.stats["requests"] += 1
+        try:
+            response = case.call(base_url=self.target.url, timeout=CALL_TIMEOUT)
+        except Exception as exc:
+            if _transport_problem(exc):
+                self.aborted = True
+                r.error = f"harness error (not a conformance failure): {op.op_id}: {type(exc).__name__}: {exc}"
+                try:
+                    curl = case.as_curl_command(base_url=self.target.url)
+                except Exception:
+                    curl = None
+                if curl:
+                    r.error += f"\n  Reproduce: {curl}"
+                return None
+            r.stats["unsendable"] += 1  # e.g. a header value the HTTP client refuses to put on the wire
+            return None
+        ex = _exchange_of(response)
+        answer = Answer(
+            op=op,
+            exchange=ex,
+            status=ex.status or 0,
+            headers={k.lower(): v for k, v in ex.response_headers.items()},
+            body=ex.response_body if not isinstance(ex.response_body, str) else None,
+            path=urlsplit(ex.url).path,
+            target=self.target,
+        )
+        ex.schema_errors = _validator()(op.method, answer.path, answer.status, answer.body)
+        r.stats["cases"] += 1
+        r.statuses[answer.status] += 1
+        r.judged |= judged_requirements(answer)
+        for failure in judge(answer):
+            r.fail(failure)
+        if world is not None and before is not None:
+            r.stats["live"] += 1
+            if 400 <= answer.status < 500:
+                self._compare(world, before, answer)
+            else:
+                world.dirty = True  # accepted (or maybe applied): the world may now change on its own
+        return answer
+
+    def _compare(self, world: World, before: tuple[Any, list[Any]], answer: Answer) -> None:
+        r = self.result
+        r.stats["compared"] += 1
+        r.judged.add(NO_CHANGE)
+        try:
+            after = self.driver.snapshot(world)
+        except WorldUnavailable as exc:
+            after = None
+            diff = f"the run could no longer be read: {exc}"
+        else:
+            diff = _diff(before, after) if after != before else ""
+        if diff:
+            world.dirty = True
+            r.fail(
+                FuzzFailure(
+                    "rejected_changes_nothing",
+                    f"{answer.op.op_id} was rejected with {answer.status} {answer.reason or ''} but changed "
+                    f"workflow {world.workflow_id}",
+                    requirement=NO_CHANGE,
+                    exchange=answer.exchange,
+                    expected="describe and control-plane history unchanged (PROTOCOL.md invariant 68)",
+                    received=diff,
+                )
+            )
+
+
+def _diff(before: tuple[Any, list[Any]], after: tuple[Any, list[Any]]) -> str:
+    if before[1] != after[1]:
+        new = [e.get("event_type") if isinstance(e, dict) else e for e in after[1][len(before[1]) :]]
+        return f"history went from {len(before[1])} to {len(after[1])} events (new: {new})"
+    b = before[0] if isinstance(before[0], dict) else {}
+    a = after[0] if isinstance(after[0], dict) else {}
+    changed = sorted(k for k in set(b) | set(a) if b.get(k) != a.get(k))
+    return "describe changed: " + ", ".join(f"{k}: {b.get(k)!r} -> {a.get(k)!r}" for k in changed)
+
+
+# -- fuzzing one operation ----------------------------------------------------------------------------------
+
+
+def _hypothesis_run(strategy: st.SearchStrategy[Any], examples: int, seed: int, body: Callable[[Any], None]) -> str:
+    """Run ``body`` over ``examples`` draws; returns "" or why no example could be drawn."""
+    if examples <= 0:
+        return ""
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=(Phase.explicit, Phase.generate),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @hypothesis_seed(seed)
+    @given(strategy)
+    def test(value: Any) -> None:
+        body(value)
+
+    try:
+        test()
+    except Unsatisfiable:
+        return "the schema leaves nothing to draw"
+    return ""
+
+
+def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzResult:
+    """Fuzz one operation with ``budget.examples`` cases; never raises for what the target answers."""
+    op = operations()[op_id]
+    result = FuzzResult(op_id, f"Schemathesis cases for {op.method} {op.path}: {op.summary}")
+    started = time.monotonic()
+    schema = load_schema()
+    api_op = schema.find_operation_by_id(op_id)
+    driver = _Driver(target)
+    runner = _CaseRunner(target, result, driver)
+    kind = WORLDS.get(op_id)
+    worlds = Worlds(driver, kind) if kind is not None else None
+    pinned = plane_headers(target, op.plane)
+
+    def one(mode: str, drawn: tuple[tuple[str, Any], str]) -> None:
+        (branch, case), how = drawn
+        if runner.aborted:
+            return
+        if branch != "free":
+            _pin_headers(target, op, case)
+        if mode == "positive" and isinstance(case.body, dict | list):
+            case.body = _integral_floats_to_ints(case.body)
+        _pin_holds(op, case)
+        world = None
+        if worlds is not None and how != "none":
+            world = worlds.get()
+            if world is not None and not _substitute(world, case, how):
+                world = None
+        result.stats[mode] += 1
+        runner.send(op, case, world)
+
+    try:
+        positive = st.tuples(
+            api_op.as_strategy(GenerationMode.POSITIVE, headers=pinned).map(lambda c: ("pinned", c)),
+            st.sampled_from(SUBSTITUTE),
+        )
+        negative_cases = st.one_of(
+            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned).map(lambda c: ("pinned", c)),
+            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned).map(lambda c: ("pinned", c)),
+            api_op.as_strategy(GenerationMode.NEGATIVE).map(lambda c: ("free", c)),
+        )
+        negative = st.tuples(negative_cases, st.sampled_from(SUBSTITUTE))
+        n_pos = math.ceil(budget.examples / 2)
+        for mode, strategy, n in (("positive", positive, n_pos), ("negative", negative, budget.examples - n_pos)):
+            why = _hypothesis_run(
+                strategy, n, budget.seed_for(f"{op_id}:{mode}"), lambda drawn, m=mode: one(m, drawn)
+            )
+            if why:
+                result.notes.append(f"{mode}: {why}")
+    except HarnessError as exc:
+        result.error = f"harness error (not a conformance failure): {exc}"
+    finally:
+        if worlds is not None:
+            if worlds.failed:
+                result.notes.append(f"no live world: {worlds.failed}")
+            result.stats["worlds"] = worlds.builds
+            worlds.close()
+        result.stats["requests"] += driver.requests
+        driver.close()
+        result.duration = time.monotonic() - started
+    return result
+
+
+# -- the hand-written stateful sequence ---------------------------------------------------------------------
+
+STATEFUL: Final = "stateful_start_register_poll_complete"
+
+
+def fuzz_stateful(target: TargetInfo, budget: FuzzBudget) -> FuzzResult:
+    """start → register → poll → complete, each body drawn from its schema (the command batch too).
+
+    The document has no OpenAPI links for Schemathesis to follow, so the chaining is written here: each
+    example uses a fresh queue and workflow id; the drawn start, register and poll bodies keep their
+    generated optional fields but get the ids that chain them; the complete carries a drawn command batch
+    with the real fencing values. Every answer is judged by the fuzz checks; a rejected complete must leave
+    the run unchanged, and an accepted one must be fenced (409) when repeated, again changing nothing.
+    """
+    ops = operations()
+    result = FuzzResult(STATEFUL, fuzz_stateful.__doc__.splitlines()[0] if fuzz_stateful.__doc__ else STATEFUL)
+    started = time.monotonic()
+    schema = load_schema()
+    driver = _Driver(target)
+    runner = _CaseRunner(target, result, driver)
+    strategies = {
+        name: schema.find_operation_by_id(name).as_strategy(
+            GenerationMode.POSITIVE, headers=plane_headers(target, ops[name].plane)
+        )
+        for name in ("start_workflow", "register_worker", "poll_workflow_task", "complete_workflow_task")
+    }
+
+    def draw(data: st.DataObject, name: str) -> Any:
+        case = data.draw(strategies[name], label=name)
+        _pin_headers(target, ops[name], case)
+        if isinstance(case.body, dict | list):
+            case.body = _integral_floats_to_ints(case.body)
+        return case
+
+    def sequence(data: st.DataObject) -> None:
+        if runner.aborted:
+            return
+        result.stats["sequences"] += 1
+        queue, worker, workflow_id = uid("q"), uid("w"), uid("wf")
+        start = draw(data, "start_workflow")
+        if not isinstance(start.body, dict):
+            return
+        start.body.update(workflow_id=workflow_id, task_queue=queue)
+        # A drawn run or execution timeout could close the run before the poll: the sequence needs it open.
+        for key in ("run_timeout_seconds", "execution_timeout_seconds", "workflow_execution_timeout_seconds"):
+            start.body.pop(key, None)
+        started_reply = runner.send(ops["start_workflow"], start)
+        if started_reply is None or started_reply.status not in (200, 201):
+            return
+        run_id = str((started_reply.body or {}).get("run_id", ""))
+        result.stats["started"] += 1
+        register = draw(data, "register_worker")
+        if not isinstance(register.body, dict):
+            return
+        register.body.update(worker_id=worker, task_queue=queue)
+        for key in ("build_id", "supported_workflow_types"):
+            register.body.pop(key, None)  # a drawn build id or type list could keep the run's task away
+        reply = runner.send(ops["register_worker"], register)
+        if reply is None or reply.status not in (200, 201):
+            return
+        task = None
+        for _ in range(5):
+            poll = draw(data, "poll_workflow_task")
+            if not isinstance(poll.body, dict):
+                return
+            poll.body.update(worker_id=worker, task_queue=queue, timeout_seconds=SHORT_HOLD)
+            poll.body.pop("build_id", None)
+            reply = runner.send(ops["poll_workflow_task"], poll)
+            if reply is None or reply.status != 200:
+                return
+            got = (reply.body or {}).get("task")
+            if isinstance(got, dict):
+                task = got
+                break
+        if task is None:
+            result.stats["never_leased"] += 1
+            return
+        result.stats["leased"] += 1
+        world = World("workflow", queue, worker, workflow_id, run_id, task=task)
+        complete = draw(data, "complete_workflow_task")
+        if not isinstance(complete.body, dict):
+            return
+        complete.path_parameters = {"task_id": str(task.get("task_id"))}
+        complete.body.update(
+            lease_owner=task.get("lease_owner", worker), workflow_task_attempt=task.get("workflow_task_attempt")
+        )
+        reply = runner.send(ops["complete_workflow_task"], complete, world)
+        if reply is None or reply.status != 200:
+            return
+        result.stats["completed"] += 1
+        # The same complete again is fenced: a task completes once (§8.9), and the refusal changes nothing.
+        world.dirty = False
+        again = runner.send(ops["complete_workflow_task"], complete, world)
+        if again is not None and again.status != 409:
+            runner.result.fail(
+                FuzzFailure(
+                    "repeated_complete_is_fenced",
+                    f"a second complete of workflow task {task.get('task_id')} answered {again.status}",
+                    requirement=NO_CHANGE,
+                    exchange=again.exchange,
+                    expected="409 (the task is no longer leased)",
+                    received=again.received(),
+                )
+            )
+
+    try:
+        why = _hypothesis_run(st.data(), max(1, budget.examples // 4), budget.seed_for(STATEFUL), sequence)
+        if why:
+            result.notes.append(why)
+    except HarnessError as exc:
+        result.error = f"harness error (not a conformance failure): {exc}"
+    finally:
+        result.stats["requests"] += driver.requests
+        driver.close()
+        result.duration = time.monotonic() - started
+    return result
+
+
+# -- groups (one pytest item each) --------------------------------------------------------------------------
+
+GROUPS: Final[dict[str, tuple[str, ...]]] = {
+    "worker-registration": ("register_worker", "heartbeat_worker", "deregister_worker"),
+    "workflow-tasks": (
+        "poll_workflow_task",
+        "fetch_workflow_task_history",
+        "heartbeat_workflow_task",
+        "complete_workflow_task",
+        "fail_workflow_task",
+    ),
+    "activity-tasks": (
+        "poll_activity_task",
+        "complete_activity_task",
+        "fail_activity_task",
+        "heartbeat_activity_task",
+        "get_activity_task_status",
+    ),
+    "query-tasks": ("poll_query_task", "complete_query_task", "fail_query_task"),
+    "workflows": (
+        "start_workflow",
+        "describe_workflow",
+        "list_workflow_runs",
+        "describe_workflow_run",
+        "get_workflow_run_history",
+    ),
+    "workflow-commands": (
+        "signal_workflow",
+        "signal_workflow_run",
+        "query_workflow",
+        "query_workflow_run",
+        "update_workflow",
+        "update_workflow_run",
+        "cancel_workflow",
+        "cancel_workflow_run",
+        "terminate_workflow",
+        "terminate_workflow_run",
+    ),
+    "task-queues-and-discovery": ("drain_build_id", "resume_build_id", "get_cluster_info", "get_health", "get_ready"),
+    "stateful": (STATEFUL,),
+}
+
+
+def _with_unlisted(groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Every operation of the document is fuzzed: one the table does not list goes to ``other``."""
+    listed = {name for names in groups.values() for name in names}
+    rest = tuple(sorted(set(operations()) - listed))
+    return {**groups, "other": rest} if rest else dict(groups)
+
+
+def group_members(group: str) -> tuple[str, ...]:
+    return _with_unlisted(GROUPS).get(group, ())
+
+
+def all_groups() -> list[str]:
+    return list(_with_unlisted(GROUPS))
+
+
+def fuzz_group(target: TargetInfo, group: str, budget: FuzzBudget) -> Iterator[FuzzResult]:
+    """Fuzz every operation of ``group`` in turn."""
+    for name in group_members(group):
+        if name == STATEFUL:
+            yield fuzz_stateful(target, budget)
+        else:
+            yield fuzz_operation(target, name, budget)
