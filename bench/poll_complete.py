@@ -1,0 +1,236 @@
+"""Workflow-task poll → complete throughput of the reference server over loopback.
+
+Starts ``python -m reference_server`` as a subprocess on a fresh database, registers ``--concurrency`` workers
+on one task queue, starts ``--cycles`` workflows, then lets the workers loop ``poll → complete_workflow`` over
+HTTP/1.1 keep-alive connections (httpx) until every run is completed. A *cycle* is one leased workflow task
+and its accepted completion: two HTTP requests and three committed SQLite transactions (worker liveness, the
+claim, the completion), each fsynced (``PRAGMA synchronous=FULL``).
+
+Prints a one-line summary and one JSON line. It is bounded in work (``--cycles``) and in time
+(``--max-seconds``): at the deadline it stops and reports what it measured. Example::
+
+    python bench/poll_complete.py --cycles 2000 --concurrency 8 --lease-seconds 30
+
+Speed is measured here, never asserted in tests (tests/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import select
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20"}
+CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+QUEUE = "bench"
+RESULT_BLOB = "wwHioz3/VYAiNwoIZG9uZQ=="  # suite.protocol.codec.encode_blob("done"): an Avro Value frame
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Measure poll→complete cycles per second against the reference server.")
+    p.add_argument("--cycles", type=int, default=2000, help="Workflows to run, one cycle each (default 2000).")
+    p.add_argument("--concurrency", type=int, default=8, help="Concurrent workers, one connection each (default 8).")
+    p.add_argument("--lease-seconds", type=int, default=30, help="Workflow-task lease of the server (default 30).")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="Stop after this long at most (default 120).")
+    p.add_argument("--db", default=None, help="Database file (default: a fresh file in a temporary directory).")
+    args = p.parse_args(argv)
+    if args.cycles < 1 or args.concurrency < 1 or args.lease_seconds < 1 or args.max_seconds <= 0:
+        p.error("--cycles, --concurrency and --lease-seconds must be >= 1 and --max-seconds > 0")
+    return args
+
+
+class BenchError(Exception):
+    """The server answered something a benchmark run cannot continue from."""
+
+
+# -- the server -------------------------------------------------------------------------------------------------
+
+
+def start_server(db: Path, lease_seconds: int, timeout: float = 30.0) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)]
+    cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline().strip()
+            if line.startswith("http"):
+                return proc, line
+    proc.kill()
+    proc.wait()
+    raise BenchError(f"the reference server did not start: {' '.join(cmd)}")
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+# -- the workload -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    target: int
+    completed: int = 0
+    empty_polls: int = 0
+    rejected: int = 0
+    latencies: list[float] = field(default_factory=list)  # seconds from poll sent to completion acknowledged
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    response = await client.post(path, json=body, headers=headers)
+    if response.status_code >= 500:
+        raise BenchError(f"server error {response.status_code} on {path}: {response.text[:300]}")
+    return response.status_code, response.json()
+
+
+async def start_workflows(url: str, count: int, concurrency: int) -> float:
+    """Start ``count`` runs with ``concurrency`` clients; returns the seconds it took."""
+    ids = iter(range(count))
+    began = time.perf_counter()
+
+    async def starter() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
+            for i in ids:
+                body = {"workflow_type": "bench", "workflow_id": f"bench-{i}", "task_queue": QUEUE, "input": []}
+                status, doc = await post(client, "/api/workflows", body, CONTROL_HEADERS)
+                if status != 201:
+                    raise BenchError(f"start failed: {status} {doc.get('reason')}")
+
+    await asyncio.gather(*(starter() for _ in range(concurrency)))
+    return time.perf_counter() - began
+
+
+async def register(url: str, worker_id: str) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
+        body = {"worker_id": worker_id, "task_queue": QUEUE, "runtime": "python"}
+        status, doc = await post(client, "/api/worker/register", body, WORKER_HEADERS)
+        if status != 201:
+            raise BenchError(f"register failed: {status} {doc.get('reason')}")
+
+
+async def worker(url: str, worker_id: str, tally: Tally) -> None:
+    poll = {"worker_id": worker_id, "task_queue": QUEUE, "timeout_seconds": 1}
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
+        while not tally.done.is_set():
+            sent = time.perf_counter()
+            status, doc = await post(client, "/api/worker/workflow-tasks/poll", poll, WORKER_HEADERS)
+            task = doc.get("task") if status == 200 else None
+            if task is None:
+                tally.empty_polls += 1
+                continue
+            body = {
+                "lease_owner": worker_id,
+                "workflow_task_attempt": task["workflow_task_attempt"],
+                "commands": [{"type": "complete_workflow", "result": RESULT_BLOB}],
+            }
+            status, doc = await post(
+                client, f"/api/worker/workflow-tasks/{task['task_id']}/complete", body, WORKER_HEADERS
+            )
+            if status != 200:
+                tally.rejected += 1  # e.g. the lease ran out under load; the task is redelivered
+                continue
+            tally.latencies.append(time.perf_counter() - sent)
+            tally.completed += 1
+            if tally.completed >= tally.target:
+                tally.done.set()
+
+
+async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    names = [f"bench-w{i}" for i in range(args.concurrency)]
+    await asyncio.gather(*(register(url, name) for name in names))
+    start_seconds = await start_workflows(url, args.cycles, args.concurrency)
+    tally = Tally(target=args.cycles)
+    began = time.perf_counter()
+    workers = [asyncio.create_task(worker(url, name, tally)) for name in names]
+    all_done = asyncio.create_task(tally.done.wait())
+    finished, _ = await asyncio.wait(
+        [all_done, *workers], timeout=args.max_seconds, return_when=asyncio.FIRST_COMPLETED
+    )
+    elapsed = time.perf_counter() - began
+    timed_out = not finished
+    tally.done.set()
+    # Each worker stops after its current poll (at most ~1 s); a worker's error is raised here.
+    await asyncio.gather(*workers, all_done)
+    ms = sorted(x * 1000 for x in tally.latencies) or [0.0]
+    return {
+        "benchmark": "poll_complete",
+        "cycles": tally.completed,
+        "cycles_requested": args.cycles,
+        "concurrency": args.concurrency,
+        "lease_seconds": args.lease_seconds,
+        "seconds": round(elapsed, 3),
+        "cycles_per_second": round(tally.completed / elapsed, 1) if elapsed > 0 else 0.0,
+        "latency_ms": {
+            "p50": round(statistics.median(ms), 2),
+            "p95": round(ms[min(len(ms) - 1, int(len(ms) * 0.95))], 2),
+            "p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2),
+            "max": round(ms[-1], 2),
+        },
+        "starts_per_second": round(args.cycles / start_seconds, 1) if start_seconds > 0 else 0.0,
+        "empty_polls": tally.empty_polls,
+        "rejected_completes": tally.rejected,
+        "timed_out": timed_out,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
+        db = Path(args.db) if args.db else Path(tmp) / "bench.sqlite"
+        try:
+            proc, url = start_server(db, args.lease_seconds)
+            try:
+                result = asyncio.run(measure(url, args))
+            finally:
+                stop_server(proc)
+        except BenchError as exc:
+            print(f"poll_complete: {exc}", file=sys.stderr)
+            return 2
+    latency = result["latency_ms"]
+    print(
+        f"poll→complete: {result['cycles']} cycles in {result['seconds']} s = {result['cycles_per_second']} cycles/s"
+        f" with {result['concurrency']} workers (p50 {latency['p50']} ms, p99 {latency['p99']} ms per cycle;"
+        f" starts {result['starts_per_second']}/s){' — stopped at --max-seconds' if result['timed_out'] else ''}"
+    )
+    print(json.dumps(result, separators=(",", ":")))
+    return 1 if result["timed_out"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
