@@ -6,4 +6,4 @@ ids) and raises :class:`suite.outcomes.CheckFailure` (via ``ctx.expect`` / ``ctx
 target breaks the rule.
 """
 
-from . import activities, commands, fencing, history, polling, queries, robustness, versioning  # noqa: F401
+from . import activities, commands, fencing, history, messages, polling, queries, robustness, versioning  # noqa: F401

@@ -302,14 +302,18 @@ class QuerySignalMachine(MachineBase):
                 outs.add(rej.reason)
         return outs
 
-    def query_outcomes(self, view: QueryTaskView, owner: str, attempt: int, deadline: datetime) -> set[str]:
-        """The outcomes §10.6 allows now ± MARGIN; past the query deadline a live task counts as timed out."""
+    def query_outcomes(
+        self, view: QueryTaskView, owner: str, attempt: int, deadline: tuple[datetime, datetime]
+    ) -> set[str]:
+        """The outcomes §10.6 allows now ± MARGIN. Past the query deadline a live task counts as timed out;
+        the server set that deadline somewhere in ``deadline`` (between sending the query and leasing it)."""
+        earliest, latest = deadline
         outs = set()
         at = self.now()
-        for moment in (at - timedelta(seconds=MARGIN), at + timedelta(seconds=MARGIN)):
-            status = view.status
-            if status in (QueryTaskStatus.PENDING, QueryTaskStatus.LEASED) and moment >= deadline:
-                status = QueryTaskStatus.TIMED_OUT
+        live = view.status in (QueryTaskStatus.PENDING, QueryTaskStatus.LEASED)
+        # The earliest moment against the latest deadline, the latest moment against the earliest one.
+        for moment, due in ((at - timedelta(seconds=MARGIN), latest), (at + timedelta(seconds=MARGIN), earliest)):
+            status = QueryTaskStatus.TIMED_OUT if live and moment >= due else view.status
             seen = QueryTaskView(view.query_task_id, status, view.attempt, view.lease_owner, view.lease_expires_at)
             try:
                 guard_query_task(seen, query_task_id=view.query_task_id, lease_owner=owner, attempt=attempt, now=moment)
@@ -961,7 +965,13 @@ class QuerySignalMachine(MachineBase):
         return None
 
     def query_report(
-        self, view: QueryTaskView, verb: str, body: dict[str, Any], owner: str, attempt: int, deadline: datetime
+        self,
+        view: QueryTaskView,
+        verb: str,
+        body: dict[str, Any],
+        owner: str,
+        attempt: int,
+        deadline: tuple[datetime, datetime],
     ) -> str | None:
         allowed = self.query_outcomes(view, owner, attempt, deadline)
         reply = self.call(
@@ -1028,7 +1038,6 @@ class QuerySignalMachine(MachineBase):
         before = self.snapshot(run)
         worker, intruder = self.workers[0], self.workers[1]
         sent = self.now()
-        deadline = sent + timedelta(seconds=self.query_timeout)
         call = self.loop.create_task(
             self.ctx.client.control(
                 "POST", f"/workflows/{run.workflow_id}/query/{name}", {"input": [name]}, timeout=self.query_timeout + 15
@@ -1039,6 +1048,9 @@ class QuerySignalMachine(MachineBase):
             task = self.lease_query(run, name, call, worker)
             if task is None:
                 return
+            leased_at = self.now()
+            timeout = timedelta(seconds=self.query_timeout)
+            deadline = (sent + timeout, leased_at + timeout)
             attempt = int(task["query_task_attempt"])
             view = QueryTaskView(
                 str(task["query_task_id"]),

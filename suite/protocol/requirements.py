@@ -512,6 +512,51 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         source="PROTOCOL.md §12.3",
     ),
     _r(
+        "SIGNAL-RECORDED-AND-WAKES",
+        MUST,
+        _A.CONTROL_PLANE,
+        "A signal to an open run returns 202 (outcome signal_received), records one SignalReceived and makes a "
+        "workflow task available for the run.",
+        source="PROTOCOL.md §12.2; SDK-INTEROP.md §6.2",
+    ),
+    _r(
+        "SIGNAL-CLOSED-RUN-REJECTED",
+        MUST,
+        _A.CONTROL_PLANE,
+        "A signal to a closed run returns 409 (rejected_not_active) and records nothing.",
+        source="PROTOCOL.md §12.2",
+    ),
+    _r(
+        "UPDATE-ACCEPTED-RECORDED",
+        MUST,
+        _A.CONTROL_PLANE,
+        "An update with wait_for accepted returns 202 with update_status accepted and records UpdateAccepted.",
+        source="PROTOCOL.md §12.2",
+    ),
+    _r(
+        "UPDATE-WAIT-COMPLETED",
+        MUST,
+        _A.CONTROL_PLANE,
+        "An update with wait_for completed blocks until a workflow task applies complete_update (200 with the "
+        "result) or fail_update (422 update_failed) for that update_id.",
+        source="PROTOCOL.md §12.2",
+    ),
+    _r(
+        "UPDATE-CLOSED-AT-MOST-ONCE",
+        MUST,
+        _A.CONTROL_PLANE,
+        "An accepted update is closed at most once: complete_update or fail_update for an update that is not "
+        "accepted and open is an invalid command batch.",
+        source="PROTOCOL.md §8.7.1",
+    ),
+    _r(
+        "UPDATE-CLOSED-RUN-REJECTED",
+        MUST,
+        _A.CONTROL_PLANE,
+        "An update to a closed run is refused with 409 and records nothing.",
+        source="PROTOCOL.md §12.2",
+    ),
+    _r(
         "CONTROL-CANCEL-CLOSES-RUN",
         MUST,
         _A.CONTROL_PLANE,
