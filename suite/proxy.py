@@ -586,6 +586,9 @@ class FaultProxy:
         self._tasks.add(task)
         try:
             await _Session(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # Only close() cancels a connection task; asyncio.streams would log the cancellation as an error.
+            pass
         finally:
             self._tasks.discard(task)
 

@@ -105,12 +105,10 @@ class EmbeddedServer:
             "--db",
             os.path.join(self._dir, "dw.sqlite"),
             *self.extra_args,
-            "--worker-token",
-            self.worker_token,
-            "--operator-token",
-            self.operator_token,
-            "--admin-token",
-            secrets.token_urlsafe(18),
+            # name=value: a token may begin with "-", which argparse would take for an option.
+            f"--worker-token={self.worker_token}",
+            f"--operator-token={self.operator_token}",
+            f"--admin-token={secrets.token_urlsafe(18)}",
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **self._env}
