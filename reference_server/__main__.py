@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
-        "--fault list prints the names.",
+        "--fault list prints each name, its bug and the requirement IDs the suite must report, tab-separated.",
     )
     p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
     return p
@@ -155,8 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "list" in args.fault:
         from .faults import FAULTS
 
-        for name, doc in sorted(FAULTS.items()):
-            print(f"{name}\t{doc}")
+        # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated).
+        for name, spec in sorted(FAULTS.items()):
+            print(f"{name}\t{spec.description}\t{','.join(spec.kills)}")
         return 0
     settings = settings_from_args(args)
     if settings.faults:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,7 @@ from suite.protocol.lifecycles import (
 
 from .app import WORKER, Ctx, validation_error
 from .engine import TERMINAL_RUN_STATUSES, T, append_event, empty_resume, open_workflow_task, ts, wake_run
+from .faults import fault
 from .store import dumps, from_us, loads, new_id
 from .workflow_tasks import _forget_polls, _replay_poll
 
@@ -463,6 +464,8 @@ def _schedule_retry(
     policy = _policy(execution)
     backoff = policy.backoff_before(after_attempt + 1)
     available_at = t.now + backoff * US
+    if fault(t.settings, "ignore-retry-backoff"):
+        available_at = t.now  # the bug: the backoff is recorded below but the retry is ready at once
     s2s = execution["schedule_to_start_timeout"]
     task_id = new_id(t.now)
     t.db.execute(
@@ -844,6 +847,19 @@ def complete_activity_task(
     t: T, namespace: str, task_id: str, fence: Fence, result_blob: str | None
 ) -> dict[str, Any] | Rejection:
     view, rows = _guarded(t, namespace, task_id, fence)
+    if fault(t.settings, "record-stale-activity-complete") and view.attempt_status is not AttemptStatus.RUNNING:
+        # The bug: an attempt that is no longer live still records its result (a second ActivityCompleted).
+        base = _event_base(rows.execution, rows.attempt["attempt_id"], rows.attempt["attempt_number"])
+        append_event(t, rows.run["run_id"], "ActivityCompleted", {**base, "result": result_blob})
+        return {
+            "task_id": task_id,
+            "activity_attempt_id": fence.activity_attempt_id,
+            "activity_execution_id": rows.execution["execution_id"],
+            "outcome": "completed",
+            "recorded": True,
+            "reason": None,
+            "next_task_id": None,
+        }
     stop = _report_guard(t, view, rows, "complete")
     if stop is not None:
         return stop
@@ -889,6 +905,10 @@ def fail_activity_task(
     execution, attempt = rows.execution, rows.attempt
     attempt_id, number = attempt["attempt_id"], int(attempt["attempt_number"])
     policy = _policy(execution)
+    if fault(t.settings, "retry-past-max-attempts"):
+        policy = replace(policy, max_attempts=number + 1)  # the bug: the attempt bound is never reached
+    if fault(t.settings, "retry-non-retryable"):
+        failure = replace(failure, non_retryable=False)  # the bug: the worker's non_retryable flag is ignored
     # §11.6: "Non-retryable if `failure.non_retryable == true`, or `failure.type` or `failure.class` ∈
     # `non_retryable_error_types`"; "Retry if the failure is not non-retryable **and** attempt_number <
     # max_attempts".

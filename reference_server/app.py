@@ -17,6 +17,7 @@ responses carry the control-plane header and never the worker envelope.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -27,12 +28,17 @@ from typing import Any
 from suite.protocol.capabilities import server_capabilities
 from suite.protocol.errors import Rejection
 from suite.protocol.versions import (
+    ADVERTISED_MAJOR,
+    ADVERTISED_MINOR,
     ADVERTISED_VERSION,
     CONTROL_PLANE_VERSION,
+    format_version,
     negotiate_control_plane_version,
     negotiate_worker_version,
+    parse_version,
 )
 
+from .faults import fault
 from .http import Request, Response, ShellError, json_response
 
 __all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route"]
@@ -101,6 +107,7 @@ class App:
         admin_token: str | None,
         namespace_exists: Callable[[str], bool],
         ignore_version_header: bool = False,
+        faults: frozenset[str] = frozenset(),
     ) -> None:
         self.routes: list[Route] = []
         self.tokens: dict[str, str] = {}
@@ -113,6 +120,7 @@ class App:
                 self.tokens[token] = role
         self.namespace_exists = namespace_exists
         self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
+        self.faults = faults  # the other named faults (reference_server.faults) this app breaks
         self.capabilities: dict[str, Any] = server_capabilities()
 
     # -- registration ---------------------------------------------------------------------------------
@@ -164,6 +172,8 @@ class App:
         return json_response(status, body, headers)
 
     def reject(self, plane: str, rejection: Rejection) -> Response:
+        if fault(self, "bare-worker-errors") and plane == WORKER:
+            return json_response(rejection.status, rejection.body())  # the bug: no worker envelope on errors
         return self.respond(plane, rejection.status, rejection.body())
 
     def plane_of(self, path: str | None) -> str:
@@ -223,6 +233,8 @@ class App:
 
     async def _handle(self, request: Request, plane: str) -> Response:
         route, params = self._match(request, plane)
+        if fault(self, "version-before-auth") and route.plane == WORKER:
+            negotiate_worker_version(request.header(WORKER_VERSION_HEADER.lower()))  # the bug: before the 401
         role: str | None = None
         if route.plane != OPEN:
             role = self._authenticate(request)
@@ -233,6 +245,16 @@ class App:
                     "Authenticated role is not allowed to access this endpoint.",
                     {"role": role, "allowed_roles": sorted(route.roles)},
                 )
+        if fault(self, "namespace-before-version") and route.plane in (WORKER, CONTROL):
+            ns = namespace_of(request)  # the bug: the 404 comes before the version check's 400
+            if not self.namespace_exists(ns):
+                raise Rejection(404, "namespace_not_found", f"Namespace '{ns}' does not exist.", {"namespace": ns})
+        if fault(self, "accept-minor-above") and route.plane == WORKER:
+            asked = parse_version(request.header(WORKER_VERSION_HEADER.lower()) or "")
+            if asked is not None and asked[0] == ADVERTISED_MAJOR and asked[1] > ADVERTISED_MINOR:
+                # The bug: a newer minor is served as the advertised one instead of being rejected.
+                served = {**request.headers, WORKER_VERSION_HEADER.lower(): ADVERTISED_VERSION}
+                request = dataclasses.replace(request, headers=served)
         minor: int | None = None
         if route.plane == WORKER and not self.ignore_version_header:
             minor = negotiate_worker_version(request.header(WORKER_VERSION_HEADER.lower()))
@@ -253,6 +275,10 @@ class App:
         if route.body:
             ctx.body = parse_json_object(request)
         status, body = await route.fn(ctx)
+        if fault(self, "echo-requested-minor") and route.plane == WORKER and minor is not None:
+            echoed = format_version(ADVERTISED_MAJOR, minor)  # the bug: the requested minor, not the advertised
+            envelope = {**self.worker_envelope(body), "protocol_version": echoed}
+            return json_response(status, envelope, [*ctx.extra_headers, (WORKER_VERSION_HEADER, echoed)])
         return self.respond(route.plane, status, body, ctx.extra_headers)
 
 

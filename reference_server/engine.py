@@ -18,6 +18,7 @@ from typing import Any
 from suite.protocol.fencing import rfc3339
 
 from .config import Settings
+from .faults import fault
 from .store import Clock, Store, dumps, from_us, loads, new_id
 
 __all__ = [
@@ -209,9 +210,40 @@ def wake_run(t: T, run_id: str, resume: Mapping[str, Any] | None = None, *, avai
     run = t.run(run_id)
     if run["status"] in TERMINAL_RUN_STATUSES:
         return
-    if open_workflow_task(t, run_id) is not None:
+    task = open_workflow_task(t, run_id)
+    if task is not None:
+        if task["status"] == "leased":
+            defer_resume(t, task, resume or empty_resume())
         return
     create_workflow_task(t, run, resume or empty_resume(), available_at=available_at)
+
+
+# §8.3: a resume context "names what woke the task". An event that wakes a run while its task is leased cannot
+# wake that task (it is out with a worker); it wakes the follow-up task the completion creates. Its resume
+# context is kept in the leased task's durable resume_context JSON under this key until then — the first
+# such event only, so the follow-up names the first wake it must handle. Without it the follow-up reused the
+# leased task's own context, naming again (e.g.) a signal or update the completed task had already handled.
+# The next claim of the task (a redelivery) removes it: that lease's history already shows those events.
+DEFERRED_RESUME_KEY = "deferred_resume"
+
+
+def defer_resume(t: T, task: sqlite3.Row, resume: Mapping[str, Any]) -> None:
+    ctx = loads(task["resume_context"]) or {}
+    if ctx.get(DEFERRED_RESUME_KEY) is None:
+        ctx[DEFERRED_RESUME_KEY] = dict(resume)
+        t.db.execute("UPDATE workflow_tasks SET resume_context = ? WHERE task_id = ?", (dumps(ctx), task["task_id"]))
+
+
+def task_resume(task: sqlite3.Row) -> dict[str, Any]:
+    """The 20 resume-context keys of a task (§8.3), without the deferred follow-up context."""
+    ctx = loads(task["resume_context"]) or {}
+    return {key: ctx.get(key) for key in RESUME_KEYS}
+
+
+def deferred_resume(task: sqlite3.Row) -> dict[str, Any] | None:
+    """The resume context of the first wake that arrived while ``task`` was leased, if any."""
+    deferred = (loads(task["resume_context"]) or {}).get(DEFERRED_RESUME_KEY)
+    return None if deferred is None else {key: deferred.get(key) for key in RESUME_KEYS}
 
 
 def create_workflow_task(t: T, run: sqlite3.Row, resume: Mapping[str, Any], *, available_at: int | None = None) -> str:
@@ -353,6 +385,8 @@ def close_run(
     )
     t.fx.transition("run", run_id, run["status"], status, closed_reason=closed_reason)
     t.fx.run_changed.add(run_id)
+    if fault(t.settings, "cancel-leaves-tasks-open") and status in ("cancelled", "terminated"):
+        return  # the bug: the run is closed, but its open tasks, timers, queries and children are left as they were
     # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2).
     t.db.execute(
         "UPDATE workflow_tasks SET status = 'cancelled' WHERE run_id = ? AND status IN ('ready', 'leased')",
@@ -375,7 +409,11 @@ def close_run(
     )
     apply_parent_close_policies(t, run_id)
     if run["parent_run_id"] and run["parent_child_call_id"]:
-        child_closed(t, run, status, payload)
+        # The row as closed above, not ``run`` (read before the UPDATE): child_closed reads the closed run's
+        # output_blob, failure and closed_reason. The stale row reported every child result as null, ignored
+        # non_retryable/exception_type (so a non-retryable child failure was retried), and took a
+        # continue_as_new close (closed_reason "continued") for the child's completion.
+        child_closed(t, t.run(run_id), status, payload)
 
 
 def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
@@ -429,10 +467,13 @@ def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str
         return  # the chain goes on; the parent hears from the last run of it
     policy_doc = loads(call["retry_policy"])
     if status == "failed" and policy_doc:
+        # Null policy fields mean "absent", as the model validated them; int(None) raised here inside the
+        # scheduler's maintenance pass, which then failed on every pass and stalled every timer, retry and
+        # timeout of the server (found by the OpenAPI fuzz, suite/fuzz.py).
         policy = RetryPolicy(
-            max_attempts=int(policy_doc.get("max_attempts", 1)),
-            backoff_seconds=tuple(policy_doc.get("backoff_seconds", ())),
-            non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types", ())),
+            max_attempts=int(policy_doc.get("max_attempts") or 1),
+            backoff_seconds=tuple(policy_doc.get("backoff_seconds") or ()),
+            non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types") or ()),
         )
         failure = loads(child_run["failure"]) or {}
         if policy.should_retry(

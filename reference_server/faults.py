@@ -1,26 +1,179 @@
 """Named faults: each makes the reference server break exactly one protocol rule.
 
-They exist to prove the conformance suite catches the bug (``--fault NAME``); a server started without
-faults never takes a faulty branch. Each entry is the one-line description of the bug, and the code
-that implements it checks ``fault(settings, NAME)`` at the one place the rule is enforced.
+They exist to prove the conformance suite catches the bug (``--fault NAME``; ``python -m suite.mutants`` runs
+the whole kill matrix); a server started without faults never takes a faulty branch. Each entry is the
+one-line description of the bug and the requirement IDs the suite must report against it; the code that
+implements it checks ``fault(settings, NAME)`` at the one place the rule is enforced.
 """
 
 from __future__ import annotations
 
-from .config import Settings
+from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["FAULTS", "fault"]
+__all__ = ["FAULTS", "Fault", "fault"]
 
-FAULTS: dict[str, str] = {
-    "ignore-version-header": "Worker routes accept any X-Durable-Workflow-Protocol-Version, or none at all.",
-    "drop-poll-status": "Workflow-task poll responses carry no poll_status field.",
-    "accept-wrong-lease-owner": "Workflow-task heartbeat/complete/fail/history accept any lease_owner.",
-    "history-page-gap": "Worker history pages after the first skip one event (a gap in the sequence).",
-    "compress-below-threshold": "History is compressed on opt-in even when the page holds fewer than 50 events.",
+
+@dataclass(frozen=True)
+class Fault:
+    """One deliberately broken rule: what the server does wrong, and the requirement IDs the suite must
+    report broken against it (every one of them; the kill matrix runs exactly their checks)."""
+
+    description: str
+    kills: tuple[str, ...]
+
+
+class _Switches(Protocol):
+    """Anything that carries the switched-on fault names (``Settings``, the ``App``)."""
+
+    @property
+    def faults(self) -> frozenset[str]: ...
+
+
+FAULTS: dict[str, Fault] = {
+    # -- versioning and envelope --------------------------------------------------------------------------
+    "ignore-version-header": Fault(
+        "Worker routes accept any X-Durable-Workflow-Protocol-Version, or none at all.", ("VERSION-MISSING",)
+    ),
+    "accept-minor-above": Fault(
+        "A worker version with the server's major and a higher minor (1.21 on 1.20) is accepted, not 400.",
+        ("VERSION-MINOR-ABOVE",),
+    ),
+    "echo-requested-minor": Fault(
+        "Worker responses echo the requested minor (1.0) in the header and protocol_version, not the advertised.",
+        ("ENVELOPE-NO-MINOR-ECHO",),
+    ),
+    "bare-worker-errors": Fault(
+        "Worker-plane error responses lack the worker envelope (no version header, protocol_version, capabilities).",
+        ("ENVELOPE-VERSION-HEADER",),
+    ),
+    # -- auth and namespace order -------------------------------------------------------------------------
+    "version-before-auth": Fault(
+        "The worker version header is checked before the credential: a bad token without a version gets 400.",
+        ("AUTH-BEFORE-VERSION",),
+    ),
+    "namespace-before-version": Fault(
+        "An unknown namespace is reported (404) before a missing version header (400), leaking its existence.",
+        ("VERSION-BEFORE-NAMESPACE",),
+    ),
+    # -- registration -------------------------------------------------------------------------------------
+    "accept-unknown-runtime": Fault(
+        "Worker registration accepts a runtime outside the known SDK runtimes instead of 422.",
+        ("REGISTER-VALIDATION",),
+    ),
+    # -- long poll and poll_status ------------------------------------------------------------------------
+    "poll-ignores-wakeups": Fault(
+        "A long poll ignores wake-ups: work that becomes ready mid-hold is only delivered when the hold ends.",
+        ("LONGPOLL-IMMEDIATE-DELIVERY",),
+    ),
+    "drop-poll-status": Fault("Workflow-task poll responses carry no poll_status field.", ("POLL-STATUS-PRESENT",)),
+    "throttled-reported-empty": Fault(
+        "A workflow poll refused by the admission limit is answered poll_status 'empty', not 'throttled'.",
+        ("POLL-STATUS-THROTTLED",),
+    ),
+    "replay-increments-attempt": Fault(
+        "A repeated poll_request_id returns the same task but increments its workflow_task_attempt.",
+        ("IDEMPOTENT-POLL-REPLAY",),
+    ),
+    # -- leases and fencing -------------------------------------------------------------------------------
+    "accept-wrong-lease-owner": Fault(
+        "Workflow-task heartbeat/complete/fail/history accept any lease_owner.", ("FENCE-OWNER",)
+    ),
+    "accept-stale-attempt": Fault(
+        "Workflow-task heartbeat/complete/fail/history accept any workflow_task_attempt from the owner.",
+        ("FENCE-ATTEMPT",),
+    ),
+    "claim-not-conditional": Fault(
+        "The claim write is not conditional: a poll racing a claim (within 1 s) takes the same task and attempt.",
+        ("LEASE-NO-DUPLICATE-ATTEMPT",),
+    ),
+    "heartbeat-does-not-renew": Fault(
+        "A workflow-task heartbeat answers renewed: true but leaves lease_expires_at where it was.",
+        ("LEASE-HEARTBEAT-RENEWS",),
+    ),
+    # -- expiry and redelivery ----------------------------------------------------------------------------
+    "expired-never-redelivered": Fault(
+        "A workflow task whose lease expired is never leased again (a crashed worker's task is stuck).",
+        ("DISPATCH-CRASH-TAKEOVER",),
+    ),
+    "redelivery-keeps-attempt": Fault(
+        "A workflow task redelivered after lease expiry keeps its old workflow_task_attempt instead of +1.",
+        ("EXPIRY-REDELIVER-SAME-TASK",),
+    ),
+    # -- commands and atomicity ---------------------------------------------------------------------------
+    "partial-batch-on-invalid": Fault(
+        "A batch with an invalid command is rejected, but the valid commands before it stay applied.",
+        ("COMMANDS-ATOMIC",),
+    ),
+    "accept-two-terminal": Fault(
+        "A batch with two terminal commands is accepted (the later ones dropped) instead of invalid_commands.",
+        ("COMMANDS-ONE-TERMINAL",),
+    ),
+    # -- history paging and compression -------------------------------------------------------------------
+    "history-page-gap": Fault(
+        "Worker history pages after the first skip one event (a gap in the sequence).",
+        ("HISTORY-PAGINATION-COMPLETE",),
+    ),
+    "accept-invalid-page-token": Fault(
+        "An undecodable next_history_page_token reads history from the start instead of 400 invalid_page_token.",
+        ("HISTORY-INVALID-TOKEN",),
+    ),
+    "compress-below-threshold": Fault(
+        "History is compressed on opt-in even when the page holds fewer than 50 events.",
+        ("COMPRESSION-BELOW-THRESHOLD",),
+    ),
+    # -- cancellation and run_closed ----------------------------------------------------------------------
+    "skip-run-closed-guard": Fault(
+        "Calls on a leased task of a cancelled/terminated run get task_not_leased, never 409 run_closed.",
+        ("CANCEL-TASK-RUN-CLOSED",),
+    ),
+    "cancel-leaves-tasks-open": Fault(
+        "Cancel/terminate close the run but leave its open tasks and timers: its ready workflow task is leased.",
+        ("CANCEL-NO-NEW-LEASES",),
+    ),
+    # -- activities, retries and timeouts -----------------------------------------------------------------
+    "retry-past-max-attempts": Fault(
+        "A failed activity is retried even when its attempt number has reached retry_policy.max_attempts.",
+        ("RETRY-FAILED-ATTEMPTS-BOUNDED",),
+    ),
+    "retry-non-retryable": Fault(
+        "An activity failure with non_retryable: true is retried while attempts remain.",
+        ("RETRY-NON-RETRYABLE-FLAG",),
+    ),
+    "ignore-retry-backoff": Fault(
+        "An activity retry is leasable at once: the backoff is recorded in history but not applied.",
+        ("ACTIVITY-RETRY-BACKOFF",),
+    ),
+    "record-stale-activity-complete": Fault(
+        "An activity complete of an attempt no longer live (done, expired, timed out) is recorded again: 200.",
+        ("ACTIVITY-DUPLICATE-COMPLETE-STALE",),
+    ),
+    # -- queries --------------------------------------------------------------------------------------------
+    "query-writes-history": Fault(
+        "Completing a query task appends a QueryCompleted event to the run's history.", ("QUERY-READ-ONLY",)
+    ),
+    "query-reported-twice": Fault(
+        "A second complete or fail of a finished query task is acknowledged 200 instead of query_task_not_leased.",
+        ("QUERY-LATE-COMPLETE-NOT-LEASED",),
+    ),
+    # -- codec and payload envelopes ------------------------------------------------------------------------
+    "accept-non-avro-input": Fault(
+        "A control-plane input envelope with a codec other than avro is stored and the run started, not 422.",
+        ("CODEC-START-UNKNOWN-CODEC",),
+    ),
+    "reencode-start-input": Fault(
+        "A start's input envelope is decoded and re-encoded, so a non-canonical blob comes back changed.",
+        ("PAYLOAD-START-ENVELOPE-UNCHANGED",),
+    ),
+    # -- durability ---------------------------------------------------------------------------------------
+    "complete-not-persisted": Fault(
+        "A workflow-task complete is acknowledged 200 but its transaction is rolled back, never persisted.",
+        ("COMMANDS-COMPLETE-WORKFLOW",),
+    ),
 }
 
 
-def fault(settings: Settings, name: str) -> bool:
+def fault(switches: _Switches, name: str) -> bool:
     """Whether the named fault is switched on. Unknown names are a programming error."""
     assert name in FAULTS, name
-    return name in settings.faults
+    return name in switches.faults

@@ -53,7 +53,8 @@ from suite.protocol.fencing import QueryTaskView, guard_query_task
 from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
 
 from .app import CONTROL, WORKER, Ctx, validation_error
-from .engine import T, event_json, history_page, ts
+from .engine import T, append_event, event_json, history_page, ts
+from .faults import fault
 from .store import dumps, from_us, loads, new_id
 
 if TYPE_CHECKING:
@@ -442,6 +443,8 @@ def _report(
             lease_owner=row["lease_owner"],
             lease_expires_at=from_us(expires) if expires is not None else None,
         )
+    if fault(t.settings, "query-reported-twice") and row is not None and row["status"] in ("completed", "failed"):
+        return str(row["status"])  # the bug: a report after the terminal one is acknowledged instead of 409
     # FENCE-UNKNOWN-QUERY-TASK, QUERY-LATE-COMPLETE-NOT-LEASED, QUERY-FENCE-OWNER, QUERY-FENCE-ATTEMPT.
     guard_query_task(view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert row is not None
@@ -461,6 +464,8 @@ def _report(
             {"query_task_id": query_task_id, "outcome": "rejected"},
         )
     _forget_polls(t, query_task_id)
+    if fault(t.settings, "query-writes-history"):
+        append_event(t, row["run_id"], "QueryCompleted", {"query_task_id": query_task_id})  # the bug: not read-only
     t.fx.transition("query_task", query_task_id, "leased", new, run_id=row["run_id"])
     t.fx.wake.add(result_key(namespace, query_task_id))
     return new

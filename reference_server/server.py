@@ -68,6 +68,7 @@ class Server:
             admin_token=settings.admin_token,
             namespace_exists=self.namespace_exists,
             ignore_version_header=fault(settings, "ignore-version-header"),
+            faults=settings.faults,
         )
         capabilities = caps.server_capabilities()
         capabilities["supported_workflow_task_commands"] = [
@@ -370,6 +371,9 @@ class Server:
                 return None
             due = due_in(self.store.read(), self.clock.now_us())
             wait = remaining if due is None else min(remaining, max(0.001, due))
+            if fault(self.settings, "poll-ignores-wakeups"):
+                await asyncio.sleep(wait)  # the bug: deaf to wake-ups, new work waits for the end of the hold
+                continue
             await self.hub.wait(ev, wait)
 
     # -- routes ----------------------------------------------------------------------------------------
@@ -500,6 +504,8 @@ class Server:
         runtime = body.get("runtime")
         if not isinstance(runtime, str) or runtime not in RUNTIMES:
             errors["runtime"] = [f"runtime is required and must be one of {sorted(RUNTIMES)}."]
+        if fault(self.settings, "accept-unknown-runtime") and isinstance(runtime, str) and runtime:
+            errors.pop("runtime", None)  # the bug: any runtime string is registered
         sdk_version = opt_str("sdk_version", 64)
         build_id = opt_str("build_id", 255)
         wf_types = str_list("supported_workflow_types")
@@ -677,6 +683,8 @@ class Server:
             codec = value.get("codec")
             if set(value) != {"codec", "blob"} or not isinstance(value.get("blob"), str):
                 raise validation_error({field: ["must be a JSON array or an envelope {codec, blob}."]})
+            if fault(self.settings, "accept-non-avro-input") and codec != "avro":
+                return str(value["blob"])  # the bug: the codec is never checked, the blob stored as sent
             if codec != "avro":
                 raise validation_error({f"{field}.codec": [f"unsupported_payload_codec: {codec!r} is not 'avro'."]})
             blob: str = value["blob"]
@@ -686,6 +694,8 @@ class Server:
                 raise validation_error({f"{field}.blob": [str(exc)]}) from None
             if require_array and not isinstance(decoded, list):
                 raise validation_error({f"{field}.blob": ["the payload must decode to an Avro array of arguments."]})
+            if fault(self.settings, "reencode-start-input"):
+                return encode_blob(decoded)  # the bug: re-encoded, so a non-canonical blob comes back changed
             return blob
         raise validation_error({field: ["must be a JSON array or an envelope {codec, blob}."]})
 
@@ -724,8 +734,12 @@ class Server:
         policy = body.get("duplicate_policy", "fail")
         if policy not in ("fail", "use-existing"):
             errors["duplicate_policy"] = ["duplicate_policy must be 'fail' or 'use-existing'."]
-        memo = body.get("memo") or {}
-        attrs = body.get("search_attributes") or {}
+        # Only an absent or null memo / search_attributes means "none": `or {}` used to turn every falsy
+        # non-object ([], "", 0, false) into {} and start the run, where §12.1 types both as objects (422).
+        memo = body.get("memo")
+        memo = {} if memo is None else memo
+        attrs = body.get("search_attributes")
+        attrs = {} if attrs is None else attrs
         if not isinstance(memo, dict):
             errors["memo"] = ["memo must be an object."]
         elif len(dumps(memo).encode()) > 256 * 1024:

@@ -7,6 +7,7 @@ attempt), so no interleaving can accept a stale report even if the guard's read 
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -18,17 +19,21 @@ from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
 from suite.protocol.lifecycles import RunStatus, TaskStatus
 
 from .engine import (
+    DEFERRED_RESUME_KEY,
     TERMINAL_RUN_STATUSES,
     T,
     append_event,
     close_run,
     create_workflow_task,
+    deferred_resume,
+    empty_resume,
     event_json,
     history_page,
     next_step,
     set_run_status,
     start_child_run,
     start_run,
+    task_resume,
     ts,
 )
 from .faults import fault
@@ -75,6 +80,8 @@ def claim_workflow_task(
     if poll_request_id:
         replay = _replay_poll(t, "workflow", namespace, task_queue, poll_build_id, worker_id, poll_request_id)
         if replay is not None:
+            if fault(t.settings, "replay-increments-attempt"):
+                t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
             # §7.3: same task and attempt, refreshed lease, no attempt increment.
             t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (t.now + lease_us, replay))
             return task_payload(t, replay, page_size, accept_encoding)
@@ -88,7 +95,27 @@ def claim_workflow_task(
             t.now,
         )
         if active is not None and int(active["n"]) >= limit:
+            if fault(t.settings, "throttled-reported-empty"):
+                return None  # the bug: backpressure looks like an empty queue
             return "throttled"
+    if fault(t.settings, "claim-not-conditional"):
+        # The bug: the claim reads the queue and then writes without re-checking the task. Requests run one
+        # at a time here, so a racing poll is emulated: a task another worker claimed within the last second
+        # still looks ready, and the unconditional write hands it out again with the same attempt.
+        raced = t.one(
+            "SELECT task_id FROM workflow_tasks WHERE namespace = ? AND task_queue = ? AND status = 'leased'"
+            " AND lease_owner != ? AND lease_expires_at > ? ORDER BY lease_expires_at DESC LIMIT 1",
+            namespace,
+            task_queue,
+            worker_id,
+            t.now + lease_us - 1_000_000,
+        )
+        if raced is not None:
+            t.db.execute(
+                "UPDATE workflow_tasks SET lease_owner = ?, lease_expires_at = ? WHERE task_id = ?",
+                (worker_id, t.now + lease_us, raced["task_id"]),
+            )
+            return task_payload(t, raced["task_id"], page_size, accept_encoding)
     types = loads(worker["workflow_types"]) or []
     candidates = t.all(
         "SELECT task_id, status FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
@@ -104,6 +131,8 @@ def claim_workflow_task(
         len(types),
         dumps(types),
     )
+    if fault(t.settings, "expired-never-redelivered"):
+        candidates = [c for c in candidates if c["status"] == "ready"]  # the bug: expired leases stay stuck
     for cand in candidates:
         run_row = t.one(
             "SELECT r.last_sequence, r.status, r.run_id FROM runs r JOIN workflow_tasks w ON w.run_id = r.run_id"
@@ -114,12 +143,22 @@ def claim_workflow_task(
         # The claim is the conditional write: only a ready task, or one whose lease has expired, moves.
         cur = t.db.execute(
             "UPDATE workflow_tasks SET status = 'leased', attempt = attempt + 1, lease_owner = ?,"
-            " lease_expires_at = ?, seen_sequence = ?"
+            " lease_expires_at = ?, seen_sequence = ?, resume_context = json_remove(resume_context, ?)"
             " WHERE task_id = ? AND (status = 'ready' OR (status = 'leased' AND lease_expires_at <= ?))",
-            (worker_id, t.now + lease_us, run_row["last_sequence"], cand["task_id"], t.now),
+            (
+                worker_id,
+                t.now + lease_us,
+                run_row["last_sequence"],
+                # This lease shows every event so far: a wake deferred during an earlier lease is in its history.
+                f"$.{DEFERRED_RESUME_KEY}",
+                cand["task_id"],
+                t.now,
+            ),
         )
         if cur.rowcount != 1:
             continue  # lost the race: not an error, try the next candidate (§7.5)
+        if fault(t.settings, "redelivery-keeps-attempt") and cand["status"] == "leased":
+            t.db.execute("UPDATE workflow_tasks SET attempt = attempt - 1 WHERE task_id = ?", (cand["task_id"],))
         if cand["status"] == "leased":
             t.fx.transition("workflow_task", cand["task_id"], "leased", "ready", cause="lease_expired")
         t.fx.transition("workflow_task", cand["task_id"], "ready", "leased", lease_owner=worker_id)
@@ -221,7 +260,7 @@ def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None
         "lease_owner": task["lease_owner"],
         "lease_expires_at": ts(task["lease_expires_at"]),
         **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
-        **loads(task["resume_context"]),
+        **task_resume(task),
     }
     return body
 
@@ -253,6 +292,10 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     view, task = _view(t, namespace, task_id)
     if fault(t.settings, "accept-wrong-lease-owner") and view is not None and view.lease_owner is not None:
         owner = view.lease_owner
+    if fault(t.settings, "accept-stale-attempt") and view is not None:
+        attempt = view.attempt
+    if fault(t.settings, "skip-run-closed-guard") and view is not None:
+        view = dataclasses.replace(view, run_status=RunStatus.RUNNING)  # the bug: the run-closed row is skipped
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert task is not None
     return task
@@ -296,6 +339,11 @@ def _fenced_write(t: T, task: sqlite3.Row, sql_set: str, args: tuple[Any, ...]) 
 
 def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task = guarded_task(t, namespace, task_id, body)
+    if fault(t.settings, "accept-invalid-page-token") and body.get("next_history_page_token") is not None:
+        try:
+            hist.decode_page_token(body["next_history_page_token"])
+        except Rejection:  # the bug: a token that does not decode is read as "from the start"
+            body = {k: v for k, v in body.items() if k != "next_history_page_token"}
     cursor = hist.resolve_cursor(body)
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
@@ -319,6 +367,8 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
     task = guarded_task(t, namespace, task_id, body)
     # §8.6: the new expiry is now + lease duration, set fresh, never added to the old one.
     expires = t.now + t.settings.lease_seconds * 1_000_000
+    if fault(t.settings, "heartbeat-does-not-renew"):
+        expires = int(task["lease_expires_at"])  # the bug: "renewed", but the old expiry is kept
     _fenced_write(t, task, "lease_expires_at = ?", (expires,))
     run = t.run(task["run_id"])
     return {
@@ -352,7 +402,8 @@ def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, An
     # task picks it up, so nothing the run is waiting for is lost.
     next_task_id = None
     if int(run["last_sequence"]) > int(task["seen_sequence"] or 0):
-        next_task_id = create_workflow_task(t, run, loads(task["resume_context"]))
+        # The failed task handled nothing: its own wake is still the first one to handle.
+        next_task_id = create_workflow_task(t, run, task_resume(task))
     elif run["status"] in ("pending", "running"):
         set_run_status(t, run["run_id"], "waiting")
     return {
@@ -374,6 +425,11 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     open_updates = [
         r["update_id"] for r in t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
     ]
+    if fault(t.settings, "accept-two-terminal") and isinstance(body.get("commands"), list):
+        ends = [c for c in body["commands"] if isinstance(c, dict) and c.get("type") in cmdmodel.TERMINAL_TYPES]
+        body = {**body, "commands": [c for c in body["commands"] if not any(c is e for e in ends[1:])]}
+    if fault(t.settings, "partial-batch-on-invalid"):
+        _commit_valid_prefix(t, task, body.get("commands"), open_updates)
     batch = cmdmodel.validate_batch(
         body.get("commands"), open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS
     )
@@ -400,11 +456,18 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     run = t.run(run_id)
     if run["status"] not in TERMINAL_RUN_STATUSES:
         if new_events_arrived:
-            created.append(create_workflow_task(t, run, loads(task["resume_context"])))
+            # §8.3: the follow-up names the first wake that arrived during the lease (engine.defer_resume), not
+            # this task's own, which the batch just handled; events that woke nothing give a plain replay.
+            created.append(create_workflow_task(t, run, deferred_resume(task) or empty_resume()))
+            # §9.1: "pending" is "first workflow task not yet completed"; it was just completed.
+            set_run_status(t, run_id, "running")
         else:
             # §8.7: with only non-terminal commands the run becomes waiting.
             set_run_status(t, run_id, "waiting")
     run = t.run(run_id)
+    if fault(t.settings, "complete-not-persisted"):
+        t.db.execute("ROLLBACK")  # the bug: the answer below says completed, but nothing was kept
+        t.db.execute("BEGIN IMMEDIATE")
     return {
         "task_id": task_id,
         "workflow_task_attempt": task["attempt"],
@@ -415,6 +478,28 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
         "created_task_ids": created,
         "reason": None,
     }
+
+
+def _commit_valid_prefix(t: T, task: sqlite3.Row, commands: Any, open_updates: list[str]) -> None:
+    """Fault "partial-batch-on-invalid": when the batch is invalid, its longest valid prefix's non-terminal
+    commands are applied and committed before the rejection (the bug: a batch that is not atomic)."""
+    if not isinstance(commands, list):
+        return
+    for n in range(len(commands), 0, -1):
+        try:
+            prefix = cmdmodel.validate_batch(
+                commands[:n], open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS
+            )
+        except Rejection:
+            continue
+        if n == len(commands):
+            return  # the whole batch is valid: the normal path applies it
+        for command in prefix:
+            if command.type not in cmdmodel.TERMINAL_TYPES:
+                apply_command(t, task, command, [])
+        t.db.execute("COMMIT")
+        t.db.execute("BEGIN IMMEDIATE")
+        return
 
 
 # This server keeps instants as int64 microseconds (store.py), so "now + duration" must fit in 2**63 µs.
@@ -477,11 +562,13 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
         activity_task_id = new_id(t.now)
         queue = f.get("queue") or run["task_queue"]
         policy = f.get("retry_policy") or None
+        # A null retry_policy field means "absent" (suite.protocol.commands accepts it as such): `.get(k, [])`
+        # returned the null and list(None) answered 500 (found by the OpenAPI fuzz, suite/fuzz.py).
         snapshot = {
             "snapshot_version": 1,
-            "max_attempts": (policy or {}).get("max_attempts", 1),
-            "backoff_seconds": list((policy or {}).get("backoff_seconds", [])),
-            "non_retryable_error_types": list((policy or {}).get("non_retryable_error_types", [])),
+            "max_attempts": (policy or {}).get("max_attempts") or 1,
+            "backoff_seconds": list((policy or {}).get("backoff_seconds") or []),
+            "non_retryable_error_types": list((policy or {}).get("non_retryable_error_types") or []),
             "start_to_close_timeout": f.get("start_to_close_timeout"),
             "schedule_to_start_timeout": f.get("schedule_to_start_timeout"),
             "schedule_to_close_timeout": f.get("schedule_to_close_timeout"),
@@ -580,7 +667,13 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
     elif command.type == "start_child_workflow":
         step = next_step(t, run_id)
         call_id = new_id(t.now)
-        child_workflow_id = f.get("workflow_id") or f"{run['workflow_id']}:child:{step}"
+        # The child's workflow id is the server's, unique per call: start_run makes it the id's current run, so
+        # an id that already has a run would take that workflow over (the same-numbered run even failed the
+        # UNIQUE index: a 500). "{workflow_id}:child:{step}" did both for a child of a later run of the same
+        # workflow (continue-as-new restarts the step count) while an abandoned child of an earlier run lived
+        # on, and a command's own `workflow_id` (not a start_child_workflow field, §8.7.1; unknown fields are
+        # ignored, §0) could name the parent itself.
+        child_workflow_id = f"{run['workflow_id']}:child:{call_id}"
         policy = f.get("retry_policy") or None
         t.db.execute(
             "INSERT INTO children (child_call_id, parent_run_id, step_sequence, workflow_type, child_workflow_id,"

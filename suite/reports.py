@@ -4,6 +4,10 @@
 ``schemas/json/report.schema.json``); ``write_reports`` writes ``results.json``, ``junit.xml`` and
 ``report.html`` into ``reports/<run-id>/``. Tokens never reach a report: the client redacts them in
 every exchange and the options record only whether a token was set.
+
+The mutant kill matrix (``python -m suite.mutants``) is rendered here too: ``mutants.html`` on its own, and
+as a section of every ``report.html`` written beside a ``mutants.json`` (``reports/mutants.json`` for
+``reports/<run-id>/report.html``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from suite.protocol.requirements import REGISTRY, applicable
 from .context import TargetInfo
 from .outcomes import Verdict, worst
 
-__all__ = ["build_results", "render_html", "render_junit", "terminal_lines", "write_reports"]
+__all__ = [
+    "build_results",
+    "render_html",
+    "render_junit",
+    "render_mutants_page",
+    "render_mutants_section",
+    "terminal_lines",
+    "write_reports",
+]
 
 REPORT_SCHEMA = "durable-workflow.conformance-report.v1"
 
@@ -115,8 +127,18 @@ def write_reports(results: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
     (out_dir / "junit.xml").write_text(render_junit(results), encoding="utf-8")
-    (out_dir / "report.html").write_text(render_html(results), encoding="utf-8")
+    (out_dir / "report.html").write_text(render_html(results, mutants=_mutants_beside(out_dir)), encoding="utf-8")
     return out_dir
+
+
+def _mutants_beside(out_dir: Path) -> dict[str, Any] | None:
+    """The kill matrix in the report directory's parent (``reports/mutants.json``), if one was written."""
+    path = out_dir.parent / "mutants.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("mutants"), list) else None
 
 
 def quote_line(results: dict[str, Any]) -> str:
@@ -192,8 +214,9 @@ _COLORS = {
 }
 
 
-def render_html(results: dict[str, Any]) -> str:
-    """One self-contained page: badge, summary, a table by area, and every failure with its evidence."""
+def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = None) -> str:
+    """One self-contained page: badge, summary, a table by area, and every failure with its evidence; with
+    ``mutants`` (a ``mutants.json`` document), a "Mutant kill matrix" section at the end."""
     e = html.escape
     s = results["summary"]
     ok = s["conformant"]
@@ -256,5 +279,64 @@ certified at <code>{e(t["certified_version"])}</code>. Suite {e(results["suite_v
 <h2>All requirements</h2>
 <table><thead><tr><th>Area</th><th>Requirement</th><th>Level</th><th>Verdict</th><th>Rule</th><th>Note</th></tr>
 </thead><tbody>{"".join(rows)}</tbody></table>
+{render_mutants_section(mutants) if mutants else ""}
+</body></html>
+"""
+
+
+# -- the mutant kill matrix --------------------------------------------------------------------------------
+
+
+def render_mutants_section(matrix: dict[str, Any]) -> str:
+    """The kill matrix as one HTML section: a summary line and a table, survivors and gaps highlighted."""
+    e = html.escape
+    s = matrix["summary"]
+    rows = []
+    for m in [*matrix["mutants"], matrix["correct"]]:
+        first = m.get("first_failure") or {}
+        correct = m is matrix["correct"]
+        if correct:
+            verdict, style = ("passed", "") if m["verdict"] == "passed" else (m["verdict"].upper(), " class='gap'")
+        elif m["verdict"] == "killed":
+            verdict = "killed" if m.get("as_expected") else "killed (unexpected)"
+            style = "" if m.get("as_expected") else " class='gap'"
+        else:
+            verdict, style = m["verdict"].upper(), " class='gap'"
+        killed_by = ", ".join(f"<b>{e(r)}</b>" if r in m["expected"] else e(r) for r in m.get("failed", [])) or e(
+            m.get("note") or "—"
+        )
+        rows.append(
+            f"<tr{style}><td><code>{e(m['name'])}</code></td><td>{e(m['description'])}</td>"
+            f"<td>{e(', '.join(m['expected']) or '—')}</td><td>{e(verdict)}</td><td>{killed_by}</td>"
+            f"<td>{e(str(first.get('requests', '—')))}</td><td>{e(str(first.get('seconds', '—')))}</td></tr>"
+        )
+    gaps = "".join(f"<li>{e(g)}</li>" for g in s.get("gaps", []))
+    return f"""<section id="mutants"><h2>Mutant kill matrix</h2>
+<style>#mutants tr.gap td{{background:#ffebe9;font-weight:600}}</style>
+<p id="mutants-summary">{s["killed"]}/{s["mutants"]} mutants killed, {s["killed_as_expected"]} by the expected
+requirement · {s["survived"]} survived · {s["errors"]} errors · correct server
+{"passed" if s["correct_server_passed"] else "FAILED"} · {e(matrix["mode"])} runs, --jobs {matrix["jobs"]},
+{matrix["seconds"]:.0f} s in all. Requests and seconds are counted up to the first failing check.</p>
+{f"<ul class='gaps'>{gaps}</ul>" if gaps else ""}
+<table><thead><tr><th>Mutant</th><th>Description</th><th>Expected requirement</th><th>Verdict</th>
+<th>Killed by</th><th>Requests</th><th>Seconds</th></tr></thead><tbody>{"".join(rows)}</tbody></table>
+</section>"""
+
+
+def render_mutants_page(matrix: dict[str, Any]) -> str:
+    """``mutants.html``: the kill matrix on a self-contained page."""
+    ok = not matrix["summary"].get("gaps")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Mutant kill matrix</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2rem;max-width:1400px;color:#1f2328}}
+.badge{{display:inline-block;padding:.4rem 1rem;border-radius:6px;color:#fff;font-weight:700;
+background:{"#1a7f37" if ok else "#cf222e"}}}
+table{{border-collapse:collapse;width:100%;font-size:.85rem}}td,th{{border:1px solid #d0d7de;padding:4px;
+vertical-align:top;text-align:left}}
+</style></head><body>
+<h1>Durable Workflow conformance suite: mutant kill matrix</h1>
+<p><span class="badge" id="badge">{"EVERY MUTANT KILLED" if ok else "GAPS FOUND"}</span></p>
+{render_mutants_section(matrix)}
 </body></html>
 """

@@ -1,0 +1,442 @@
+"""``python -m suite.mutants``: the mutant kill matrix — proof that the suite catches each named bug.
+
+The reference server ships named faults (``python -m reference_server --fault list``), each a deliberately
+broken rule with the requirement IDs the suite must report against it. For every fault this command starts
+the server with that fault, as its own process on a free port with the embedded target's short leases,
+and runs the suite against it — only the checks of the fault's requirements, or with ``--full`` every plain
+check — several mutants at a time (``--jobs``). The correct server runs the same way and must pass.
+
+It writes ``<report-dir>/mutants.json`` and ``<report-dir>/mutants.html`` (each suite run's own reports
+stay in ``<report-dir>/mutants/<fault>/``). Exit status 0 when every mutant is killed by a requirement it
+is expected to break and the correct server passes; 1 otherwise, with each gap named; 2 on a usage error.
+
+The suite never imports the reference server: faults are listed, and servers started, as subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .reports import render_mutants_page
+from .target import EMBEDDED_ARGS
+
+__all__ = [
+    "CORRECT",
+    "MATRIX_SCHEMA",
+    "Matrix",
+    "Mutant",
+    "MutantResult",
+    "gaps",
+    "list_faults",
+    "main",
+    "run_matrix",
+    "write_matrix",
+]
+
+MATRIX_SCHEMA = "durable-workflow.mutant-matrix.v1"
+CORRECT = "(correct server)"
+# A requirement counts as reported when the suite says it is broken: a MUST (failed) or a SHOULD (non-strict).
+_REPORTED = ("failed", "non-strict")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One named fault of the reference server, as ``--fault list`` prints it."""
+
+    name: str
+    description: str
+    kills: tuple[str, ...]
+
+
+@dataclass
+class MutantResult:
+    """What the suite said about one server (a mutant, or the correct server)."""
+
+    name: str
+    description: str
+    expected: list[str]
+    # killed | survived | error (the run itself broke: neither killed nor survived); the correct server's
+    # run is passed | failed | error instead.
+    verdict: str
+    failed: list[str] = field(default_factory=list)  # every requirement reported broken
+    expected_caught: list[str] = field(default_factory=list)  # those of ``expected`` among ``failed``
+    first_failure: dict[str, Any] | None = None  # check, requirement, requests and seconds until it
+    checks_run: int = 0
+    requests: int = 0
+    wall_seconds: float = 0.0
+    exit_code: int | None = None
+    report: str | None = None
+    note: str = ""
+
+    @property
+    def as_expected(self) -> bool:
+        """Killed, and by every requirement the fault is declared to break."""
+        return self.verdict == "killed" and bool(self.expected) and self.expected_caught == self.expected
+
+
+@dataclass
+class Matrix:
+    mode: str  # targeted | full
+    jobs: int
+    started_at: str
+    seconds: float
+    correct: MutantResult
+    mutants: list[MutantResult]
+
+    def to_json(self) -> dict[str, Any]:
+        killed = [m for m in self.mutants if m.verdict == "killed"]
+        return {
+            "schema": MATRIX_SCHEMA,
+            "mode": self.mode,
+            "jobs": self.jobs,
+            "started_at": self.started_at,
+            "seconds": round(self.seconds, 2),
+            "summary": {
+                "mutants": len(self.mutants),
+                "killed": len(killed),
+                "killed_as_expected": sum(m.as_expected for m in self.mutants),
+                "survived": sum(m.verdict == "survived" for m in self.mutants),
+                "errors": sum(m.verdict == "error" for m in self.mutants),
+                "correct_server_passed": self.correct.verdict == "passed",
+                "gaps": gaps(self),
+            },
+            "correct": _result_json(self.correct),
+            "mutants": [_result_json(m) for m in self.mutants],
+        }
+
+
+def _result_json(result: MutantResult) -> dict[str, Any]:
+    return {**asdict(result), "as_expected": result.as_expected}
+
+
+def gaps(matrix: Matrix) -> list[str]:
+    """Every reason the matrix is not a clean proof, one readable line each (empty when it is)."""
+    out = []
+    if matrix.correct.verdict != "passed":
+        out.append(
+            f"the correct server fails {', '.join(matrix.correct.failed) or 'the run'}"
+            f" ({matrix.correct.verdict}{': ' + matrix.correct.note if matrix.correct.note else ''}):"
+            " a check is wrong, or the reference server is"
+        )
+    for m in matrix.mutants:
+        if m.verdict == "error":
+            out.append(f"{m.name}: the run broke ({m.note}); see {m.report or 'its output'}")
+        elif m.verdict == "survived":
+            out.append(
+                f"{m.name} survived: no check reports {', '.join(m.expected)} broken although the server "
+                f"{_lower_first(m.description)} Add or sharpen a check of {m.expected[0]}."
+            )
+        elif not m.as_expected:
+            missing = [r for r in m.expected if r not in m.failed]
+            out.append(
+                f"{m.name} was killed by {', '.join(m.failed)}, but not by the expected {', '.join(missing)}: "
+                "fix the fault's declared requirements or the check of the expected one."
+            )
+    return out
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+# -- listing faults ---------------------------------------------------------------------------------------
+
+
+def list_faults(python: str = sys.executable) -> list[Mutant]:
+    """``python -m reference_server --fault list``: one ``name<TAB>description<TAB>kills`` line per fault."""
+    proc = subprocess.run(
+        [python, "-m", "reference_server", "--fault", "list"], capture_output=True, text=True, timeout=60
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"python -m reference_server --fault list failed ({proc.returncode}): {proc.stderr}")
+    mutants = []
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or not parts[2].strip():
+            raise RuntimeError(
+                f"--fault list printed {line!r}; expected name, description and requirement IDs, tab-separated"
+            )
+        name, description, kills = parts
+        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k)))
+    return mutants
+
+
+# -- one run ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Server:
+    proc: subprocess.Popen[str]
+    url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _start_server(python: str, workdir: Path, args: Sequence[str], env: dict[str, str]) -> _Server:
+    cmd = [python, "-m", "reference_server", "--port", "0", "--db", str(workdir / "dw.sqlite"), *args]
+    with open(workdir / "server.log", "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline().strip()
+            if line.startswith("http"):
+                return _Server(proc, line)
+    _Server(proc, "").stop()
+    tail = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")[-1500:]
+    raise RuntimeError(f"the reference server did not start: {' '.join(cmd)}\n{tail}")
+
+
+def _run(
+    mutant: Mutant | None,
+    requirements: Sequence[str],
+    report_dir: Path,
+    *,
+    python: str,
+    timeout: float,
+) -> MutantResult:
+    """Start one server (with ``mutant``'s fault, or none), run the suite against it, judge the results."""
+    name = mutant.name if mutant else CORRECT
+    result = MutantResult(
+        name=name,
+        description=mutant.description if mutant else "The reference server with no fault: it must pass.",
+        expected=list(mutant.kills) if mutant else [],
+        verdict="error",
+    )
+    workdir = report_dir / "mutants" / (mutant.name if mutant else "correct")
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    # Role tokens, as for --target=embedded, so the auth requirements are covered; passed in the environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(
+        DW_WORKER_TOKEN=secrets.token_urlsafe(18),
+        DW_OPERATOR_TOKEN=secrets.token_urlsafe(18),
+        DW_ADMIN_TOKEN=secrets.token_urlsafe(18),
+    )
+    started = time.monotonic()
+    fault_args = ["--fault", mutant.name] if mutant else []
+    try:
+        server = _start_server(python, workdir, [*EMBEDDED_ARGS, *fault_args], env)
+    except RuntimeError as exc:
+        result.note = str(exc).splitlines()[0]
+        result.wall_seconds = round(time.monotonic() - started, 2)
+        return result
+    try:
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            f"--target={server.url}",
+            f"--report-dir={workdir / 'reports'}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-k",
+            "test_conformance",
+            *[a for r in requirements for a in ("--requirement", r)],
+        ]
+        try:
+            # From the work directory, as a user would: no project configuration applies to the run.
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
+        except subprocess.TimeoutExpired:
+            result.note = f"the suite did not finish within {timeout:g} s"
+            return result
+    finally:
+        server.stop()
+        result.wall_seconds = round(time.monotonic() - started, 2)
+    (workdir / "pytest.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    result.exit_code = proc.returncode
+    found = sorted((workdir / "reports").glob("*/results.json"))
+    if not found:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        result.note = f"no results.json (pytest exit {proc.returncode}: {tail[0][:300]})"
+        return result
+    result.report = str(found[-1].parent / "report.html")
+    _judge(result, json.loads(found[-1].read_text(encoding="utf-8")))
+    return result
+
+
+def _judge(result: MutantResult, results: dict[str, Any]) -> None:
+    reqs = results["requirements"]
+    result.failed = sorted(r["id"] for r in reqs if r["verdict"] in _REPORTED)
+    result.expected_caught = [r for r in result.expected if r in result.failed]
+    errors = sorted(r["id"] for r in reqs if r["verdict"] == "error")
+    checks = results.get("checks", [])
+    result.checks_run = len(checks)
+    result.requests = sum(int(c.get("requests") or 0) for c in checks)
+    # Checks run one after another: the cost of detection is everything up to the first failing check.
+    requests = 0
+    seconds = 0.0
+    for c in checks:
+        requests += int(c.get("requests") or 0)
+        seconds += float(c.get("duration_seconds") or 0.0)
+        if c.get("verdict") in _REPORTED:
+            result.first_failure = {
+                "check": c.get("check"),
+                "requirement": c.get("failed_requirement"),
+                "requests": requests,
+                "seconds": round(seconds, 3),
+            }
+            break
+    if result.failed:
+        result.verdict = "killed"
+    elif errors or result.exit_code not in (0, 1):
+        result.verdict = "error"
+        result.note = f"harness errors on {', '.join(errors) or 'the run'} (pytest exit {result.exit_code})"
+    else:
+        result.verdict = "survived"
+
+
+# -- the matrix -------------------------------------------------------------------------------------------
+
+
+def run_matrix(
+    *,
+    jobs: int = 2,
+    full: bool = False,
+    report_dir: Path = Path("reports"),
+    only: Sequence[str] = (),
+    python: str = sys.executable,
+    timeout: float = 900.0,
+    progress: Callable[[MutantResult], None] | None = None,
+) -> Matrix:
+    """Run the suite against every fault (or those in ``only``) and the correct server, ``jobs`` at a time.
+
+    Targeted mode runs each mutant's own requirements and the correct server on their union; ``full`` runs
+    every plain check against every server.
+    """
+    mutants = list_faults(python)
+    if only:
+        unknown = sorted(set(only) - {m.name for m in mutants})
+        if unknown:
+            raise ValueError(f"unknown faults {unknown}; python -m reference_server --fault list prints the names")
+        mutants = [m for m in mutants if m.name in set(only)]
+    union = sorted({r for m in mutants for r in m.kills})
+    report_dir = Path(report_dir).resolve()
+    started_at = datetime.now(UTC).isoformat()
+    started = time.monotonic()
+
+    def one(m: Mutant | None) -> MutantResult:
+        reqs: Sequence[str] = () if full else (m.kills if m else union)
+        result = _run(m, reqs, report_dir, python=python, timeout=timeout)
+        if progress is not None:
+            progress(result)
+        return result
+
+    # The correct server first in the queue: it is the longest targeted run.
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one, m) for m in (None, *mutants)]
+        results = [f.result() for f in futures]
+    correct = results[0]
+    # The correct server passes where a mutant would survive: nothing is reported broken.
+    correct.verdict = {"survived": "passed", "killed": "failed"}.get(correct.verdict, correct.verdict)
+    return Matrix(
+        mode="full" if full else "targeted",
+        jobs=jobs,
+        started_at=started_at,
+        seconds=time.monotonic() - started,
+        correct=correct,
+        mutants=results[1:],
+    )
+
+
+def write_matrix(matrix: Matrix, report_dir: Path) -> tuple[Path, Path]:
+    """``mutants.json`` and ``mutants.html`` in ``report_dir``; a later report.html there shows the matrix."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    doc = matrix.to_json()
+    json_path = report_dir / "mutants.json"
+    html_path = report_dir / "mutants.html"
+    json_path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    html_path.write_text(render_mutants_page(doc), encoding="utf-8")
+    return json_path, html_path
+
+
+def _line(r: MutantResult) -> str:
+    first = r.first_failure or {}
+    cost = f"{first.get('requests', '-')} req, {first.get('seconds', '-')} s" if first else "-"
+    mark = {"killed": "killed  ", "survived": "SURVIVED", "error": "ERROR   "}[r.verdict]
+    if r.name == CORRECT:  # reported before run_matrix renames its verdict
+        mark = "passed  " if r.verdict == "survived" else "FAILED  "
+    by = ", ".join(r.failed) if r.failed else r.note
+    return f"  {mark} {r.name:<32} {cost:<18} {by}"[:200]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m suite.mutants",
+        description="Run the conformance suite against every named fault of the reference server (and the "
+        "correct server) and write the kill matrix: reports/mutants.json and reports/mutants.html.",
+    )
+    p.add_argument("--jobs", type=int, default=2, help="Servers tested at the same time (default 2).")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="Run every plain check against each server, not only the checks of the fault's requirements.",
+    )
+    p.add_argument("--report-dir", default="reports", help="Where mutants.json and mutants.html go (default reports).")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME", help="Only this fault (repeatable).")
+    p.add_argument("--timeout", type=float, default=900.0, help="Longest one suite run may take, in s (default 900).")
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    report_dir = Path(args.report_dir)
+
+    def progress(r: MutantResult) -> None:
+        print(_line(r), flush=True)
+
+    try:
+        matrix = run_matrix(
+            jobs=args.jobs,
+            full=args.full,
+            report_dir=report_dir,
+            only=args.fault,
+            timeout=args.timeout,
+            progress=progress,
+        )
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json_path, html_path = write_matrix(matrix, report_dir)
+    doc = matrix.to_json()
+    s = doc["summary"]
+    print(
+        f"\n{s['killed']}/{s['mutants']} mutants killed ({s['killed_as_expected']} by the expected requirement), "
+        f"{s['survived']} survived, {s['errors']} errors; correct server "
+        f"{'passed' if s['correct_server_passed'] else 'FAILED'}; {doc['seconds']:.0f} s with --jobs {matrix.jobs}"
+    )
+    print(f"matrix: {html_path}, {json_path}")
+    for gap in s["gaps"]:
+        print(f"GAP: {gap}", file=sys.stderr)
+    return 1 if s["gaps"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The mutant kill matrix: every named fault of the reference server is caught by the requirement it is
+declared to break, the correct server passes the same checks, and the matrix shows up in the reports.
+
+The slow test runs the whole matrix (``python -m suite.mutants --jobs 2``, through its Python API); it
+replaces the former per-fault ``test_broken_servers.py`` and keeps its extra assertions: a failure carries the
+exchanges that show it, the run exits 1 and the terminal summary names the broken requirement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.context import TargetInfo
+from suite.mutants import CORRECT, Matrix, MutantResult, gaps, list_faults, run_matrix, write_matrix
+from suite.protocol.requirements import REGISTRY
+from suite.reports import build_results, write_reports
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_fault_names_known_requirements_and_has_a_hook() -> None:
+    mutants = list_faults()
+    assert len(mutants) >= 25
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "reference_server").glob("*.py")}
+    for m in mutants:
+        assert m.description.endswith("."), m
+        assert m.kills, m
+        assert all(r in REGISTRY for r in m.kills), m
+        hooked = [p.name for p, text in sources.items() if p.name != "faults.py" and f'"{m.name}"' in text]
+        assert hooked, f"fault {m.name} is listed but no server code checks it"
+
+
+def _result(name: str, verdict: str, failed: list[str], expected: list[str]) -> MutantResult:
+    return MutantResult(
+        name=name,
+        description="Does the wrong thing.",
+        expected=expected,
+        verdict=verdict,
+        failed=failed,
+        expected_caught=[r for r in expected if r in failed],
+        first_failure={"check": "c", "requirement": failed[0], "requests": 3, "seconds": 0.5} if failed else None,
+    )
+
+
+def _matrix() -> Matrix:
+    return Matrix(
+        mode="targeted",
+        jobs=2,
+        started_at="2026-01-01T00:00:00+00:00",
+        seconds=12.0,
+        correct=_result(CORRECT, "passed", [], []),
+        mutants=[
+            _result("caught", "killed", ["FENCE-OWNER"], ["FENCE-OWNER"]),
+            _result("missed", "survived", [], ["LEASE-EXCLUSIVE"]),
+            _result("sideways", "killed", ["SCHEMA-RESPONSES"], ["FENCE-ATTEMPT"]),
+        ],
+    )
+
+
+def test_gaps_name_survivors_and_unexpected_kills() -> None:
+    found = gaps(_matrix())
+    assert len(found) == 2
+    assert found[0].startswith("missed survived")
+    assert "LEASE-EXCLUSIVE" in found[0]
+    assert found[1].startswith("sideways was killed by SCHEMA-RESPONSES")
+    assert "FENCE-ATTEMPT" in found[1]
+    doc = _matrix().to_json()
+    assert doc["summary"]["killed"] == 2
+    assert doc["summary"]["killed_as_expected"] == 1
+    assert doc["summary"]["correct_server_passed"]
+
+
+def test_report_html_gets_the_matrix_when_mutants_json_is_beside_it(tmp_path: Path) -> None:
+    target = TargetInfo(url="http://127.0.0.1:9", cluster_info={"worker_protocol": {"version": "1.20"}})
+    run = {"run_id": "20260101T000000Z-abc123", "started_at": "2026-01-01T00:00:00+00:00", "seed": 7}
+    results = build_results(target, [], run, options={})
+    plain = (write_reports(results, tmp_path / "reports" / "a") / "report.html").read_text(encoding="utf-8")
+    assert "Mutant kill matrix" not in plain
+    _, page = write_matrix(_matrix(), tmp_path / "reports")
+    assert "Mutant kill matrix" in page.read_text(encoding="utf-8")
+    html = (write_reports(results, tmp_path / "reports" / "b") / "report.html").read_text(encoding="utf-8")
+    assert 'id="mutants"' in html
+    survivor = re.search(r"<tr class='gap'><td><code>missed</code>.*?</tr>", html)
+    assert survivor is not None
+    assert "SURVIVED" in survivor.group(0)  # survivors are highlighted
+    assert "<tr><td><code>caught</code>" in html
+
+
+@pytest.mark.slow
+def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> None:
+    matrix = run_matrix(jobs=2, report_dir=tmp_path)
+    json_path, _ = write_matrix(matrix, tmp_path)
+    doc: dict[str, Any] = json.loads(json_path.read_text(encoding="utf-8"))
+    assert doc["summary"]["gaps"] == [], "\n".join(doc["summary"]["gaps"])
+    assert matrix.correct.verdict == "passed", matrix.correct.failed
+    assert matrix.correct.exit_code == 0
+    assert len(matrix.mutants) >= 25
+    for m in matrix.mutants:
+        assert m.as_expected, (m.name, m.verdict, m.failed, m.note)
+        assert m.exit_code == 1, (m.name, m.exit_code)
+        assert m.first_failure is not None, m.name
+        assert m.first_failure["requests"] > 0, m.name
+        assert m.report is not None
+        results = json.loads((Path(m.report).parent / "results.json").read_text(encoding="utf-8"))
+        output = (Path(m.report).parents[2] / "pytest.log").read_text(encoding="utf-8")
+        for requirement in m.expected:
+            failure = next(r for r in results["requirements"] if r["id"] == requirement)
+            assert failure["exchanges"], f"{m.name}: a failure carries the exchanges that show it"
+            assert requirement in output, f"{m.name}: the terminal summary names {requirement}"
