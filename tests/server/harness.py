@@ -1,0 +1,301 @@
+"""A shared in-process harness for the workflow-task, control-plane and semantics tests of the reference server.
+
+One :class:`Harness` is one server on its own SQLite file, driven through ``Server.handle`` (no sockets) with a
+:class:`FakeClock` the test moves by hand: leases, timers, backoffs and deadlines are reached by advancing the
+clock, never by sleeping. The background scheduler is not running; :meth:`Harness.maintain` runs one scheduler
+pass (due timers, child retries, run timeouts) when a test wants time-driven work to happen.
+
+Polls hold 0 s (``long_poll_min_seconds=0`` and ``timeout_seconds: 0``), so an empty queue answers at once and
+a synchronous call never waits on the hub. Calls that must block (an update waiting for completion) use the
+``a*`` coroutine variants inside one event loop, with :func:`until` and :data:`DEADLINE` as hang guards only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from reference_server.config import Settings
+from reference_server.engine import RESUME_KEYS
+from reference_server.http import Request, Response
+from reference_server.server import Server
+from reference_server.store import from_us
+
+__all__ = [
+    "CONTROL_HEADERS",
+    "DEADLINE",
+    "RESUME_KEYS",
+    "WORKER_HEADERS",
+    "FakeClock",
+    "Harness",
+    "HarnessFactory",
+    "run_async",
+    "until",
+]
+
+R = TypeVar("R")
+
+START_US = 1_800_000_000_000_000
+# Hang guards for the few scenarios that block on the hub; never a performance assertion.
+DEADLINE = 10.0
+WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
+CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
+ENVELOPE_KEYS = ("protocol_version", "server_capabilities")
+# Every table a workflow-task, control-plane or activity call can write: the "a rejection changes nothing" probe.
+STATE_TABLES = (
+    "runs",
+    "history",
+    "workflow_tasks",
+    "activity_executions",
+    "activity_tasks",
+    "activity_attempts",
+    "timers",
+    "children",
+    "signals",
+    "updates",
+    "condition_waits",
+    "poll_requests",
+    "drains",
+)
+
+
+def run_async(coro: Coroutine[Any, Any, R]) -> R:
+    return asyncio.run(asyncio.wait_for(coro, 3 * DEADLINE))
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the other tasks until ``condition`` holds; fails after :data:`DEADLINE`."""
+
+    async def spin() -> None:
+        while not condition():
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(spin(), DEADLINE)
+
+
+class FakeClock:
+    """The server's only clock; tests move it forward explicitly."""
+
+    def __init__(self) -> None:
+        self.us = START_US
+
+    def now_us(self) -> int:
+        return self.us
+
+    def advance(self, seconds: float) -> None:
+        self.us += round(seconds * 1_000_000)
+
+
+class Harness:
+    """One server, a fake clock, and the calls a worker and an operator make."""
+
+    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.clock = FakeClock()
+        self.server = Server(
+            Settings(db_path=str(tmp_path / "db.sqlite"), long_poll_min_seconds=0, **settings), clock=self.clock
+        )
+        self.registered: dict[str, str] = {}  # worker_id → queue
+
+    # -- transport -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def build(
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        control: bool = False,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> Request:
+        hdrs = dict(CONTROL_HEADERS if control else WORKER_HEADERS) if headers is None else headers
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        return Request.from_target(method, path, headers=hdrs, body=data)
+
+    async def arespond(self, method: str, path: str, body: Any = None, **kw: Any) -> Response:
+        return await self.server.handle(self.build(method, path, body, **kw))
+
+    def respond(self, method: str, path: str, body: Any = None, **kw: Any) -> Response:
+        return asyncio.run(self.arespond(method, path, body, **kw))
+
+    async def acall(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        response = await self.arespond(method, path, body, **kw)
+        doc = response.json()
+        assert isinstance(doc, dict), doc
+        return response.status, doc
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        return asyncio.run(self.acall(method, path, body, **kw))
+
+    def control(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        return self.call(method, "/api" + path, body, control=True, **kw)
+
+    def worker(self, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        return self.call("POST", "/api/worker" + path, body, **kw)
+
+    # -- time and state --------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return from_us(self.clock.us)
+
+    def maintain(self) -> float:
+        """One scheduler pass; returns the seconds until the scheduler's next due work."""
+        delay = self.server.run_tx(self.server._maintenance_pass)
+        assert isinstance(delay, float)
+        return delay
+
+    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row a rejected call could have touched (invariant 68)."""
+        db = self.server.store.read()
+        return {name: [tuple(r) for r in db.execute(f"SELECT * FROM {name} ORDER BY 1, 2")] for name in STATE_TABLES}
+
+    def rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.server.store.read().execute(sql, args).fetchall()]
+
+    def open_tasks(self, run_id: str) -> list[dict[str, Any]]:
+        return self.rows("SELECT * FROM workflow_tasks WHERE run_id = ? AND status IN ('ready', 'leased')", run_id)
+
+    # -- control plane ---------------------------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow_id: str,
+        *,
+        queue: str = "q",
+        workflow_type: str = "wf",
+        input: Any = None,
+        **extra: Any,
+    ) -> str:
+        body: dict[str, Any] = {"workflow_type": workflow_type, "workflow_id": workflow_id, "task_queue": queue}
+        body["input"] = ["x"] if input is None else input
+        status, doc = self.control("POST", "/workflows", {**body, **extra})
+        assert status == 201, doc
+        return str(doc["run_id"])
+
+    def describe(self, workflow_id: str, run_id: str | None = None) -> dict[str, Any]:
+        path = f"/workflows/{workflow_id}" + (f"/runs/{run_id}" if run_id else "")
+        status, doc = self.control("GET", path)
+        assert status == 200, doc
+        return doc
+
+    def history(self, workflow_id: str, run_id: str | None = None) -> list[dict[str, Any]]:
+        run_id = run_id or str(self.describe(workflow_id)["run_id"])
+        status, doc = self.control("GET", f"/workflows/{workflow_id}/runs/{run_id}/history?page_size=1000")
+        assert status == 200, doc
+        events: list[dict[str, Any]] = doc["events"]
+        return events
+
+    def event_types(self, workflow_id: str, run_id: str | None = None) -> list[str]:
+        return [e["event_type"] for e in self.history(workflow_id, run_id)]
+
+    def events(self, workflow_id: str, event_type: str, run_id: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.history(workflow_id, run_id) if e["event_type"] == event_type]
+
+    def signal(self, workflow_id: str, name: str = "sig", **body: Any) -> dict[str, Any]:
+        status, doc = self.control("POST", f"/workflows/{workflow_id}/signal/{name}", body)
+        assert status == 202, doc
+        return doc
+
+    def update_accepted(self, workflow_id: str, name: str = "upd", **body: Any) -> str:
+        status, doc = self.control("POST", f"/workflows/{workflow_id}/update/{name}", {"wait_for": "accepted", **body})
+        assert status == 202, doc
+        return str(doc["update_id"])
+
+    def close(self, workflow_id: str, verb: str) -> None:
+        status, doc = self.control("POST", f"/workflows/{workflow_id}/{verb}", {"reason": "test"})
+        assert status == 200, doc
+
+    # -- worker plane ----------------------------------------------------------------------------------------
+
+    def register(self, worker_id: str = "w1", *, queue: str = "q", **extra: Any) -> None:
+        status, doc = self.worker(
+            "/register", {"worker_id": worker_id, "task_queue": queue, "runtime": "python", **extra}
+        )
+        assert status == 201, doc
+        self.registered[worker_id] = queue
+
+    def poll(self, worker_id: str = "w1", **extra: Any) -> tuple[int, dict[str, Any]]:
+        if worker_id not in self.registered:
+            self.register(worker_id)
+        queue = self.registered[worker_id]
+        return self.worker(
+            "/workflow-tasks/poll", {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": 0, **extra}
+        )
+
+    def lease(self, worker_id: str = "w1", **extra: Any) -> dict[str, Any]:
+        status, doc = self.poll(worker_id, **extra)
+        assert (status, doc.get("poll_status")) == (200, "leased"), doc
+        task: dict[str, Any] = doc["task"]
+        return task
+
+    def assert_empty(self, worker_id: str = "w1") -> None:
+        status, doc = self.poll(worker_id)
+        assert (status, doc["poll_status"], doc["task"]) == (200, "empty", None), doc
+
+    def task_call(
+        self, verb: str, task: dict[str, Any], *, owner: str | None = None, attempt: int | None = None, **body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        doc = {
+            "lease_owner": task["lease_owner"] if owner is None else owner,
+            "workflow_task_attempt": task["workflow_task_attempt"] if attempt is None else attempt,
+            **body,
+        }
+        return self.worker(f"/workflow-tasks/{task['task_id']}/{verb}", doc)
+
+    def complete(self, task: dict[str, Any], *commands: dict[str, Any], **kw: Any) -> tuple[int, dict[str, Any]]:
+        return self.task_call("complete", task, commands=list(commands), **kw)
+
+    def completed(self, task: dict[str, Any], *commands: dict[str, Any]) -> dict[str, Any]:
+        status, doc = self.complete(task, *commands)
+        assert status == 200, doc
+        return doc
+
+    def fail(self, task: dict[str, Any], **kw: Any) -> tuple[int, dict[str, Any]]:
+        return self.task_call("fail", task, failure={"message": "replay failed"}, **kw)
+
+    def activity_lease(self, worker_id: str = "w1", **extra: Any) -> dict[str, Any]:
+        if worker_id not in self.registered:
+            self.register(worker_id)
+        status, doc = self.worker(
+            "/activity-tasks/poll",
+            {"worker_id": worker_id, "task_queue": self.registered[worker_id], "timeout_seconds": 0, **extra},
+        )
+        assert (status, doc.get("poll_status")) == (200, "leased"), doc
+        task: dict[str, Any] = doc["task"]
+        return task
+
+    def activity_report(self, verb: str, task: dict[str, Any], **body: Any) -> dict[str, Any]:
+        doc = {"activity_attempt_id": task["activity_attempt_id"], "lease_owner": task["lease_owner"], **body}
+        status, out = self.worker(f"/activity-tasks/{task['task_id']}/{verb}", doc)
+        assert status == 200, out
+        return out
+
+
+HarnessFactory = Callable[..., Harness]
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[HarnessFactory]:
+    """Build a harness with extra settings; every one is closed after the test."""
+    made: list[Harness] = []
+
+    def build(**settings: Any) -> Harness:
+        harness = Harness(tmp_path / f"server-{len(made)}", **settings)
+        made.append(harness)
+        return harness
+
+    yield build
+    for harness in made:
+        harness.server.store.close()
+
+
+@pytest.fixture
+def h(make: HarnessFactory) -> Harness:
+    return make(lease_seconds=60)
