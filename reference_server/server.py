@@ -146,18 +146,28 @@ class Server:
         sleeps until the earliest due moment (or a wake-up). Expired leases and delayed tasks need no
         step here: pollers compute their own due time from durable state."""
         while True:
-            try:
-                delay = self.run_tx(self._maintenance_pass)
-            except Exception:
-                log.exception("scheduler pass failed")
-                delay = self.settings.scheduler_max_sleep_seconds
+            delay = self.settings.scheduler_max_sleep_seconds
+            # One transaction per step: a step that fails (logged) neither rolls back nor stalls the others,
+            # so one bad row cannot stop timers, retries and timeouts for the whole server.
+            for step in self._maintenance_steps():
+                try:
+                    due = self.run_tx(step)
+                except Exception:
+                    log.exception("scheduler step %s failed", getattr(step, "__name__", step))
+                    continue
+                if due is not None:
+                    delay = min(delay, max(0.0, due))
             self._scheduler_wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._scheduler_wake.wait(), max(0.0, delay))
 
+    def _maintenance_steps(self) -> list[Callable[[T], float | None]]:
+        return [self._fire_timers, self._retry_children, self._run_timeouts, *self.maintenance]
+
     def _maintenance_pass(self, t: T) -> float:
+        """Every step in one transaction (what in-process tests drive with a fake clock)."""
         delays: list[float] = [self.settings.scheduler_max_sleep_seconds]
-        for step in [self._fire_timers, self._retry_children, self._run_timeouts, *self.maintenance]:
+        for step in self._maintenance_steps():
             d = step(t)
             if d is not None:
                 delays.append(d)

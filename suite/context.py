@@ -39,6 +39,7 @@ class TargetInfo:
     max_wait: float = 30.0
     strict: bool = False
     embedded: bool = False
+    clock_skew_seconds: float | None = None
 
     @property
     def server_capabilities(self) -> dict[str, Any]:

@@ -1,32 +1,37 @@
 """OpenAPI-driven fuzzing: Schemathesis generates requests from ``schemas/openapi.yaml``, the suite judges
 the answers.
 
-For every operation of the document, Hypothesis draws positive cases (bodies, paths and queries the
-schemas describe, with the version, namespace and credential headers of the operation's plane) and
-negative cases (each with at least one part that breaks the schema: bodies of the wrong type, non-JSON and
-invalid UTF-8 bytes, bad path and query values, and in a third of them bad headers too). Operations that
-act on a workflow first get a *live world* — a run built through the control plane with a registered
-worker and a leased task — and a case targets it with some probability: its ids go into the path
-parameters, and sometimes its fencing values into the body. Every answer is judged by the plain check
-functions below, each tied to one requirement ID:
+For every operation of the document, Schemathesis' coverage phase gives deterministic cases for every
+parameter and body property (boundary values, wrong types, missing required values, unexpected content
+types and methods; up to 5 × ``--fuzz-examples``, round-robin over their kinds), and Hypothesis draws
+``--fuzz-examples`` random cases: positive ones (bodies, paths and queries the schemas describe, with the
+version, namespace and credential headers of the operation's plane) and negative ones (each with at least
+one part that breaks the schema: bodies of the wrong type, non-JSON and invalid UTF-8 bytes, bad path and
+query values, and in a third of them bad headers too). Operations that act on a workflow first get a
+*live world* — a run built through the control plane with a registered worker and a leased task — and a
+case targets it with some probability: its ids go into the path parameters, and sometimes its fencing
+values into the body. Every answer is judged by the plain check functions below, each tied to one
+requirement ID:
 
-=============================  ======================================  ==================================
-check                          rule                                    requirement
-=============================  ======================================  ==================================
-``not_a_server_error``         no 5xx unless the operation documents   ROBUST-NO-5XX
-                               it (503 on polls, 503/504 on queries)
-``status_code_conformance``    the status is documented for the        ROBUST-STATUS-SET
-                               operation, or 413 for an oversized body
-``response_schema_conformance`` the body matches the documented schema  SCHEMA-RESPONSES
-``error_envelope``             a 4xx carries ``reason``; on worker     ROBUST-ENVELOPE-ON-ERROR (worker),
-                               routes also the worker envelope         ENVELOPE-ERROR-REASON (others)
-``rejected_changes_nothing``   a 4xx on a live world leaves describe   ROBUST-REJECTED-NO-STATE-CHANGE
-                               and control-plane history unchanged
-=============================  ======================================  ==================================
+================================  ========================================  ===============================
+check                             rule                                      requirement
+================================  ========================================  ===============================
+``not_a_server_error``            no 5xx unless the operation documents it  ROBUST-NO-5XX
+                                  (503 on polls, 503/504 on queries)
+``status_code_conformance``       the status is documented for the          ROBUST-STATUS-SET
+                                  operation, or 413 for an oversized body
+``response_schema_conformance``   the body matches the documented schema    SCHEMA-RESPONSES
+``error_envelope``                a 4xx carries ``reason``; on worker       ROBUST-ENVELOPE-ON-ERROR
+                                  routes also the worker envelope           (worker plane), otherwise
+                                                                            ENVELOPE-ERROR-REASON
+``rejected_changes_nothing``      a 4xx on a live world leaves describe     ROBUST-REJECTED-NO-STATE-CHANGE
+                                  and control-plane history unchanged
+================================  ========================================  ===============================
 
 The document has no OpenAPI ``links``, so Schemathesis cannot chain operations by itself;
 :func:`fuzz_stateful` is the hand-written sequence start → register → poll → complete, where the start,
-register and poll bodies and the command batch are all drawn from the document's schemas.
+register and poll bodies and the command batch are all drawn from the document's schemas; an accepted
+complete, repeated, must be fenced with 409 (FENCE-AFTER-COMPLETE) and change nothing.
 
 Failures are :class:`FuzzFailure` (a :class:`~suite.outcomes.CheckFailure`) carrying the recorded exchange,
 whose ``curl`` line reproduces the case. A run never stops at the first failure: every case is judged,
@@ -41,8 +46,11 @@ nothing a generated command scheduled (a timer, an activity) can change a world 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+import random
 import secrets
 import threading
 import time
@@ -50,7 +58,6 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -62,6 +69,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.core import NotSet
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
 from suite.protocol.requirements import REGISTRY, Level, applicable
@@ -77,14 +85,21 @@ __all__ = [
     "FUZZ_REQUIREMENTS",
     "GROUPS",
     "STATEFUL",
+    "WORLDS",
+    "Answer",
     "FuzzBudget",
     "FuzzFailure",
     "FuzzResult",
     "Operation",
+    "all_groups",
     "avro_values",
     "fuzz_group",
     "fuzz_operation",
     "fuzz_stateful",
+    "group_members",
+    "group_requirements",
+    "judge",
+    "judged_requirements",
     "load_schema",
     "operations",
 ]
@@ -95,6 +110,7 @@ SCHEMA: Final = "SCHEMA-RESPONSES"
 ENVELOPE: Final = "ROBUST-ENVELOPE-ON-ERROR"
 ERROR_REASON: Final = "ENVELOPE-ERROR-REASON"
 NO_CHANGE: Final = "ROBUST-REJECTED-NO-STATE-CHANGE"
+AFTER_COMPLETE: Final = "FENCE-AFTER-COMPLETE"  # judged by the stateful sequence only
 FUZZ_REQUIREMENTS: Final = (NO_5XX, STATUS_SET, SCHEMA, ENVELOPE, ERROR_REASON, NO_CHANGE)
 
 AVRO_VALUE_FORMAT: Final = "durable-workflow-avro-value"
@@ -114,10 +130,17 @@ SUBSTITUTE: Final = ("none", "ids", "ids+fence")  # how a case targets the live 
 
 @dataclass(frozen=True)
 class FuzzBudget:
-    """``examples`` cases per operation (half positive, half negative); ``seed`` makes the draw repeatable."""
+    """``examples`` random cases per operation (half positive, half negative) plus up to ``coverage_cap``
+    cases of Schemathesis' coverage phase; ``seed`` makes the draw repeatable."""
 
     examples: int = 20
     seed: int = 0
+    coverage: int | None = None  # coverage-phase cases per operation; None: 5 × examples
+
+    @property
+    def coverage_cap(self) -> int:
+        # 5 × 20 keeps at least one case of every coverage description for all operations but one.
+        return self.coverage if self.coverage is not None else 5 * self.examples
 
     def seed_for(self, name: str) -> int:
         return (self.seed * 1_000_003 + zlib.crc32(name.encode())) % 2**32
@@ -174,7 +197,16 @@ class FuzzResult:
 
     def summary(self) -> str:
         s = self.stats
-        parts = [f"{s['cases']} cases ({s['positive']} positive, {s['negative']} negative)"]
+        if s["sequences"]:
+            parts = [
+                f"{s['sequences']} sequences ({s['started']} started, {s['leased']} leased, "
+                f"{s['completed']} completed), {s['cases']} cases"
+            ]
+        else:
+            parts = [
+                f"{s['cases']} cases ({s['coverage']} coverage-phase, {s['positive']} positive, "
+                f"{s['negative']} negative)"
+            ]
         if s["live"]:
             parts.append(f"{s['live']} on a live workflow, {s['compared']} state comparisons")
         if s["unsendable"]:
@@ -200,7 +232,8 @@ class FuzzResult:
             "fuzz": {"statuses": {str(k): v for k, v in sorted(self.statuses.items())}, **dict(self.stats)},
         }
         records: list[dict[str, Any]] = []
-        passed = [r for r in FUZZ_REQUIREMENTS if r in self.judged and r not in self.failures]
+        order = [*FUZZ_REQUIREMENTS, *sorted(self.judged - set(FUZZ_REQUIREMENTS))]
+        passed = [r for r in order if r in self.judged and r not in self.failures]
         passed = [r for r in passed if applicable(REGISTRY[r], target.certified_minor)]
         if self.error is not None:
             records.append(
@@ -246,6 +279,8 @@ class FuzzResult:
                     "exchanges": [f.exchanges[0].to_json() for f in kept],
                 }
             )
+        for record in records[1:]:
+            record["requests"] = 0  # the report sums requests over records: count the operation's once
         return records
 
 
@@ -265,7 +300,7 @@ class Operation:
     summary: str
 
 
-@cache
+@functools.cache
 def operations() -> dict[str, Operation]:
     """Every operation of ``schemas/openapi.yaml`` by ``operationId``."""
     import schemas
@@ -310,7 +345,7 @@ def avro_values() -> st.SearchStrategy[Any]:
 _LOCK = threading.Lock()
 
 
-@cache
+@functools.cache
 def load_schema() -> Any:
     """The document as a Schemathesis schema, loaded from its packaged file so the relative ``$ref`` to
     ``./json/*.schema.json`` resolve (the files are real files in a checkout and in site-packages).
@@ -319,11 +354,13 @@ def load_schema() -> Any:
     positive payload really is a payload."""
     with _LOCK:
         schemathesis.openapi.format(AVRO_VALUE_FORMAT, avro_values().map(encode_blob))
-        with resources.as_file(resources.files("schemas").joinpath("openapi.yaml")) as path:
-            return schemathesis.openapi.from_path(str(path))
+        # The real file path (a checkout, or site-packages for a wheel): Schemathesis resolves the relative
+        # $refs against it, lazily, so the JSON Schema files must stay where they are.
+        path = resources.files("schemas").joinpath("openapi.yaml")
+        return schemathesis.openapi.from_path(str(path))
 
 
-@cache
+@functools.cache
 def _validator() -> Any:
     from .schema_check import ResponseValidator
 
@@ -344,6 +381,7 @@ class Answer:
     body: Any  # parsed JSON, or None
     path: str  # the raw request path, without the query
     target: TargetInfo
+    probe: bool = False  # a method the operation does not have (Schemathesis' unexpected-method cases)
 
     @property
     def reason(self) -> Any:
@@ -371,7 +409,8 @@ def fuzz_check(*requirements: str) -> Callable[[FuzzCheck], FuzzCheck]:
 @fuzz_check(NO_5XX)
 def not_a_server_error(a: Answer) -> None:
     """Invariant 67: no request, however malformed, gets a 5xx (a documented 503/504 is an answer)."""
-    if a.status >= 500 and a.status not in a.op.statuses:
+    # 501 is the HTTP answer to a method the server does not implement at all.
+    if a.status >= 500 and a.status not in a.op.statuses and not (a.probe and a.status == 501):
         raise FuzzFailure(
             "not_a_server_error",
             f"{a.op.op_id} answered a server error",
@@ -385,7 +424,7 @@ def not_a_server_error(a: Answer) -> None:
 @fuzz_check(STATUS_SET)
 def status_code_conformance(a: Answer) -> None:
     """The status is one the document lists for the operation (or 413 for a body over the size limit)."""
-    if a.status < 500 and a.status not in a.op.statuses | ALWAYS_ALLOWED:
+    if a.status < 500 and a.status not in a.op.statuses | ALWAYS_ALLOWED and not a.probe:
         raise FuzzFailure(
             "status_code_conformance",
             f"{a.op.op_id} answered an undocumented status",
@@ -399,7 +438,7 @@ def status_code_conformance(a: Answer) -> None:
 @fuzz_check(SCHEMA)
 def response_schema_conformance(a: Answer) -> None:
     """The body matches the schema documented for the operation and status."""
-    if a.status >= 500 and a.status not in a.op.statuses:
+    if a.probe or (a.status >= 500 and a.status not in a.op.statuses):
         return  # a server error is not_a_server_error's finding; its body has no schema
     problems = _validator()(a.op.method, a.path, a.status, a.body)
     if problems:
@@ -416,7 +455,7 @@ def response_schema_conformance(a: Answer) -> None:
 @fuzz_check(ENVELOPE, ERROR_REASON)
 def error_envelope(a: Answer) -> None:
     """A 4xx carries ``reason``; a worker-route 4xx also the worker envelope (invariants 5 and 67)."""
-    if not 400 <= a.status < 500:
+    if a.probe or not 400 <= a.status < 500:
         return
     worker = a.op.plane == "worker"
     req = ENVELOPE if worker else ERROR_REASON
@@ -446,6 +485,8 @@ def error_envelope(a: Answer) -> None:
 
 def judged_requirements(a: Answer) -> set[str]:
     """The requirements a response says something about."""
+    if a.probe:
+        return {NO_5XX}
     out = {NO_5XX, STATUS_SET, SCHEMA}
     if 400 <= a.status < 500:
         out.add(ENVELOPE if a.op.plane == "worker" else ERROR_REASON)
@@ -598,20 +639,21 @@ def plane_headers(target: TargetInfo, plane: str) -> dict[str, str]:
 # Which world an operation's cases may target. "workflow": a run whose workflow task is leased; "activity":
 # an activity task leased by the run's worker; "query": a query task leased while a control-plane query
 # waits; "parked": a run whose queue has no worker, so a query is refused at once (409
-# query_worker_unavailable) instead of holding the caller for the target's query timeout.
+# query_worker_unavailable) instead of holding the caller for the target's query timeout. The "-ready"
+# worlds of the polls hold the same task ready but not yet leased, so a valid poll returns at once.
 WORLDS: Final[dict[str, str]] = {
     "register_worker": "workflow",
     "heartbeat_worker": "workflow",
     "deregister_worker": "workflow",
-    "poll_workflow_task": "workflow",
+    "poll_workflow_task": "workflow-ready",
     "fetch_workflow_task_history": "workflow",
     "heartbeat_workflow_task": "workflow",
     "complete_workflow_task": "workflow",
     "fail_workflow_task": "workflow",
-    "poll_query_task": "query",
+    "poll_query_task": "query-ready",
     "complete_query_task": "query",
     "fail_query_task": "query",
-    "poll_activity_task": "activity",
+    "poll_activity_task": "activity-ready",
     "complete_activity_task": "activity",
     "fail_activity_task": "activity",
     "heartbeat_activity_task": "activity",
@@ -679,9 +721,7 @@ class Worlds:
         self.failed: str | None = None
         self.builds = 0
         profile = driver.target.test_profile
-        lease = profile.get(
-            "activity_task_lease_seconds" if kind == "activity" else "workflow_task_lease_seconds", 3
-        )
+        lease = profile.get("activity_task_lease_seconds" if kind == "activity" else "workflow_task_lease_seconds", 3)
         self.renew_every = max(0.25, min(float(lease) / 4, 30.0)) if isinstance(lease, int | float) else 0.75
         q_timeout = profile.get("query_task_timeout_seconds", 3)
         q_lease = profile.get("query_task_lease_seconds", 3)
@@ -706,7 +746,7 @@ class Worlds:
 
     def _fresh(self, world: World) -> bool:
         now = time.monotonic()
-        if world.kind == "query":
+        if world.kind in ("query", "query-ready"):
             return now - world.built_at < self.query_life
         if world.kind not in ("workflow", "activity") or now - world.renewed_at < self.renew_every:
             return True
@@ -733,9 +773,10 @@ class Worlds:
         worker = uid("w-none") if self.kind == "parked" else d.register(queue)
         workflow_id, run_id = d.start(queue)
         world = World(self.kind, queue, worker, workflow_id, run_id, built_at=time.monotonic())
-        if self.kind in ("workflow", "activity", "query"):
+        base = self.kind.removesuffix("-ready")
+        if base in ("workflow", "activity", "query") and self.kind != "workflow-ready":
             world.task = d.lease("workflow-tasks", worker, queue)
-        if self.kind == "activity":
+        if base == "activity":
             command = {
                 "type": "schedule_activity",
                 "activity_type": "conformance.fuzz",
@@ -743,11 +784,13 @@ class Worlds:
                 "arguments": {"codec": "avro", "blob": encode_blob(["fuzz"])},
             }
             d.complete_wf(world.task or {}, [command])
-            world.task = d.lease("activity-tasks", worker, queue)
-        elif self.kind == "query":
+            world.task = None if self.kind == "activity-ready" else d.lease("activity-tasks", worker, queue)
+        elif base == "query":
             d.complete_wf(world.task or {}, [{"type": "start_timer", "delay_seconds": 3600}])
+            world.task = None
             world.query_call = self._start_query(world)
-            world.task = d.lease("query-tasks", worker, queue, within=5.0)
+            if self.kind == "query":
+                world.task = d.lease("query-tasks", worker, queue, within=5.0)
         world.renewed_at = time.monotonic()
         return world
 
@@ -758,10 +801,8 @@ class Worlds:
         def run() -> None:
             headers = plane_headers(target, "control")
             url = f"{target.url}/api/workflows/{world.workflow_id}/query/fuzz"
-            try:
+            with contextlib.suppress(httpx.HTTPError):  # the world is rebuilt if its query task goes away
                 httpx.post(url, headers=headers, json={}, timeout=CALL_TIMEOUT + 60)
-            except httpx.HTTPError:
-                pass  # the world is rebuilt if its query task goes away
 
         thread = threading.Thread(target=run, name=f"fuzz-query-{world.workflow_id}", daemon=True)
         thread.start()
@@ -775,10 +816,8 @@ class Worlds:
         task = world.task
         body = {"lease_owner": task.get("lease_owner"), "query_task_attempt": task.get("query_task_attempt")}
         body["result_envelope"] = {"codec": "avro", "blob": encode_blob("fuzz")}
-        try:
+        with contextlib.suppress(HarnessError):
             self.driver.call("worker", "POST", f"/query-tasks/{task.get('query_task_id')}/complete", body)
-        except HarnessError:
-            pass
         if world.query_call is not None:
             world.query_call.join(timeout=2.0)
 
@@ -802,6 +841,9 @@ def _pin_holds(op: Operation, case: Any) -> None:
     """Keep a case from holding its connection for the target's default wait (long polls, update and
     history waits); the pinned values are inside the positive space, so a negative case stays negative."""
     body = case.body
+    if op.op_id.startswith("update_") and isinstance(body, NotSet):
+        # No body waits for completion for the default 30 s (§12.2); the shortest wait is still no-body-like.
+        body = case.body = {"wait_timeout_seconds": SHORT_HOLD}
     if isinstance(body, dict):
         if op.op_id.startswith("poll_"):
             t = body.get("timeout_seconds")
@@ -816,22 +858,38 @@ def _pin_holds(op: Operation, case: Any) -> None:
         query["wait_new_event"] = "false"
 
 
-def _pin_headers(target: TargetInfo, op: Operation, case: Any) -> None:
+def _pin_headers(target: TargetInfo, op: Operation, case: Any, keep: str | None = None) -> None:
+    """The plane's version, namespace and credential headers, except ``keep`` (the header a coverage case
+    is about, left exactly as generated, absent included)."""
+    keep = (keep or "").lower()
     headers = dict(case.headers or {})
     for name in list(headers):
-        if name.lower() in ("authorization", "x-namespace", WORKER_HEADER.lower(), CONTROL_HEADER.lower()):
+        lower = name.lower()
+        if lower != keep and lower in ("authorization", "x-namespace", WORKER_HEADER.lower(), CONTROL_HEADER.lower()):
             del headers[name]
-    headers.update(plane_headers(target, op.plane))
+    headers.update({k: v for k, v in plane_headers(target, op.plane).items() if k.lower() != keep})
     case.headers = headers
     if isinstance(case.query, dict):
         case.query.pop("namespace", None)  # X-Namespace decides (§4.2); a stray query value is noise
 
 
+def _negative_in(case: Any, location: str) -> bool:
+    """Whether the case was generated to break its ``location`` (path, query, header, body)."""
+    meta = case.meta
+    if meta is None:
+        return False
+    return any(
+        getattr(loc, "value", loc) == location and info.mode is GenerationMode.NEGATIVE
+        for loc, info in meta.components.items()
+    )
+
+
 def _substitute(world: World, case: Any, how: str) -> bool:
-    """Point the case at the live world: its ids into the path, and with ``ids+fence`` its fencing values
-    into the body keys the case already has. Returns whether anything was substituted."""
+    """Point the case at the live world: its ids into the path (unless the path is what the case breaks),
+    and with ``ids+fence`` its fencing values into the body keys the case already has. Returns whether
+    anything was substituted."""
     changed = False
-    if isinstance(case.path_parameters, dict) and case.path_parameters:
+    if isinstance(case.path_parameters, dict) and case.path_parameters and not _negative_in(case, "path"):
         values = world.path_values()
         for name in case.path_parameters:
             if name in values:
@@ -889,7 +947,7 @@ class _CaseRunner:
         self.driver = driver
         self.aborted = False
 
-    def send(self, op: Operation, case: Any, world: World | None = None) -> Answer | None:
+    def send(self, op: Operation, case: Any, world: World | None = None, *, probe: bool = False) -> Answer | None:
         """Send ``case`` and judge the answer; with a ``world``, a 4xx must leave it unchanged."""
         if self.aborted:
             return None
@@ -926,6 +984,7 @@ class _CaseRunner:
             body=ex.response_body if not isinstance(ex.response_body, str) else None,
             path=urlsplit(ex.url).path,
             target=self.target,
+            probe=probe,
         )
         ex.schema_errors = _validator()(op.method, answer.path, answer.status, answer.body)
         r.stats["cases"] += 1
@@ -937,7 +996,7 @@ class _CaseRunner:
             r.stats["live"] += 1
             if 400 <= answer.status < 500:
                 self._compare(world, before, answer)
-            else:
+            elif op.method != "GET":
                 world.dirty = True  # accepted (or maybe applied): the world may now change on its own
         return answer
 
@@ -947,11 +1006,9 @@ class _CaseRunner:
         r.judged.add(NO_CHANGE)
         try:
             after = self.driver.snapshot(world)
-        except WorldUnavailable as exc:
-            after = None
-            diff = f"the run could no longer be read: {exc}"
-        else:
             diff = _diff(before, after) if after != before else ""
+        except WorldUnavailable as exc:
+            diff = f"the run could no longer be read: {exc}"
         if diff:
             world.dirty = True
             r.fail(
@@ -1007,6 +1064,36 @@ def _hypothesis_run(strategy: st.SearchStrategy[Any], examples: int, seed: int, 
     return ""
 
 
+def _coverage_cases(schema: Any, api_op: Any, cap: int, rng: random.Random) -> list[Any]:
+    """Schemathesis' coverage phase for the operation: deterministic positive and negative cases for every
+    parameter and body property (boundaries, wrong types, missing required values, unexpected content
+    types and methods). Over ``cap``, a seeded round-robin over the case descriptions keeps every kind."""
+    if cap <= 0:
+        return []
+    cases = list(
+        schema.iter_coverage_cases(
+            api_op,
+            generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+            generation_config=schema.config.generation_for(operation=api_op, phase="coverage"),
+        )
+    )
+    if len(cases) <= cap:
+        return cases
+    groups: dict[str, list[Any]] = {}
+    for case in cases:
+        groups.setdefault(str(case.meta.phase.data.description), []).append(case)
+    pools = list(groups.values())
+    for pool in pools:
+        rng.shuffle(pool)
+    rng.shuffle(pools)
+    picked: list[Any] = []
+    while len(picked) < cap:
+        for pool in pools:
+            if pool and len(picked) < cap:
+                picked.append(pool.pop())
+    return picked
+
+
 def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzResult:
     """Fuzz one operation with ``budget.examples`` cases; never raises for what the target answers."""
     op = operations()[op_id]
@@ -1020,39 +1107,70 @@ def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzRe
     worlds = Worlds(driver, kind) if kind is not None else None
     pinned = plane_headers(target, op.plane)
 
+    def steer(case: Any, how: str, coverage: bool) -> str:
+        """Keep a case from waiting on the target. A valid poll as the live worker finds its ready task
+        instead of holding; a query always names the parked run (whose queue has no worker) unless its
+        path is what the case breaks; a coverage update asks only for acceptance unless its wait is what
+        the case is about."""
+        positive = case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
+        if op.op_id.startswith("poll_") and coverage and positive:
+            return "ids+fence"
+        if op.op_id.startswith("query_") and how == "none" and not _negative_in(case, "path"):
+            return "ids"
+        about = getattr(case.meta.phase.data, "parameter", None) if case.meta is not None else None
+        waits = about in ("wait_for", "wait_timeout_seconds")
+        if op.op_id.startswith("update_") and coverage and isinstance(case.body, dict) and not waits:
+            case.body["wait_for"] = "accepted"
+        return how
+
+    def dispatch(case: Any, how: str, stat: str, *, positive: bool, coverage: bool) -> None:
+        if positive and isinstance(case.body, dict | list):
+            case.body = _integral_floats_to_ints(case.body)
+        _pin_holds(op, case)
+        how = steer(case, how, coverage=coverage)
+        world = None
+        if worlds is not None and how != "none":
+            world = worlds.get()
+            if world is not None and not _substitute(world, case, how):
+                world = None
+        result.stats[stat] += 1
+        runner.send(op, case, world, probe=str(case.method).upper() != op.method)
+
+    def covered(case: Any, how: str) -> None:
+        if runner.aborted:
+            return
+        data = case.meta.phase.data
+        about = data.parameter if getattr(data.parameter_location, "value", None) == "header" else None
+        _pin_headers(target, op, case, keep=about)
+        positive = case.meta.generation.mode is GenerationMode.POSITIVE
+        dispatch(case, how, "coverage", positive=positive, coverage=True)
+
     def one(mode: str, drawn: tuple[tuple[str, Any], str]) -> None:
         (branch, case), how = drawn
         if runner.aborted:
             return
         if branch != "free":
             _pin_headers(target, op, case)
-        if mode == "positive" and isinstance(case.body, dict | list):
-            case.body = _integral_floats_to_ints(case.body)
-        _pin_holds(op, case)
-        world = None
-        if worlds is not None and how != "none":
-            world = worlds.get()
-            if world is not None and not _substitute(world, case, how):
-                world = None
-        result.stats[mode] += 1
-        runner.send(op, case, world)
+        dispatch(case, how, mode, positive=mode == "positive", coverage=False)
 
     try:
+        rng = random.Random(budget.seed_for(f"{op_id}:coverage"))
+        for case in _coverage_cases(schema, api_op, budget.coverage_cap, rng):
+            covered(case, rng.choice(SUBSTITUTE))
+        query = {"namespace": target.namespace}  # X-Namespace decides; a negated query value is noise
         positive = st.tuples(
             api_op.as_strategy(GenerationMode.POSITIVE, headers=pinned).map(lambda c: ("pinned", c)),
             st.sampled_from(SUBSTITUTE),
         )
         negative_cases = st.one_of(
-            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned).map(lambda c: ("pinned", c)),
-            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned).map(lambda c: ("pinned", c)),
+            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
+            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
             api_op.as_strategy(GenerationMode.NEGATIVE).map(lambda c: ("free", c)),
         )
         negative = st.tuples(negative_cases, st.sampled_from(SUBSTITUTE))
         n_pos = math.ceil(budget.examples / 2)
         for mode, strategy, n in (("positive", positive, n_pos), ("negative", negative, budget.examples - n_pos)):
-            why = _hypothesis_run(
-                strategy, n, budget.seed_for(f"{op_id}:{mode}"), lambda drawn, m=mode: one(m, drawn)
-            )
+            why = _hypothesis_run(strategy, n, budget.seed_for(f"{op_id}:{mode}"), functools.partial(one, mode))
             if why:
                 result.notes.append(f"{mode}: {why}")
     except HarnessError as exc:
@@ -1162,12 +1280,14 @@ def fuzz_stateful(target: TargetInfo, budget: FuzzBudget) -> FuzzResult:
         # The same complete again is fenced: a task completes once (§8.9), and the refusal changes nothing.
         world.dirty = False
         again = runner.send(ops["complete_workflow_task"], complete, world)
+        if again is not None:
+            result.judged.add(AFTER_COMPLETE)
         if again is not None and again.status != 409:
             runner.result.fail(
                 FuzzFailure(
                     "repeated_complete_is_fenced",
                     f"a second complete of workflow task {task.get('task_id')} answered {again.status}",
-                    requirement=NO_CHANGE,
+                    requirement=AFTER_COMPLETE,
                     exchange=again.exchange,
                     expected="409 (the task is no longer leased)",
                     received=again.received(),
@@ -1239,6 +1359,11 @@ def _with_unlisted(groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, .
 
 def group_members(group: str) -> tuple[str, ...]:
     return _with_unlisted(GROUPS).get(group, ())
+
+
+def group_requirements(group: str) -> tuple[str, ...]:
+    """The requirement IDs a group's item may judge (what ``--requirement`` selects it by)."""
+    return (*FUZZ_REQUIREMENTS, AFTER_COMPLETE) if STATEFUL in group_members(group) else FUZZ_REQUIREMENTS
 
 
 def all_groups() -> list[str]:

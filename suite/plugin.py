@@ -79,6 +79,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--machine-examples", type=int, default=8, help="Random sequences per state machine (default 8)")
     group.addoption("--machine-steps", type=int, default=40, help="Steps per sequence of a state machine (default 40)")
     group.addoption(
+        "--no-machine-shrink",
+        action="store_true",
+        default=False,
+        help="Report a state machine's first failing sequence without shrinking it (faster, longer replay)",
+    )
+    group.addoption(
+        "--fuzz-examples",
+        type=int,
+        default=20,
+        metavar="N",
+        help="Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases "
+        "(default 20; 0 disables the fuzz items)",
+    )
+    group.addoption(
         "--requirement",
         action="append",
         default=[],
@@ -119,7 +133,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--faults: {exc}") from None
     # Collect the suite's own checks, wherever pytest was started.
     checks = Path(__file__).parent / "checks"
-    config.args[:] = [str(checks / "test_conformance.py"), str(checks / "test_machines.py")]
+    config.args[:] = [str(checks / n) for n in ("test_conformance.py", "test_machines.py", "test_fuzz.py")]
     config.stash[_RESULTS_KEY] = []
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker: the controller resolved the target already
@@ -146,7 +160,7 @@ def _valid_minor(version: str) -> bool:
 
 
 def _resolve_target(config: pytest.Config) -> TargetInfo:
-    from .target import EmbeddedServer, probe_cluster_info
+    from .target import EmbeddedServer, measure_clock_skew, probe_cluster_info
 
     target = str(config.getoption("--target"))
     embedded = target == "embedded"
@@ -175,6 +189,7 @@ def _resolve_target(config: pytest.Config) -> TargetInfo:
         max_wait=float(config.getoption("--max-wait")),
         strict=bool(config.getoption("strict", default=False)),
         embedded=embedded,
+        clock_skew_seconds=measure_clock_skew(url),
     )
 
 
@@ -330,6 +345,7 @@ def run_machine_item(machine: Any, target: TargetInfo, item: pytest.Item) -> Non
     budget = MachineBudget(
         examples=int(config.getoption("--machine-examples")),
         steps=int(config.getoption("--machine-steps")),
+        shrink=not config.getoption("--no-machine-shrink"),
         seed=int(run["seed"]),
     )
     replay_dir = Path(str(config.getoption("--report-dir"))) / run["run_id"] / "replay"

@@ -115,12 +115,40 @@ def build_results(
             "advertised_version": target.advertised_version,
             "certified_version": target.protocol_version,
             "capabilities": target.server_capabilities,
+            "clock_skew_seconds": target.clock_skew_seconds,
         },
         "options": options,
         "summary": summary,
         "requirements": requirements,
         "checks": [{k: v for k, v in r.items() if k != "exchanges"} for r in records],
+        "coverage_ledger": _ledgers(records),
     }
+
+
+def _ledgers(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """How often each state machine reached each hard state (one ledger per machine)."""
+    out: dict[str, dict[str, int]] = {}
+    for rec in records:
+        ledger = rec.get("ledger")
+        if isinstance(ledger, dict) and str(rec.get("check", "")).startswith("machine:"):
+            out[rec["check"].removeprefix("machine:")] = {str(k): int(v) for k, v in sorted(ledger.items())}
+    return out
+
+
+def _ledger_section(ledgers: dict[str, dict[str, int]]) -> str:
+    if not ledgers:
+        return ""
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(machine)}</td><td><code>{e(state)}</code></td><td>{count}</td></tr>"
+        for machine, ledger in sorted(ledgers.items())
+        for state, count in ledger.items()
+    )
+    return (
+        "<h2>State-machine coverage ledger</h2><p>How often each hard state was reached; a requirement whose "
+        "state was never reached is not covered, never passed.</p><table><thead><tr><th>Machine</th><th>State"
+        f"</th><th>Reached</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 def write_reports(results: dict[str, Any], out_dir: Path) -> Path:
@@ -177,6 +205,12 @@ def terminal_lines(results: dict[str, Any], report_dir: str) -> list[str]:
     for req in results["requirements"]:
         if req["verdict"] in ("failed", "error") or (req["verdict"] == "non-strict"):
             lines.append(f"  {req['verdict'].upper():<10} {req['id']} ({req['level']}): {req['reason'][:200]}")
+    skew = results["target"].get("clock_skew_seconds")
+    if skew is not None and abs(skew) >= 2:
+        lines.append(
+            f"  clock skew: the target's clock is {skew:+.1f} s from this machine's (reported, not judged: "
+            "timing checks use the server's own timestamps)"
+        )
     lines.append(f"  reports: {report_dir}/report.html, results.json, junit.xml")
     lines.append(quote_line(results))
     return lines
@@ -279,6 +313,7 @@ certified at <code>{e(t["certified_version"])}</code>. Suite {e(results["suite_v
 <h2>All requirements</h2>
 <table><thead><tr><th>Area</th><th>Requirement</th><th>Level</th><th>Verdict</th><th>Rule</th><th>Note</th></tr>
 </thead><tbody>{"".join(rows)}</tbody></table>
+{_ledger_section(results.get("coverage_ledger") or {})}
 {render_mutants_section(mutants) if mutants else ""}
 </body></html>
 """

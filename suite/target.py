@@ -24,7 +24,7 @@ import httpx
 
 from .outcomes import HarnessError
 
-__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "probe_cluster_info"]
+__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "measure_clock_skew", "probe_cluster_info"]
 
 # Short but not racy: long enough that a healthy check finishes its work inside one lease.
 EMBEDDED_ARGS: tuple[str, ...] = (
@@ -71,6 +71,33 @@ def probe_cluster_info(url: str, token: str | None, timeout: float = 10.0) -> di
             "this does not look like a Durable Workflow server"
         )
     return doc
+
+
+def measure_clock_skew(url: str, timeout: float = 10.0) -> float | None:
+    """Server clock minus local clock, in seconds, from the ``Date`` header of ``GET /api/health`` (1 s
+    resolution: the midpoint of the request is compared with the header). ``None`` without a Date header.
+
+    Timing checks never compare clocks across machines — they use server timestamps — so a skew is only
+    reported, never held against the target.
+    """
+    import time
+    from email.utils import parsedate_to_datetime
+
+    try:
+        sent = time.time()
+        resp = httpx.get(url.rstrip("/") + "/api/health", timeout=timeout)
+        received = time.time()
+    except httpx.HTTPError:
+        return None
+    date = resp.headers.get("date")
+    if not date:
+        return None
+    try:
+        server = parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return None
+    # The header is truncated to whole seconds: +0.5 s is its expected midpoint.
+    return round(server + 0.5 - (sent + received) / 2, 1)
 
 
 @dataclass

@@ -79,7 +79,9 @@ class SuiteRun:
         raise KeyError(requirement)
 
 
-def run_suite(target: str, report_dir: Path, *args: str, timeout: float = 600) -> SuiteRun:
+def run_suite(
+    target: str, report_dir: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> SuiteRun:
     """Run the conformance suite as a user would (a separate pytest process, from another directory)."""
     cmd = [
         sys.executable,
@@ -92,7 +94,7 @@ def run_suite(target: str, report_dir: Path, *args: str, timeout: float = 600) -
         "-q",
         *args,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=report_dir.parent, env=env)
     results = None
     found = sorted(report_dir.glob("*/results.json"))

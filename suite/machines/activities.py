@@ -68,12 +68,13 @@ __all__ = ["ActivityMachine"]
 MARGIN = 1.0  # seconds around a lease expiry or a deadline where either outcome is correct
 BACKOFF_TOLERANCE = 0.5  # scheduling and network jitter when judging "not leasable before the backoff"
 WORKERS = 4
-MAX_RUNS = 6
-MAX_OPEN_EXECUTIONS = 4  # keeps the live leases of one example far below any admission limit
-MAX_WAITS = 2  # lease or timeout waits per example
+MAX_RUNS = 5  # per example: at most 10 activities, so live leases stay below an admission limit of 16
+MAX_LEASE_WAITS = 1  # lease expiries waited out per example (each holds one activity lease, 3 s embedded)
+MAX_TIMEOUT_WAITS = 1  # start_to_close deadlines waited out per example
 MAX_EMPTY_PROBES = 2  # workflow-task polls per example that may hold a full second
+MAX_RACES = 2  # races per example: each one with more pollers than ready tasks holds a second
 MAX_CLOSES = 1  # run cancels/terminates per example: a closed run's activities can only be fenced after it
-SPENT_REPORTS = 3  # reports on an ended execution before draws on it are steered to live work
+SPENT_REPORTS = 2  # reports on an ended execution before draws on it are steered to live work
 START_TO_CLOSE = 2  # seconds: the "short timeout"; used only when it ends before the lease does
 ACTIVITY_TYPE = "conformance.act"
 NON_RETRYABLE = ("conformance.FatalError", "conformance.BadInput")
@@ -111,17 +112,17 @@ REJECTION_REQUIREMENT = {
 }
 OWNERSHIP_REASONS = frozenset({"task_not_found", "attempt_not_found", "task_mismatch", "lease_owner_mismatch"})
 
-POLICIES = st.one_of(
-    st.fixed_dictionaries(
-        {
-            "max_attempts": st.integers(1, 3),
-            "backoff_seconds": st.lists(st.integers(0, 1), max_size=2),
-            "non_retryable_error_types": st.lists(st.sampled_from(NON_RETRYABLE), max_size=2, unique=True),
-        }
-    ),
-    st.none(),  # §11.6: no policy means max_attempts = 1
+POLICY = st.fixed_dictionaries(
+    {
+        "max_attempts": st.sampled_from([3, 2, 3, 2, 1]),
+        "backoff_seconds": st.lists(st.sampled_from([1, 0]), min_size=1, max_size=2),
+        "non_retryable_error_types": st.lists(st.sampled_from(NON_RETRYABLE), min_size=1, max_size=2, unique=True),
+    }
 )
-ACTIVITIES = st.lists(st.tuples(POLICIES, st.sampled_from([False, False, True])), min_size=1, max_size=2)
+# Three in four activities carry a policy (retries and non-retryable failures need one); §11.6: no policy
+# means max_attempts = 1.
+POLICY_OR_NONE = st.one_of(POLICY, POLICY, POLICY, st.none())
+ACTIVITIES = st.lists(st.tuples(POLICY_OR_NONE, st.sampled_from([False, False, True])), min_size=1, max_size=2)
 
 
 # -- the model -------------------------------------------------------------------------------------------
@@ -139,6 +140,7 @@ class RunM:
     resumed: bool = False  # a final activity outcome was recorded: a workflow task may (must) exist
     resume_leased: bool = False
     waiting_seen: bool = False  # describe said "waiting" after the scheduling batch
+    spent: int = 0  # reports made on its activities after it closed
     execs: list[ExecM] = field(default_factory=list)
 
     @property
@@ -202,6 +204,7 @@ class AttemptM:
     redelivered: bool = False
     details: dict[str, str] | None = None  # the failure.details envelope of its recorded failure
     fenced: list[str] = field(default_factory=list)  # requirements a trace of its refused reports would break
+    maybe_timed_out: bool = False  # its run closed within MARGIN of its start_to_close: either may have won
 
     def __repr__(self) -> str:
         return f"AttemptM({self.execution.activity_type!r}#{self.number})"
@@ -216,14 +219,6 @@ class Branch:
     timed_out: bool  # the named execution's start_to_close had fired at this moment
     decision: HeartbeatDecision | None = None
     rejection: Rejection | None = None
-
-
-@dataclass(frozen=True)
-class Stale:
-    """An attempt that lost its lease to a redelivery, or its start_to_close: every report is stale."""
-
-    attempt: AttemptM
-    cause: str  # "redelivery" | "timeout"
 
 
 class ActivityMachine(MachineBase):
@@ -258,7 +253,6 @@ class ActivityMachine(MachineBase):
     }
 
     execs = Bundle("execs")
-    stale = Bundle("stale")
 
     def __init__(self) -> None:
         super().__init__()
@@ -268,17 +262,24 @@ class ActivityMachine(MachineBase):
         self.exec_by_type: dict[str, ExecM] = {}
         self.touched: set[str] = set()
         self.seen_attempt_ids: set[str] = set()
-        self.waits = 0
+        self.lease_waits = 0
+        self.timeout_waits = 0
         self.empty_probes = 0
         self.scheduled = 0
         self.closes = 0
+        self.races = 0
         profile = self.target.test_profile if self.target else {}
         lease = profile.get("activity_task_lease_seconds")
         self.lease_seconds: float | None = float(lease) if isinstance(lease, int | float) else None
         self.max_wait = self.target.max_wait if self.target else 30.0
         # A start_to_close shorter than the lease always fires first (both run from the same claim), so the
         # model never has to guess which of the two ended an attempt.
-        self.short_timeouts = self.lease_seconds is not None and self.lease_seconds > START_TO_CLOSE
+        self.short_timeouts = (
+            self.lease_seconds is not None
+            and self.lease_seconds > START_TO_CLOSE
+            and self.max_wait >= START_TO_CLOSE + MARGIN
+        )
+        self.lease_wait_fits = self.lease_seconds is not None and self.lease_seconds + MARGIN <= self.max_wait
 
     # -- clock and model helpers ---------------------------------------------------------------------------
 
@@ -288,15 +289,12 @@ class ActivityMachine(MachineBase):
     def all_execs(self) -> list[ExecM]:
         return [e for r in self.runs for e in r.execs]
 
-    def open_execs(self) -> int:
-        return sum(1 for e in self.all_execs() if e.final is None and e.run.open)
-
     def claimable(self, e: ExecM, at: datetime) -> bool:
         """Whether a poll at ``at`` may lease a task of ``e`` (a hint for preconditions, never a verdict)."""
         if not e.certain or not e.run.open or e.final is not None:
             return False
         if e.status is ExecutionStatus.PENDING:
-            return e.ready_at <= at
+            return True  # fresh, or a retry whose backoff (at most 1 s) a one-second long poll outlasts
         cur = e.current
         return (
             cur is not None
@@ -788,7 +786,9 @@ class ActivityMachine(MachineBase):
         """One complete, fail or heartbeat, judged by the model; the model follows the answer."""
         e = a.execution
         self.settle()
-        if e.final is not None or not e.run.open:
+        if not e.run.open:
+            e.run.spent += 1
+        elif e.final is not None:
             e.spent += 1
         task_id, attempt_id, owner, named = self.actor(a, who)
         body: dict[str, Any] = {"activity_attempt_id": attempt_id, "lease_owner": owner}
@@ -1033,11 +1033,42 @@ class ActivityMachine(MachineBase):
         elif named.end == "type":
             self.reached("non_retryable_type")
 
+    def leased_any(self) -> bool:
+        return any(e.attempts for e in self.all_execs())
+
+    def running(self, timeouts: bool | None = None) -> list[AttemptM]:
+        """Current attempts the model holds running (by the model alone, never the clock), of open runs;
+        ``timeouts`` selects those with (True) or without (False) a start_to_close."""
+        return [
+            a
+            for x in self.all_execs()
+            if x.certain and x.run.open and (a := x.current) is not None and a.status is AttemptStatus.RUNNING
+            if timeouts is None or (a.deadline is not None) == timeouts
+        ]
+
+    def running_any(self) -> bool:
+        return bool(self.running())
+
+    def live_attempts(self) -> list[AttemptM]:
+        """Running attempts whose lease and start_to_close both have a margin left."""
+        soon = self.now() + timedelta(seconds=MARGIN)
+        return [
+            a
+            for x in self.all_execs()
+            if x.certain and x.run.open and x.final is None and (a := x.current) is not None
+            if a.status is AttemptStatus.RUNNING and a.expires > soon and (a.deadline is None or a.deadline > soon)
+        ]
+
+    @staticmethod
+    def index(e: ExecM) -> int:
+        """The execution's number: picks among candidates deterministically from the drawn execution."""
+        return int(e.activity_type.rsplit(".", 1)[1])
+
     def focus(self, e: ExecM) -> ExecM:
         """As an example goes on, draws land more and more on ended executions. After a few reports on one
         (duplicates, late reports, reports after a cancel), steer the draw to an execution with a running
         attempt, chosen by the drawn one so the step program stays deterministic."""
-        if e.attempts and e.spent < SPENT_REPORTS:
+        if e.attempts and (e.spent if e.run.open else e.run.spent) < SPENT_REPORTS:
             return e
         live = [
             x
@@ -1048,7 +1079,9 @@ class ActivityMachine(MachineBase):
             and (a := x.current) is not None
             and a.status is AttemptStatus.RUNNING
         ]
-        return live[int(e.activity_type.rsplit(".", 1)[1]) % len(live)] if live else e
+        if not live:
+            live = [x for x in self.all_execs() if x.attempts and x.run.open and x.spent < SPENT_REPORTS]
+        return live[self.index(e) % len(live)] if live else e
 
     def pick(self, e: ExecM, which: str) -> AttemptM | None:
         e = self.focus(e)
@@ -1065,7 +1098,7 @@ class ActivityMachine(MachineBase):
         for i in range(WORKERS):
             self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"aw{i}"))))
 
-    @precondition(lambda self: len(self.runs) < MAX_RUNS and self.open_execs() < MAX_OPEN_EXECUTIONS)
+    @precondition(lambda self: len(self.runs) < MAX_RUNS)
     @rule(target=execs, activities=ACTIVITIES)
     def start_run(self, activities: list[tuple[dict[str, Any] | None, bool]]) -> Any:
         """Start a run and complete its first workflow task with schedule_activity commands."""
@@ -1119,21 +1152,22 @@ class ActivityMachine(MachineBase):
         return multiple(*run.execs)
 
     @precondition(lambda self: self.ready_work() > 0)
-    @rule(worker=st.integers(0, WORKERS - 1))
-    def poll(self, worker: int) -> None:
+    @rule(first=st.integers(0, WORKERS - 1), n=st.sampled_from([1, 1, 2, 3, WORKERS]))
+    def poll(self, first: int, n: int) -> None:
+        """One worker polls, or ``n`` workers poll released together: every task is leased at most once
+        (seed 003: one valid lease per delivery). Only when the model knows of claimable work: an empty poll
+        holds a second."""
         self.settle()
-        reply, sent, received = self.poll_once(self.workers[worker])
-        if reply is not None:
-            self.adopt(self.check_poll_shape(reply), self.workers[worker], sent, received, reply)
-
-    @precondition(lambda self: self.ready_work() > 0)
-    @rule(n=st.integers(2, WORKERS))
-    def race_polls(self, n: int) -> None:
-        """n workers poll at once: every task is leased once (seed 003: one valid lease per delivery)."""
-        self.settle()
+        workers = [self.workers[(first + i) % WORKERS] for i in range(n if self.races < MAX_RACES else 1)]
+        if len(workers) == 1:
+            reply, sent, received = self.poll_once(workers[0])
+            if reply is not None:
+                self.adopt(self.check_poll_shape(reply), workers[0], sent, received, reply)
+            return
+        self.races += 1
         ready = self.ready_work(slack=0.0)
         sent = self.now()
-        results = self.run(race(n, lambda i: self._poll(self.workers[i], 1)))
+        results = self.run(race(len(workers), lambda i: self._poll(workers[i], 1)))
         received = self.now()
         granted: dict[str, list[Reply]] = {}
         for i, res in enumerate(results):
@@ -1148,7 +1182,7 @@ class ActivityMachine(MachineBase):
             if isinstance(task, dict):
                 granted.setdefault(str(task.get("task_id")), []).append(res)
                 if len(granted[str(task.get("task_id"))]) == 1:
-                    self.adopt(body, self.workers[i], sent, received, res)
+                    self.adopt(body, workers[i], sent, received, res)
         for task_id, replies in granted.items():
             if len(replies) > 1:
                 raise self.violation(
@@ -1158,29 +1192,38 @@ class ActivityMachine(MachineBase):
                     received=[r.json().get("task", {}).get("activity_attempt_id") for r in replies],
                     replies=replies,
                 )
-        if granted and n > ready:
+        if granted and len(workers) > ready:
             self.reached("duplicate_claim_raced")
 
+    @precondition(lambda self: self.leased_any())
     @rule(
         e=execs,
         which=st.sampled_from(["current", "previous"]),
         who=st.sampled_from(["owner", "owner", "other", "unknown_attempt", "other_task"]),
     )
     def heartbeat(self, e: ExecM, which: str, who: str) -> None:
+        """A heartbeat by the owner, another worker, an unknown attempt id or the attempt id of another task."""
         a = self.pick(e, which)
         if a is not None:
             self.report(a, who, "heartbeat")
 
+    @precondition(lambda self: self.leased_any())
     @rule(
         e=execs,
-        which=st.sampled_from(["current", "current", "previous"]),
-        who=st.sampled_from(["owner"] * 3 + ["other"]),
+        which=st.sampled_from(["current", "previous"]),
+        who=st.sampled_from(["owner", "other"]),
+        again=st.booleans(),
     )
-    def complete(self, e: ExecM, which: str, who: str) -> None:
+    def complete(self, e: ExecM, which: str, who: str, again: bool) -> None:
+        """A complete; with ``again``, an accepted one is delivered a second time (a duplicate report)."""
         a = self.pick(e, which)
-        if a is not None:
+        if a is None:
+            return
+        res = self.report(a, who, "complete")
+        if again and res is not None and res[0] == "ok":
             self.report(a, who, "complete")
 
+    @precondition(lambda self: self.leased_any())
     @rule(
         e=execs,
         which=st.sampled_from(["current", "current", "previous"]),
@@ -1189,14 +1232,45 @@ class ActivityMachine(MachineBase):
         detail=st.integers(0, 2**31),
     )
     def fail(self, e: ExecM, which: str, who: str, kind: str, detail: int) -> None:
+        """A fail (retryable, non-retryable by flag, by listed type or class, or of an unlisted type)."""
         a = self.pick(e, which)
         if a is not None:
             self.report(a, who, "fail", kind=kind, detail=detail)
 
-    @rule(old=stale, verb=st.sampled_from(["complete", "complete", "fail", "heartbeat"]))
-    def stale_report(self, old: Stale, verb: str) -> None:
-        """The attempt that lost its lease (or its start_to_close) reports: stale, recorded false."""
-        self.report(old.attempt, "owner", verb, kind="retryable")
+    def decisive_attempt(self, e: ExecM, kind: str) -> AttemptM:
+        """A running attempt with attempts left (so the failure kind, not the count, decides), preferring the
+        drawn execution's, and one whose policy lists error types when the failure names one."""
+        live = self.live_attempts() or self.running()
+
+        def decisive(a: AttemptM) -> bool:
+            policy = a.execution.policy
+            listed = bool(policy.non_retryable_error_types) or kind not in ("type", "class")
+            return a.number < policy.max_attempts and listed
+
+        pool = [a for a in live if decisive(a)] or live
+        return e.current if e.current in pool and e.current is not None else pool[self.index(e) % len(pool)]
+
+    @precondition(lambda self: self.running_any())
+    @rule(e=execs, kind=st.sampled_from(["retryable", "unlisted"]), detail=st.integers(0, 2**31), pickup=st.booleans())
+    def fail_retryable(self, e: ExecM, kind: str, detail: int, pickup: bool) -> None:
+        """The owner fails a running attempt that has attempts left with a retryable failure (no type, or a type
+        the policy does not list): a retry. With ``pickup`` a worker then long-polls for the retry, which must
+        not arrive before its backoff."""
+        a = self.decisive_attempt(e, kind)
+        res = self.report(a, "owner", "fail", kind=kind, detail=detail)
+        if pickup and res is not None and res[0] == "ok" and a.end == "retry":
+            worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
+            reply, sent, received = self.poll_once(worker, 2)
+            if reply is not None:
+                self.adopt(self.check_poll_shape(reply), worker, sent, received, reply)
+
+    @precondition(lambda self: self.running_any())
+    @rule(e=execs, by=st.sampled_from(["flag", "type", "class"]), detail=st.integers(0, 2**31))
+    def fail_non_retryable(self, e: ExecM, by: str, detail: int) -> None:
+        """The owner fails a running attempt that has attempts left with ``non_retryable: true``, or a
+        ``failure.type`` / ``failure.class`` the policy lists: the activity ends there (§11.6)."""
+        a = self.decisive_attempt(e, by)
+        self.report(a, "owner", "fail", kind=by, detail=detail)
 
     def closable(self, run: RunM) -> bool:
         """An open run with an activity attempt still running (the interesting moment to close it)."""
@@ -1206,11 +1280,18 @@ class ActivityMachine(MachineBase):
             and any((a := e.current) is not None and a.status is AttemptStatus.RUNNING for e in run.execs)
         )
 
-    @precondition(lambda self: self.closes < MAX_CLOSES and any(self.closable(r) for r in self.runs))
-    @rule(e=execs, kind=st.sampled_from(["cancel", "terminate"]))
-    def close_run(self, e: ExecM, kind: str) -> None:
-        """Cancel or terminate a run while one of its activities is leased."""
-        run = e.run if self.closable(e.run) else next(r for r in self.runs if self.closable(r))
+    @precondition(lambda self: self.closes < MAX_CLOSES and self.running_any())
+    @rule(
+        e=execs,
+        kind=st.sampled_from(["cancel", "terminate"]),
+        then=st.sampled_from(["heartbeat", "heartbeat", "complete", "fail", "nothing"]),
+    )
+    def close_run(self, e: ExecM, kind: str, then: str) -> None:
+        """Cancel or terminate a run while one of its activities is leased; then its worker heartbeats
+        (200, cancel_requested, can_continue false) and reports (409 outcome "ignored"), or stays silent
+        and is left to later rules."""
+        closable = [r for r in self.runs if self.closable(r)]
+        run = e.run if e.run in closable else closable[0]
         reply = self.call(
             self.client.control("POST", f"/workflows/{run.workflow_id}/{kind}", {"reason": "conformance"})
         )
@@ -1234,11 +1315,21 @@ class ActivityMachine(MachineBase):
             run.status = RunStatus.CANCELLED if kind == "cancel" else RunStatus.TERMINATED
             run.closed_reason = run.status.value
             now = self.now()
-            if any(
-                (a := x.current) is not None and a.status is AttemptStatus.RUNNING and a.expires > now
+            held = [
+                a
                 for x in run.execs
-            ):
+                if (a := x.current) is not None and a.status is AttemptStatus.RUNNING and a.expires > now
+            ]
+            for x in run.execs:
+                a = x.current
+                if a is not None and a.status is AttemptStatus.RUNNING and a.deadline is not None:
+                    a.maybe_timed_out = a.deadline <= now + timedelta(seconds=MARGIN)
+            if held:
                 self.reached("closed_while_leased")
+            if held and then != "nothing":
+                if then == "heartbeat":
+                    self.report(held[0], "owner", "heartbeat")
+                self.report(held[0], "owner", "fail" if then == "fail" else "complete")
         elif reply.status != 409:
             raise self.violation(
                 "CONTROL-CANCEL-CLOSES-RUN",
@@ -1249,26 +1340,35 @@ class ActivityMachine(MachineBase):
             )
 
     def _lease_wait_target(self) -> AttemptM | None:
-        if self.lease_seconds is None or self.lease_seconds > self.max_wait or self.waits >= MAX_WAITS:
-            return None
-        now = self.now()
-        live = [
-            a
-            for e in self.all_execs()
-            if e.certain and e.run.open and (a := e.current) is not None
-            if a.status is AttemptStatus.RUNNING and a.deadline is None and a.expires > now
-        ]
-        return min(live, key=lambda a: a.expires) if live else None
+        held = self.running(timeouts=False)
+        return min(held, key=lambda a: a.expires) if held else None
 
-    @precondition(lambda self: self._lease_wait_target() is not None)
-    @rule(target=stale)
-    def wait_out_lease(self) -> Any:
+    def can_wait_lease(self) -> bool:
+        return self.lease_wait_fits and self.lease_waits < MAX_LEASE_WAITS and bool(self.running(timeouts=False))
+
+    def can_wait_timeout(self) -> bool:
+        return self.timeout_waits < MAX_TIMEOUT_WAITS and bool(self.running(timeouts=True))
+
+    @precondition(lambda self: self.can_wait_lease() or self.can_wait_timeout())
+    @rule(
+        what=st.sampled_from(["lease", "timeout"]), then=st.sampled_from(["complete", "complete", "fail", "heartbeat"])
+    )
+    def wait_out(self, what: str, then: str) -> None:
+        """Let time pass: a lease expires (the holder crashed) or a start_to_close deadline passes (the holder
+        overran); the old attempt then reports."""
+        if (what == "lease" and self.can_wait_lease()) or not self.can_wait_timeout():
+            self.wait_out_lease(then)
+        else:
+            self.wait_out_timeout("complete" if then == "heartbeat" else then)
+
+    def wait_out_lease(self, then: str) -> None:
         """The holder "crashes": once its lease expires the task is redelivered to another worker with a new
-        activity_attempt_id and attempt_number + 1 (§9 "Activity redelivery")."""
+        activity_attempt_id and attempt_number + 1 (§9 "Activity redelivery"); then the old holder comes
+        back and reports (stale, recorded false)."""
         a = self._lease_wait_target()
-        assert a is not None
-        assert self.lease_seconds is not None
-        self.waits += 1
+        if a is None or self.lease_seconds is None:
+            return
+        self.lease_waits += 1
         taker = next(w for w in self.workers if w != a.owner)
         deadline = time.monotonic() + max(0.0, (a.expires - self.now()).total_seconds()) + self.lease_seconds + 5
         while time.monotonic() < deadline:
@@ -1276,12 +1376,13 @@ class ActivityMachine(MachineBase):
             hold = max(1, min(10, int(deadline - time.monotonic())))
             reply, sent, received = self.poll_once(taker, hold)
             if reply is None:
-                return multiple()
+                return
             got = self.adopt(self.check_poll_shape(reply), taker, sent, received, reply)
             if got is not None and got.task_id == a.task_id and got is not a:
-                return multiple(Stale(a, "redelivery"))
+                self.report(a, "owner", then)
+                return
             if not a.execution.certain or a.end is not None:
-                return multiple()
+                return
         raise self.violation(
             "ACTIVITY-REDELIVERY-NEW-ATTEMPT",
             f"activity task {a.task_id} was never redelivered after its lease expired at {a.expires.isoformat()}",
@@ -1290,37 +1391,27 @@ class ActivityMachine(MachineBase):
         )
 
     def _timeout_wait_target(self) -> AttemptM | None:
-        if self.waits >= MAX_WAITS:
-            return None
-        horizon = self.now() + timedelta(seconds=self.max_wait - MARGIN)
-        running = [
-            a
-            for e in self.all_execs()
-            if e.certain and e.run.open and (a := e.current) is not None
-            if a.status is AttemptStatus.RUNNING and a.deadline is not None and a.deadline <= horizon
-        ]
+        running = self.running(timeouts=True)
         return min(running, key=lambda a: a.deadline or a.expires) if running else None
 
-    @precondition(lambda self: self._timeout_wait_target() is not None)
-    @rule(target=stale)
-    def wait_out_timeout(self) -> Any:
+    def wait_out_timeout(self, then: str) -> None:
         """The holder overruns its start_to_close: its heartbeat stops answering can_continue (§11.7), and
-        the attempt is then stale whatever it reports."""
+        its late report is stale (409 stale_attempt, recorded false)."""
         a = self._timeout_wait_target()
-        assert a is not None
-        assert a.deadline is not None
-        self.waits += 1
+        if a is None or a.deadline is None:
+            return
+        self.timeout_waits += 1
         deadline = time.monotonic() + max(0.0, (a.deadline - self.now()).total_seconds()) + MARGIN + 5
         while time.monotonic() < deadline:
             res = self.report(a, "owner", "heartbeat")
             if res is None or not a.execution.certain:
-                return multiple()
+                return
             if res[0] != "ok":
                 self.settle()
                 if a.end in ("timeout_retry", "timeout_final"):
                     self.reached("timeout_waited")
-                    return multiple(Stale(a, "timeout"))
-                return multiple()
+                    self.report(a, "owner", then)
+                return
             self.run(asyncio.sleep(0.25))
         raise self.violation(
             "TIMEOUT-LATE-COMPLETE-STALE",
@@ -1345,7 +1436,8 @@ class ActivityMachine(MachineBase):
     def probe_resume(self) -> None:
         """Poll the run's own workflow queue: a workflow task appears only after a final activity outcome."""
         run = self._probe_target()
-        assert run is not None
+        if run is None:
+            return
         self.settle()
         resumed, pending = run.resumed, self.final_timeout_pending(run)
         reply = self.call(self.ctx.poll_wf(run.worker, run.queue, 1))
@@ -1498,12 +1590,14 @@ class ActivityMachine(MachineBase):
             allowed.add(None)
         if a.status is AttemptStatus.RUNNING and not run.open:
             allowed |= {"ActivityCancelled", None}
-        if (
+        near = (
             a.status is AttemptStatus.RUNNING
             and a.deadline is not None
             and a.deadline <= now + timedelta(seconds=MARGIN)
-        ):
-            allowed.add("ActivityRetryScheduled" if e.policy.should_retry(a.number) else "ActivityTimedOut")
+        )
+        if near or a.maybe_timed_out:
+            # The start_to_close fired, or may have fired before the run closed: its event, or none yet.
+            allowed |= {"ActivityRetryScheduled" if e.policy.should_retry(a.number) else "ActivityTimedOut", None}
         event = found[0] if found else None
         if event in allowed:
             return

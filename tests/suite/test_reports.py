@@ -115,3 +115,19 @@ def test_reports_are_written_without_tokens(tmp_path: Path) -> None:
     for external in ("<script", "<link", "src="):  # self-contained: nothing is fetched
         assert external not in page
     assert json.loads((out / "results.json").read_text(encoding="utf-8"))["run_id"] == RUN["run_id"]
+
+
+def test_machine_ledgers_reach_the_report(tmp_path: Path) -> None:
+    record = {
+        "check": "machine:workflow_leases",
+        "requirements": ["LEASE-EXCLUSIVE"],
+        "verdict": "passed",
+        "message": "",
+        "ledger": {"duplicate_claim_raced": 3, "lease_granted": 9},
+    }
+    results = build_results(_target(), [record], RUN, options=OPTIONS)
+    assert results["coverage_ledger"] == {"workflow_leases": {"duplicate_claim_raced": 3, "lease_granted": 9}}
+    Draft202012Validator(schemas.load_json("json/report.schema.json")).validate(results)
+    page = (write_reports(results, tmp_path / "r") / "report.html").read_text(encoding="utf-8")
+    assert "State-machine coverage ledger" in page
+    assert "duplicate_claim_raced" in page

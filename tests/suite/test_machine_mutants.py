@@ -1,0 +1,61 @@
+"""The state machines catch broken servers on their own (not only the plain checks): each named fault
+below makes the named machine fail with the expected requirement ID.
+
+Shrinking is switched off here (``--no-machine-shrink``): it replays the failing sequence against the server
+many times, which proves nothing more about detection; test_machine_replay.py covers shrinking and replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServerProcess, run_suite
+
+pytestmark = pytest.mark.slow
+
+# fault -> (machine, requirement IDs any of which the machine may report for it)
+CAUGHT: dict[str, tuple[str, frozenset[str]]] = {
+    "claim-not-conditional": (
+        "workflow_leases",
+        frozenset({"LEASE-EXCLUSIVE", "LEASE-NOT-SHARED-WHILE-LIVE", "DISPATCH-ONE-LEASE-PER-DELIVERY"}),
+    ),
+    "accept-stale-attempt": ("workflow_leases", frozenset({"FENCE-ATTEMPT"})),
+    "accept-wrong-lease-owner": ("workflow_leases", frozenset({"FENCE-OWNER"})),
+    "expired-never-redelivered": ("workflow_leases", frozenset({"EXPIRY-REDELIVER-SAME-TASK"})),
+    "skip-run-closed-guard": ("workflow_leases", frozenset({"CANCEL-TASK-RUN-CLOSED"})),
+    "retry-past-max-attempts": ("activities", frozenset({"RETRY-FAILED-ATTEMPTS-BOUNDED"})),
+    "retry-non-retryable": ("activities", frozenset({"RETRY-NON-RETRYABLE-FLAG", "RETRY-NON-RETRYABLE-TYPE"})),
+    "query-writes-history": ("queries_signals", frozenset({"QUERY-READ-ONLY"})),
+}
+
+SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3")
+
+
+@pytest.mark.parametrize(("fault", "machine", "requirements"), [(f, m, r) for f, (m, r) in sorted(CAUGHT.items())])
+def test_machine_catches_fault(
+    fault: str,
+    machine: str,
+    requirements: frozenset[str],
+    server_factory: Callable[..., ServerProcess],
+    tmp_path: Path,
+) -> None:
+    server = server_factory("--fault", fault, *SERVER_ARGS)
+    run = run_suite(
+        server.url,
+        tmp_path / "reports",
+        "-k",
+        f"test_machine and {machine}",
+        "--no-machine-shrink",
+        "--machine-examples",
+        "12",
+        env={"DW_CONFORMANCE_SEED": "20261129"},
+    )
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert run.results is not None
+    failed = {r["id"] for r in run.results["requirements"] if r["verdict"] == "failed"}
+    assert failed & requirements, f"{fault}: machine {machine} reported {sorted(failed)}\n{run.stdout[-3000:]}"
+    replay = sorted((tmp_path / "reports").glob(f"*/replay/{machine}/replay.py"))
+    assert replay, "a failing machine writes its replay bundle"
