@@ -11,23 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
-from hypothesis import note
+from hypothesis import note as _hypothesis_note
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine
 
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, HarnessError
 
-__all__ = ["LEDGER", "MachineBase", "race"]
+__all__ = ["LEDGER", "MachineBase", "note", "race"]
 
 R = TypeVar("R")
 
 # How often each hard state was reached in this process, per machine (the coverage ledger).
 LEDGER: dict[str, Counter[str]] = {}
+
+
+def note(text: str) -> None:
+    """Record a line with the failing example (Hypothesis' ``note``); outside a Hypothesis run — a replay
+    script — print it instead, so the replay shows the same exchanges."""
+    try:
+        _hypothesis_note(text)
+    except InvalidArgument:
+        print(text, file=sys.stderr)
 
 
 async def race(n: int, make: Callable[[int], Awaitable[R]]) -> list[R | BaseException]:

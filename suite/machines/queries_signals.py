@@ -34,7 +34,6 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, ClassVar
 
-from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, precondition, rule
 
@@ -52,7 +51,7 @@ from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import QueryTaskStatus, RunStatus, TaskStatus
 from suite.protocol.requirements import REGISTRY
 
-from .base import MachineBase, race
+from .base import MachineBase, note, race
 
 __all__ = ["PROPOSED", "QuerySignalMachine"]
 

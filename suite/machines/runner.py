@@ -194,12 +194,13 @@ def _write_bundle(
     script = f'''\
 """Replay of a failing {cls.name} run: the minimal step program, runnable against any URL.
 
-    python replay.py [URL]
+    python replay.py [URL]      (tokens, if the target needs them: DW_WORKER_TOKEN, DW_OPERATOR_TOKEN)
 
 Found with seed {budget.seed} ({budget.examples} examples x {budget.steps} steps). The expectations are
 recomputed by the pure model at every step, so the verdict means the same on every replay.
 """
 
+import os
 import sys
 
 from suite.context import TargetInfo
@@ -207,7 +208,15 @@ from suite.target import probe_cluster_info
 from {module} import {cls.__name__} as _Machine
 
 url = sys.argv[1] if len(sys.argv) > 1 else {target.url!r}
-target = TargetInfo(url=url, cluster_info=probe_cluster_info(url, None), max_wait={target.max_wait!r})
+worker_token = os.environ.get("DW_WORKER_TOKEN")
+operator_token = os.environ.get("DW_OPERATOR_TOKEN")
+target = TargetInfo(
+    url=url,
+    cluster_info=probe_cluster_info(url, operator_token or worker_token),
+    worker_token=worker_token,
+    operator_token=operator_token,
+    max_wait={target.max_wait!r},
+)
 {cls.__name__} = _Machine.bound(target)
 {steps}
 state.teardown()

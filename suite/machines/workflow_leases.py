@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, multiple, precondition, rule
 
@@ -27,7 +26,7 @@ from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, parse_
 from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import RunStatus, TaskStatus
 
-from .base import MachineBase, race
+from .base import MachineBase, note, race
 
 __all__ = ["WorkflowLeaseMachine"]
 

@@ -59,3 +59,34 @@ def test_machine_catches_fault(
     assert failed & requirements, f"{fault}: machine {machine} reported {sorted(failed)}\n{run.stdout[-3000:]}"
     replay = sorted((tmp_path / "reports").glob(f"*/replay/{machine}/replay.py"))
     assert replay, "a failing machine writes its replay bundle"
+
+
+def test_replay_bundle_reproduces_against_any_url(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """The replay script of a failing machine run fails again against a server with the same bug and runs
+    clean against a correct one: the verdict is recomputed by the model, not recorded."""
+    import subprocess
+    import sys
+
+    broken = server_factory("--fault", "accept-wrong-lease-owner", *SERVER_ARGS)
+    run = run_suite(
+        broken.url,
+        tmp_path / "reports",
+        "-k",
+        "test_machine and workflow_leases",
+        "--no-machine-shrink",
+        "--machine-examples",
+        "12",
+        env={"DW_CONFORMANCE_SEED": "20261129"},
+    )
+    assert run.returncode == 1, run.stdout[-3000:]
+    (script,) = sorted((tmp_path / "reports").glob("*/replay/workflow_leases/replay.py"))
+
+    def replay(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script), url], capture_output=True, text=True, timeout=300)
+
+    again = replay(server_factory("--fault", "accept-wrong-lease-owner", *SERVER_ARGS).url)
+    assert again.returncode != 0
+    assert "lease_owner_mismatch" in again.stderr
+    clean = replay(server_factory(*SERVER_ARGS).url)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert "replayed without a violation" in clean.stdout
