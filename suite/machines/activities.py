@@ -30,7 +30,10 @@ have left (``ActivityRetryScheduled`` for an intermediate failure, ``ActivityFai
   outcome, and leases the resume after one.
 
 Time: the model knows every lease expiry and start-to-close deadline (server time). Within ``MARGIN`` seconds
-of one, both sides are accepted, and the answer tells the model which side the server was on.
+of one, both sides are accepted, and the answer tells the model which side the server was on. The model
+learns that a deadline passed only from an answer (a stale report, a retry leased), never from the clock
+alone: preconditions then depend on the step program and the answers, not on how long steps took, so
+Hypothesis replays an example the same way when it shrinks it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, multiple, precondition, rule
 
@@ -61,7 +63,7 @@ from suite.protocol.fencing import (
 from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import AttemptEvent, AttemptStatus, ExecutionStatus, RunStatus, TaskStatus
 
-from .base import MachineBase, race
+from .base import MachineBase, note, race
 
 __all__ = ["ActivityMachine"]
 
@@ -139,7 +141,6 @@ class RunM:
     uncertain: bool = False
     resumed: bool = False  # a final activity outcome was recorded: a workflow task may (must) exist
     resume_leased: bool = False
-    waiting_seen: bool = False  # describe said "waiting" after the scheduling batch
     spent: int = 0  # reports made on its activities after it closed
     execs: list[ExecM] = field(default_factory=list)
 
@@ -165,10 +166,10 @@ class ExecM:
     attempts: list[AttemptM] = field(default_factory=list)
     current_task: str | None = None  # the execution's newest task; a sentinel while a retry is unleased
     task_status: dict[str, TaskStatus] = field(default_factory=dict)
-    ready_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when its ready task is claimable
     not_before: datetime | None = None  # a retry must not be leased before this (its backoff)
     backoff: int = 0
     final: str | None = None  # why no attempt may follow: completed/exhausted/flag/type/timeout/cancelled
+    snapshot_max: int | None = None  # max_attempts of the lease's retry_policy snapshot (§11.1)
     uncertain: bool = False
     spent: int = 0  # reports made after it ended or its run closed
 
@@ -289,24 +290,28 @@ class ActivityMachine(MachineBase):
     def all_execs(self) -> list[ExecM]:
         return [e for r in self.runs for e in r.execs]
 
-    def claimable(self, e: ExecM, at: datetime) -> bool:
-        """Whether a poll at ``at`` may lease a task of ``e`` (a hint for preconditions, never a verdict)."""
+    def claimable(self, e: ExecM, at: datetime, *, expired: bool = True) -> bool:
+        """Whether a poll at ``at`` may lease a task of ``e`` (a hint, never a verdict). ``expired=False``
+        leaves out redeliveries of expired leases: preconditions then depend on the model alone, not the
+        clock, so Hypothesis replays an example the same way when it shrinks it."""
         if not e.certain or not e.run.open or e.final is not None:
             return False
         if e.status is ExecutionStatus.PENDING:
             return True  # fresh, or a retry whose backoff (at most 1 s) a one-second long poll outlasts
         cur = e.current
         return (
-            cur is not None
+            expired
+            and cur is not None
             and cur.end is None
             and cur.status in (AttemptStatus.RUNNING, AttemptStatus.EXPIRED)
             and cur.deadline is None
             and cur.expires <= at
         )
 
-    def ready_work(self, slack: float = 0.5) -> int:
-        at = self.now() + timedelta(seconds=slack)
-        return sum(1 for e in self.all_execs() if self.claimable(e, at))
+    def ready_work(self) -> int:
+        """Executions with a ready task (fresh or a retry): the poll rules' precondition."""
+        at = self.now()
+        return sum(1 for e in self.all_execs() if self.claimable(e, at, expired=False))
 
     def timed_out(self, a: AttemptM, moment: datetime) -> bool:
         """§11.7: the attempt's start_to_close has fired by ``moment`` (a closed run's attempt is cancelled
@@ -317,14 +322,6 @@ class ActivityMachine(MachineBase):
             and a.deadline <= moment
             and a.execution.run.open
         )
-
-    def settle(self) -> None:
-        """Apply every start_to_close that has certainly fired (more than MARGIN ago)."""
-        at = self.now() - timedelta(seconds=MARGIN)
-        for e in self.all_execs():
-            cur = e.current
-            if cur is not None and e.certain and self.timed_out(cur, at):
-                self.apply_timeout(cur)
 
     def apply_timeout(self, a: AttemptM) -> None:
         """§11.7: "On expiry the upstream enforcer retries, subject to attempts left and backoff … When no
@@ -339,7 +336,6 @@ class ActivityMachine(MachineBase):
             e.current_task = f"retry-after-{a.number}"
             e.backoff = e.policy.backoff_before(a.number + 1)
             e.not_before = a.deadline + timedelta(seconds=e.backoff)
-            e.ready_at = e.not_before
         else:
             a.end = "timeout_final"
             e.status = ExecutionStatus.TIMED_OUT
@@ -518,9 +514,18 @@ class ActivityMachine(MachineBase):
             )
         return body
 
+    @staticmethod
+    def exhausted_requirement(e: ExecM) -> str:
+        """Retried past max_attempts: the bound is broken (§11.6 "Retry if … `attempt_number < max_attempts`"),
+        unless the activity had no policy and the server's own snapshot (§11.1 ``retry_policy``) shows it applied
+        a default other than 1 (§11.6 "Default when no `retry_policy` is given | **`max_attempts = 1`**")."""
+        if e.policy_json is None and e.snapshot_max not in (None, 1):
+            return "RETRY-DEFAULT-NONE"
+        return "RETRY-FAILED-ATTEMPTS-BOUNDED"
+
     def final_requirement(self, e: ExecM) -> str:
         if e.final in ("exhausted", "timeout"):
-            return "RETRY-DEFAULT-NONE" if e.policy_json is None else "RETRY-FAILED-ATTEMPTS-BOUNDED"
+            return self.exhausted_requirement(e)
         return {
             "flag": "RETRY-NON-RETRYABLE-FLAG",
             "type": "RETRY-NON-RETRYABLE-TYPE",
@@ -597,6 +602,9 @@ class ActivityMachine(MachineBase):
         e.status = ExecutionStatus.RUNNING
         e.not_before = None
         e.execution_id = str(execution_id)
+        snapshot = task.get("retry_policy")
+        if isinstance(snapshot, dict) and isinstance(snapshot.get("max_attempts"), int):
+            e.snapshot_max = snapshot["max_attempts"]
         self.seen_attempt_ids.add(attempt_id)
         self.touched.add(run.run_id)
         self.reached("activity_leased")
@@ -697,7 +705,7 @@ class ActivityMachine(MachineBase):
                 self.apply_timeout(cur)
             elif timed_out:
                 raise self.violation(
-                    "RETRY-DEFAULT-NONE" if e.policy_json is None else "RETRY-FAILED-ATTEMPTS-BOUNDED",
+                    self.exhausted_requirement(e),
                     f"{e.activity_type} attempt {cur.number} of {e.policy.max_attempts} timed out with no attempt "
                     "left, yet another attempt was leased",
                     expected="ActivityTimedOut and no further attempt",
@@ -785,7 +793,6 @@ class ActivityMachine(MachineBase):
     ) -> tuple[str, Reply] | None:
         """One complete, fail or heartbeat, judged by the model; the model follows the answer."""
         e = a.execution
-        self.settle()
         if not e.run.open:
             e.run.spent += 1
         elif e.final is not None:
@@ -986,7 +993,6 @@ class ActivityMachine(MachineBase):
             e.current_task = f"retry-after-{named.number}"
             e.backoff = e.policy.backoff_before(named.number + 1)
             e.not_before = sent + timedelta(seconds=e.backoff)
-            e.ready_at = self.now() + timedelta(seconds=e.backoff)
         else:
             e.status, e.final = ExecutionStatus.FAILED, label
             e.run.resumed = True
@@ -1049,26 +1055,27 @@ class ActivityMachine(MachineBase):
     def running_any(self) -> bool:
         return bool(self.running())
 
-    def live_attempts(self) -> list[AttemptM]:
-        """Running attempts whose lease and start_to_close both have a margin left."""
-        soon = self.now() + timedelta(seconds=MARGIN)
-        return [
-            a
-            for x in self.all_execs()
-            if x.certain and x.run.open and x.final is None and (a := x.current) is not None
-            if a.status is AttemptStatus.RUNNING and a.expires > soon and (a.deadline is None or a.deadline > soon)
-        ]
-
     @staticmethod
     def index(e: ExecM) -> int:
         """The execution's number: picks among candidates deterministically from the drawn execution."""
         return int(e.activity_type.rsplit(".", 1)[1])
 
+    def fresh(self, e: ExecM) -> bool:
+        """Leased, and not yet reported on more than SPENT_REPORTS times since it ended or its run closed."""
+        return bool(e.attempts) and (e.spent if e.run.open else e.run.spent) < SPENT_REPORTS
+
+    def reportable(self) -> bool:
+        return any(self.fresh(e) for e in self.all_execs())
+
+    def open_work(self) -> bool:
+        """An activity that may still be leased, retried or reported as its final outcome."""
+        return any(e.certain and e.run.open and e.final is None for e in self.all_execs())
+
     def focus(self, e: ExecM) -> ExecM:
         """As an example goes on, draws land more and more on ended executions. After a few reports on one
         (duplicates, late reports, reports after a cancel), steer the draw to an execution with a running
         attempt, chosen by the drawn one so the step program stays deterministic."""
-        if e.attempts and (e.spent if e.run.open else e.run.spent) < SPENT_REPORTS:
+        if self.fresh(e):
             return e
         live = [
             x
@@ -1080,7 +1087,7 @@ class ActivityMachine(MachineBase):
             and a.status is AttemptStatus.RUNNING
         ]
         if not live:
-            live = [x for x in self.all_execs() if x.attempts and x.run.open and x.spent < SPENT_REPORTS]
+            live = [x for x in self.all_execs() if self.fresh(x)]
         return live[self.index(e) % len(live)] if live else e
 
     def pick(self, e: ExecM, which: str) -> AttemptM | None:
@@ -1098,7 +1105,7 @@ class ActivityMachine(MachineBase):
         for i in range(WORKERS):
             self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"aw{i}"))))
 
-    @precondition(lambda self: len(self.runs) < MAX_RUNS)
+    @precondition(lambda self: len(self.runs) < MAX_RUNS or (len(self.runs) < 2 * MAX_RUNS and not self.open_work()))
     @rule(target=execs, activities=ACTIVITIES)
     def start_run(self, activities: list[tuple[dict[str, Any] | None, bool]]) -> Any:
         """Start a run and complete its first workflow task with schedule_activity commands."""
@@ -1133,11 +1140,12 @@ class ActivityMachine(MachineBase):
                 command["start_to_close_timeout"] = e.start_to_close
             commands.append(command)
         self.scheduled += len(commands)
-        reply = self.call(self.ctx.complete(task, commands))
         self.runs.append(run)
+        self.exec_by_type.update((e.activity_type, e) for e in run.execs)
+        reply = self.call(self.ctx.complete(task, commands))
         if reply is None:
-            run.uncertain = True
-            return multiple()
+            run.uncertain = True  # maybe scheduled: its activities may be leased, but are never judged
+            return multiple(*run.execs)
         if reply.status != 200:
             raise self.violation(
                 "ACTIVITY-SCHEDULED-LEASABLE",
@@ -1146,9 +1154,6 @@ class ActivityMachine(MachineBase):
                 received=f"{reply.status} {reply.reason}",
                 replies=[reply],
             )
-        for e in run.execs:
-            self.exec_by_type[e.activity_type] = e
-        run.waiting_seen = self.run_status(run) == "waiting"
         return multiple(*run.execs)
 
     @precondition(lambda self: self.ready_work() > 0)
@@ -1157,7 +1162,6 @@ class ActivityMachine(MachineBase):
         """One worker polls, or ``n`` workers poll released together: every task is leased at most once
         (seed 003: one valid lease per delivery). Only when the model knows of claimable work: an empty poll
         holds a second."""
-        self.settle()
         workers = [self.workers[(first + i) % WORKERS] for i in range(n if self.races < MAX_RACES else 1)]
         if len(workers) == 1:
             reply, sent, received = self.poll_once(workers[0])
@@ -1165,7 +1169,7 @@ class ActivityMachine(MachineBase):
                 self.adopt(self.check_poll_shape(reply), workers[0], sent, received, reply)
             return
         self.races += 1
-        ready = self.ready_work(slack=0.0)
+        ready = self.ready_work()
         sent = self.now()
         results = self.run(race(len(workers), lambda i: self._poll(workers[i], 1)))
         received = self.now()
@@ -1207,11 +1211,11 @@ class ActivityMachine(MachineBase):
         if a is not None:
             self.report(a, who, "heartbeat")
 
-    @precondition(lambda self: self.leased_any())
+    @precondition(lambda self: self.reportable())
     @rule(
         e=execs,
-        which=st.sampled_from(["current", "previous"]),
-        who=st.sampled_from(["owner", "other"]),
+        which=st.sampled_from(["current", "current", "previous"]),
+        who=st.sampled_from(["owner", "owner", "other"]),
         again=st.booleans(),
     )
     def complete(self, e: ExecM, which: str, who: str, again: bool) -> None:
@@ -1223,11 +1227,11 @@ class ActivityMachine(MachineBase):
         if again and res is not None and res[0] == "ok":
             self.report(a, who, "complete")
 
-    @precondition(lambda self: self.leased_any())
+    @precondition(lambda self: self.reportable())
     @rule(
         e=execs,
         which=st.sampled_from(["current", "current", "previous"]),
-        who=st.sampled_from(["owner"] * 3 + ["other"]),
+        who=st.sampled_from(["owner", "owner", "owner", "other", "other_task"]),
         kind=st.sampled_from(["retryable", "retryable", "unlisted", "flag", "type", "class"]),
         detail=st.integers(0, 2**31),
     )
@@ -1240,7 +1244,7 @@ class ActivityMachine(MachineBase):
     def decisive_attempt(self, e: ExecM, kind: str) -> AttemptM:
         """A running attempt with attempts left (so the failure kind, not the count, decides), preferring the
         drawn execution's, and one whose policy lists error types when the failure names one."""
-        live = self.live_attempts() or self.running()
+        live = self.running()
 
         def decisive(a: AttemptM) -> bool:
             policy = a.execution.policy
@@ -1310,7 +1314,6 @@ class ActivityMachine(MachineBase):
                     received=f"{reply.status} {reply.reason}",
                     replies=[reply],
                 )
-            self.settle()
             self.closes += 1
             run.status = RunStatus.CANCELLED if kind == "cancel" else RunStatus.TERMINATED
             run.closed_reason = run.status.value
@@ -1372,7 +1375,6 @@ class ActivityMachine(MachineBase):
         taker = next(w for w in self.workers if w != a.owner)
         deadline = time.monotonic() + max(0.0, (a.expires - self.now()).total_seconds()) + self.lease_seconds + 5
         while time.monotonic() < deadline:
-            self.settle()
             hold = max(1, min(10, int(deadline - time.monotonic())))
             reply, sent, received = self.poll_once(taker, hold)
             if reply is None:
@@ -1407,7 +1409,6 @@ class ActivityMachine(MachineBase):
             if res is None or not a.execution.certain:
                 return
             if res[0] != "ok":
-                self.settle()
                 if a.end in ("timeout_retry", "timeout_final"):
                     self.reached("timeout_waited")
                     self.report(a, "owner", then)
@@ -1438,7 +1439,6 @@ class ActivityMachine(MachineBase):
         run = self._probe_target()
         if run is None:
             return
-        self.settle()
         resumed, pending = run.resumed, self.final_timeout_pending(run)
         reply = self.call(self.ctx.poll_wf(run.worker, run.queue, 1))
         if reply is None:
@@ -1486,7 +1486,6 @@ class ActivityMachine(MachineBase):
         """Every touched run's history holds exactly the activity events the model's recorded reports left."""
         if not self.touched:
             return
-        self.settle()
         for run_id in sorted(self.touched):
             run = next(r for r in self.runs if r.run_id == run_id)
             events = self.run(self.ctx.history(run.workflow_id, run.run_id))
@@ -1574,7 +1573,7 @@ class ActivityMachine(MachineBase):
             past = [n for n in after if not isinstance(n, int) or n >= ex.policy.max_attempts]
             if len(after) > ex.policy.max_attempts - 1 or past:
                 raise self.violation(
-                    "RETRY-DEFAULT-NONE" if ex.policy_json is None else "RETRY-FAILED-ATTEMPTS-BOUNDED",
+                    self.exhausted_requirement(ex),
                     f"execution {execution_id} was retried {len(after)} times with max_attempts "
                     f"{ex.policy.max_attempts}",
                     expected=f"at most {ex.policy.max_attempts - 1} retries, each after an attempt < max_attempts",
@@ -1608,17 +1607,14 @@ class ActivityMachine(MachineBase):
             }.get(a.end or "", "RETRY-ONE-OUTCOME-PER-EXECUTION")
             message = f"attempt {a.number} of {e.activity_type} ended ({a.end}) but history has no event for it"
         elif a.end in ("exhausted", "flag", "type") and event == "ActivityRetryScheduled":
-            requirement = (
-                "RETRY-DEFAULT-NONE"
-                if a.end == "exhausted" and e.policy_json is None
-                else {
-                    "exhausted": "RETRY-FAILED-ATTEMPTS-BOUNDED",
-                    "flag": "RETRY-NON-RETRYABLE-FLAG",
-                    "type": "RETRY-NON-RETRYABLE-TYPE",
-                }[a.end]
-            )
+            requirement = {
+                "exhausted": self.exhausted_requirement(e),
+                "flag": "RETRY-NON-RETRYABLE-FLAG",
+                "type": "RETRY-NON-RETRYABLE-TYPE",
+            }[a.end]
+            policy = "no retry_policy, so" if e.policy_json is None else "retry_policy"
             message = (
-                f"attempt {a.number} of {e.activity_type} (max_attempts {e.policy.max_attempts}, "
+                f"attempt {a.number} of {e.activity_type} ({policy} max_attempts {e.policy.max_attempts}, "
                 f"non_retryable_error_types {list(e.policy.non_retryable_error_types)}) failed finally ({a.end}) "
                 "but was retried"
             )
