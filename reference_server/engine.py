@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.protocol.fencing import rfc3339
+from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 
 from .config import Settings
 from .faults import fault
@@ -31,28 +32,7 @@ __all__ = [
 ]
 
 # PROTOCOL.md §8.3: all 20 resume-context keys are always present on a leased workflow task.
-RESUME_KEYS: tuple[str, ...] = (
-    "workflow_wait_kind",
-    "open_wait_id",
-    "resume_source_kind",
-    "resume_source_id",
-    "workflow_update_id",
-    "workflow_signal_id",
-    "signal_name",
-    "signal_wait_id",
-    "workflow_command_id",
-    "activity_execution_id",
-    "activity_attempt_id",
-    "activity_type",
-    "child_call_id",
-    "child_workflow_run_id",
-    "timer_id",
-    "condition_wait_id",
-    "condition_key",
-    "condition_definition_fingerprint",
-    "workflow_sequence",
-    "workflow_event_type",
-)
+RESUME_KEYS: tuple[str, ...] = RESUME_CONTEXT_KEYS
 
 TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "terminated"})
 

@@ -15,32 +15,8 @@ from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import FINGERPRINT, decode_blob, encode_blob, encode_value
 from suite.protocol.errors import CodecError
+from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 from suite.registry import check
-
-# §8.3: the 20 resume-context keys, "always present, with null when they do not apply".
-RESUME_CONTEXT_KEYS: tuple[str, ...] = (
-    "workflow_wait_kind",
-    "open_wait_id",
-    "resume_source_kind",
-    "resume_source_id",
-    "workflow_update_id",
-    "workflow_signal_id",
-    "signal_name",
-    "signal_wait_id",
-    "workflow_command_id",
-    "activity_execution_id",
-    "activity_attempt_id",
-    "activity_type",
-    "child_call_id",
-    "child_workflow_run_id",
-    "timer_id",
-    "condition_wait_id",
-    "condition_key",
-    "condition_definition_fingerprint",
-    "workflow_sequence",
-    "workflow_event_type",
-)
-assert len(RESUME_CONTEXT_KEYS) == 20
 
 # Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
 _STATE_FIELDS = (
