@@ -175,7 +175,7 @@ def _steps(outcome: BaseException, reported: list[str]) -> str:
         if line.startswith("state.teardown()"):
             break
         # Keep the step statements; drop the notes recorded between them (exchanges, checks run).
-        if re.match(r"^(state\b|\(|\w+ = state\.)", line):
+        if re.match(r"^(state\b|\(|[\w, ]+ = state\.)", line):
             program.append(line)
     return "\n".join(program)
 
