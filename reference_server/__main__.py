@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
-        "--fault list prints each name, its bug and the requirement IDs the suite must report, tab-separated.",
+        "--fault list prints each name, its bug, the requirement IDs the suite must report and (for a bug only "
+        "retried requests reveal) the suite's --faults spec, tab-separated.",
     )
     p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
     return p
@@ -155,9 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "list" in args.fault:
         from .faults import FAULTS
 
-        # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated).
+        # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated), and
+        # for a fault only a faulty network reveals, the suite's --faults spec that kills it.
         for name, spec in sorted(FAULTS.items()):
-            print(f"{name}\t{spec.description}\t{','.join(spec.kills)}")
+            proxy = f"\t{spec.proxy}" if spec.proxy else ""
+            print(f"{name}\t{spec.description}\t{','.join(spec.kills)}{proxy}")
         return 0
     settings = settings_from_args(args)
     if settings.faults:

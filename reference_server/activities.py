@@ -1227,6 +1227,7 @@ class _Routes:
             attempt,
             lambda db, now: activity_due_in(db, worker, queue, now),
         )
+        s.note_poll_answer(ctx, "activity", worker["worker_id"], prid, result)
         return poll_response(result)
 
     async def activity_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

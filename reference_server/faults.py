@@ -21,6 +21,8 @@ class Fault:
 
     description: str
     kills: tuple[str, ...]
+    # The fault-proxy spec (--faults) under which the suite kills it; None: the plain suite kills it.
+    proxy: str | None = None
 
 
 class _Switches(Protocol):
@@ -74,6 +76,12 @@ FAULTS: dict[str, Fault] = {
     "replay-increments-attempt": Fault(
         "A repeated poll_request_id returns the same task but increments its workflow_task_attempt.",
         ("IDEMPOTENT-POLL-REPLAY",),
+    ),
+    "poll-replay-forgotten-on-disconnect": Fault(
+        "When the connection that carried a poll closes, the poll_request_id replay records of the polls answered"
+        " on it are forgotten, so a retry after a lost answer (on a new connection) gets no replay.",
+        ("IDEMPOTENT-POLL-REPLAY",),
+        proxy="drop_response=0.25",
     ),
     # -- leases and fencing -------------------------------------------------------------------------------
     "accept-wrong-lease-owner": Fault(

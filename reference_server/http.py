@@ -40,6 +40,12 @@ Caveats:
 * Every connection that ends after an error (or ``Connection: close``) is half-closed and drained for
   up to two seconds before the socket closes, so the client can read the error (RFC 9112 §9.6).
 * Over ``max_concurrent_connections`` a new connection is accepted but not read until a slot frees.
+
+Connections: each accepted connection gets an id (1, 2, ... per ``HttpServer``), which every request read
+from it carries as ``Request.connection_id`` (0 for a request built in process). ``on_connection_closed``,
+when given, is called once with that id when the connection ends, however it ends (the peer closed, an
+error, a timeout, server shutdown), after its last request was answered or cancelled and before its socket
+is closed. It runs in the event loop and must not block; an exception it raises is logged and ignored.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import asyncio
 import contextlib
 import email.utils
 import http
+import itertools
 import json
 import logging
 import re
@@ -62,6 +69,7 @@ import h11
 
 __all__ = [
     "SERVER_NAME",
+    "ConnectionClosedCallback",
     "ErrorResponder",
     "Handler",
     "HttpServer",
@@ -115,6 +123,8 @@ class Request:
     ``query_multi`` all of them, in order; query strings are decoded like HTML forms (``+`` is a space).
     Header names are lower-cased; a repeated header's values are joined with ``", "``; values are
     decoded as ISO-8859-1 so no byte is lost. ``client`` is ``"host:port"`` of the peer when known.
+    ``connection_id`` names the connection the request arrived on (see ``HttpServer``); 0 for a request
+    built in process, which arrived on no connection.
     """
 
     method: str
@@ -126,6 +136,7 @@ class Request:
     body: bytes = b""
     client: str | None = None
     raw_query: str = ""
+    connection_id: int = 0
 
     def header(self, name: str) -> str | None:
         """The value of header ``name`` (any case), or ``None`` when the request has none."""
@@ -140,6 +151,7 @@ class Request:
         headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
         body: bytes = b"",
         client: str | None = None,
+        connection_id: int = 0,
     ) -> Request:
         """Build a request from a request target (``/path?query``) the way the shell does.
 
@@ -159,6 +171,7 @@ class Request:
             body=bytes(body),
             client=client,
             raw_query=raw_query,
+            connection_id=connection_id,
         )
 
 
@@ -269,6 +282,9 @@ class ShellError:
 
 ErrorResponder = Callable[[ShellError], Response]
 
+# Told the id of a connection that ended (``Request.connection_id`` of the requests it carried).
+ConnectionClosedCallback = Callable[[int], None]
+
 
 def default_error_responder(error: ShellError) -> Response:
     """``{"reason": ..., "message": ..., "error": ...}`` as JSON with the error's status."""
@@ -290,6 +306,7 @@ class _Connection:
     writer: asyncio.StreamWriter
     protocol: h11.Connection
     client: str | None
+    connection_id: int
     task: asyncio.Task[Any] | None = None
     # True while blocked on the peer with no request in flight (waiting for a request, a connection
     # slot, or lingering). close() cancels such connections at once instead of granting them grace.
@@ -331,7 +348,8 @@ class HttpServer:
     arrived, and each wait for the peer to accept response bytes. ``idle_timeout`` bounds the wait for
     the first byte of a request on an open connection. Over ``max_concurrent_connections``, new
     connections wait (unread) for a slot. ``close()`` gives in-flight requests ``shutdown_grace`` seconds
-    to finish, then cancels them.
+    to finish, then cancels them. ``on_connection_closed`` is called with a connection's id once it ended
+    (see the module docstring).
     """
 
     def __init__(
@@ -345,6 +363,7 @@ class HttpServer:
         read_timeout: float = 30.0,
         max_concurrent_connections: int | None = None,
         shutdown_grace: float = 5.0,
+        on_connection_closed: ConnectionClosedCallback | None = None,
     ) -> None:
         if max_concurrent_connections is not None and max_concurrent_connections < 1:
             raise ValueError(f"max_concurrent_connections must be at least 1, got {max_concurrent_connections}")
@@ -356,6 +375,8 @@ class HttpServer:
         self._read_timeout = read_timeout
         self._max_connections = max_concurrent_connections
         self._shutdown_grace = shutdown_grace
+        self._on_connection_closed = on_connection_closed
+        self._connection_ids = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._sockname: tuple[str, int] | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -392,6 +413,11 @@ class HttpServer:
         """``http://host:port`` of the server, without a trailing slash."""
         host, port = self._bound()
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def open_connections(self) -> int:
+        """How many accepted connections have not ended yet (``on_connection_closed`` has run for the rest)."""
+        return len(self._connections)
 
     def _bound(self) -> tuple[str, int]:
         if self._sockname is None:
@@ -453,6 +479,7 @@ class HttpServer:
             writer=writer,
             protocol=h11.Connection(h11.SERVER, max_incomplete_event_size=self._max_header_bytes),
             client=_format_peer(writer.get_extra_info("peername")),
+            connection_id=next(self._connection_ids),
             task=asyncio.current_task(),
         )
         self._connections.add(connection)
@@ -472,7 +499,20 @@ class HttpServer:
             logger.exception("unexpected error serving the connection from %s", connection.client)
         finally:
             self._connections.discard(connection)
+            self._connection_ended(connection)
             await _close_stream(writer)
+
+    def _connection_ended(self, connection: _Connection) -> None:
+        if self._on_connection_closed is None:
+            return
+        try:
+            self._on_connection_closed(connection.connection_id)
+        except Exception:
+            logger.exception(
+                "the connection-closed callback failed for connection %d from %s",
+                connection.connection_id,
+                connection.client,
+            )
 
     async def _serve(self, connection: _Connection) -> None:
         while True:
@@ -577,6 +617,7 @@ class HttpServer:
             body=body,
             client=connection.client,
             raw_query=raw_query,
+            connection_id=connection.connection_id,
         )
 
         peer_gone = False

@@ -505,6 +505,7 @@ class _Routes:
             attempt,
             lambda db, now: _poll_due_in(db, ctx.namespace, queue, now),
         )
+        s.note_poll_answer(ctx, "query", worker["worker_id"], prid, result)
         return poll_response(result)
 
     async def qt_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

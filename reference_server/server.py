@@ -83,6 +83,9 @@ class Server:
         self._scheduler: asyncio.Task[None] | None = None
         self._scheduler_wake = asyncio.Event()
         self.http: HttpServer | None = None
+        # Fault "poll-replay-forgotten-on-disconnect" only: connection id → the poll_requests rows (namespace,
+        # kind, worker_id, poll_request_id, task_id) of the polls answered with a task on that connection.
+        self._replays_by_connection: dict[int, set[tuple[str, str, str, str, str]]] = {}
         self.maintenance: list[Callable[[T], float | None]] = []  # each returns seconds until next due work
         with self.engine.tx() as t:
             t.db.execute("INSERT OR IGNORE INTO namespaces (name, created_at) VALUES ('default', ?)", (t.now,))
@@ -93,11 +96,13 @@ class Server:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._scheduler_wake = asyncio.Event()
         self._scheduler = asyncio.get_running_loop().create_task(self._scheduler_loop())
+        forget_on_close = fault(self.settings, "poll-replay-forgotten-on-disconnect")
         self.http = HttpServer(
             self.handle,
             error_responder=self.app.shell_error,
             max_body_bytes=self.settings.max_body_bytes,
             max_header_bytes=self.settings.max_header_bytes,
+            on_connection_closed=self._forget_connection_replays if forget_on_close else None,
         )
         await self.http.start(host, port)
         return self.http.url
@@ -386,6 +391,37 @@ class Server:
                 continue
             await self.hub.wait(ev, wait)
 
+    def note_poll_answer(self, ctx: Ctx, kind: str, worker_id: str, poll_request_id: str | None, result: Any) -> None:
+        """Fault "poll-replay-forgotten-on-disconnect": tie the §7.3 replay row of a poll answered with a task
+        to the HTTP connection that carried the poll (see ``_forget_connection_replays``). Without the fault
+        this does nothing. ``kind`` is workflow, activity or query; ``result`` what the claim returned."""
+        if not fault(self.settings, "poll-replay-forgotten-on-disconnect"):
+            return
+        connection_id = ctx.request.connection_id
+        if not poll_request_id or not connection_id or not isinstance(result, dict):
+            return  # no replay row, or a request that came on no connection (in process)
+        task_id = str(result["query_task_id" if kind == "query" else "task_id"])
+        rows = self._replays_by_connection.setdefault(connection_id, set())
+        rows.add((ctx.namespace, kind, worker_id, poll_request_id, task_id))
+
+    def _forget_connection_replays(self, connection_id: int) -> None:
+        """The bug of fault "poll-replay-forgotten-on-disconnect" (idempotency state tied to the connection):
+        when a connection ends, the replay rows of the polls answered on it are deleted, so a poll retried on
+        a new connection after its answer was lost gets no replay. Duplicates on an open connection, and
+        concurrent ones, still replay."""
+        rows = self._replays_by_connection.pop(connection_id, None)
+        if not rows:
+            return
+
+        def tx(t: T) -> None:
+            t.db.executemany(
+                "DELETE FROM poll_requests WHERE namespace = ? AND kind = ? AND worker_id = ?"
+                " AND poll_request_id = ? AND task_id = ?",
+                sorted(rows),
+            )
+
+        self.run_tx(tx)
+
     # -- routes ----------------------------------------------------------------------------------------
 
     def _register_routes(self) -> None:
@@ -660,6 +696,7 @@ class Server:
             attempt,
             lambda db, now: _due_in(db, "workflow_tasks", ctx.namespace, queue, now),
         )
+        self.note_poll_answer(ctx, "workflow", worker["worker_id"], prid, result)
         status, out = poll_response(result)
         if fault(self.settings, "drop-poll-status"):
             out.pop("poll_status", None)

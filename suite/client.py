@@ -8,20 +8,33 @@ network timeout is the harness's error verdict, never the target's failure.
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import json
+import secrets
 import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 import httpx
 
+from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.retries import Operation, Repeat, changes_state, classify, judge_poll_retry, judge_repeat, leased
 from suite.protocol.versions import ADVERTISED_VERSION, CONTROL_PLANE_VERSION
 
-from .outcomes import HarnessError
+from .outcomes import CheckFailure, HarnessError, Indeterminate
 
-__all__ = ["CONTROL_HEADER", "WORKER_HEADER", "Exchange", "ProtocolClient", "Reply"]
+__all__ = ["CONTROL_HEADER", "TRACE_HEADER", "WORKER_HEADER", "Exchange", "FaultLedger", "ProtocolClient", "Reply"]
+
+TRACE_HEADER = "X-Conformance-Trace"
+# How many times one request is delivered at most when its answers keep getting lost.
+MAX_DELIVERIES = 6
+# What a lost answer looks like on the wire: the connection closed or reset after the request went out, or a
+# body cut short. A refused connection (the request never left) and a timeout are the harness's errors.
+_LOST = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
 
 WORKER_HEADER = "X-Durable-Workflow-Protocol-Version"
 CONTROL_HEADER = "X-Durable-Workflow-Control-Plane-Version"
@@ -110,6 +123,30 @@ class Reply:
 Validator = Callable[[str, str, int, Any], list[str]]
 
 
+class Withheld(Protocol):
+    """An answer of the target the client never received (see :class:`suite.proxy.WithheldResponse`)."""
+
+    fault: str
+    status: int | None
+    body: bytes
+
+    def header(self, name: str) -> str | None: ...
+
+
+class FaultLedger(Protocol):
+    """What a fault proxy in this process knows of one request, by its ``X-Conformance-Trace``."""
+
+    def events_for(self, trace: str) -> list[Any]: ...
+
+    def wait_withheld(self, trace: str, fault: str, timeout: float) -> Withheld | None: ...
+
+
+class _AnswerLost(Exception):
+    def __init__(self, exchange: Exchange, error: str) -> None:
+        super().__init__(error)
+        self.exchange = exchange
+
+
 class ProtocolClient:
     """Worker-plane and control-plane calls against one target, recorded.
 
@@ -127,6 +164,7 @@ class ProtocolClient:
         timeout: float = 10.0,
         validator: Validator | None = None,
         exchanges: list[Exchange] | None = None,
+        faults: FaultLedger | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.worker_token = worker_token
@@ -138,6 +176,9 @@ class ProtocolClient:
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
         self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64))
         self._secrets = {t for t in (worker_token, operator_token) if t}
+        # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
+        # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
+        self.faults = faults
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -222,9 +263,27 @@ class ProtocolClient:
         if params:
             url += "?" + httpx.QueryParams(dict(params)).__str__()
         hdrs = dict(headers or {})
+        if self.faults is not None:
+            return await self._deliver(method, url, path, hdrs, json_body, content, timeout)
         if json_body is not None and content is None:
             content = json.dumps(json_body, separators=(",", ":")).encode()
             hdrs.setdefault("Content-Type", "application/json")
+        try:
+            return await self._send(method, url, path, hdrs, content, timeout)
+        except _AnswerLost as lost:
+            if self.faults is not None:
+                raise Indeterminate(f"{method} {url}: {lost} (the answer was lost; it may have been applied)") from None
+            raise HarnessError(f"{method} {url}: {lost}") from None
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        hdrs: dict[str, str],
+        content: bytes | None,
+        timeout: float | None,
+    ) -> Reply:
         exchange = Exchange(
             method=method,
             url=url,
@@ -246,6 +305,10 @@ class ProtocolClient:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"timeout after {exchange.elapsed:.1f}s ({type(exc).__name__})"
             raise HarnessError(f"{method} {url}: no response within {exchange.elapsed:.1f}s") from exc
+        except _LOST as exc:
+            exchange.elapsed = time.monotonic() - t0
+            exchange.error = f"{type(exc).__name__}: {exc}"
+            raise _AnswerLost(exchange, exchange.error) from exc
         except httpx.HTTPError as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
@@ -263,6 +326,166 @@ class ProtocolClient:
             exchange.schema_errors = self.validator(method, path, resp.status_code, body)
         return Reply(status=resp.status_code, headers=resp.headers, body=body, text=text, exchange=exchange)
 
+    # -- under a fault proxy ---------------------------------------------------------------------------
+
+    async def _deliver(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        hdrs: dict[str, str],
+        json_body: Any,
+        content: bytes | None,
+        timeout: float | None,
+    ) -> Reply:
+        """Send a request through the fault proxy the way a careful worker would, and judge what the faults
+        reveal. A lost answer is resent when the protocol makes that safe (reads, registration, heartbeats, a
+        poll with a ``poll_request_id``; a poll the check sent without one gets one, as the official SDK
+        always sends one); the resent answer is judged against the lost one (§7.3 replay). A lost answer of
+        any other request is resent once more when the protocol says what the repeat must answer (complete,
+        fail, start), the repeat is judged, and the check cannot go on: :class:`Indeterminate` — unless the
+        proxy saw the target refuse the lost delivery (a refused request changed nothing, so it is resent).
+        A request the proxy delivered twice is judged by the same rules."""
+        op = classify(method, path)
+        if content is not None:  # bytes exactly as the check wrote them: sent as they are, judged as JSON
+            json_body = _parse(content)
+        elif (
+            op.repeat is Repeat.POLL
+            and isinstance(json_body, dict)
+            and "poll_request_id" not in json_body
+            and isinstance(json_body.get("worker_id"), str)
+            and isinstance(json_body.get("task_queue"), str)
+        ):
+            json_body = {**json_body, "poll_request_id": "dw-retry-" + secrets.token_hex(8)}
+        if content is None and json_body is not None:
+            content = json.dumps(json_body, separators=(",", ":")).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        lost: list[tuple[str, Exchange]] = []  # deliveries whose answer was lost and may have been applied
+        for _ in range(MAX_DELIVERIES):
+            trace = secrets.token_hex(8)
+            try:
+                reply = await self._send(method, url, path, {**hdrs, TRACE_HEADER: trace}, content, timeout)
+            except _AnswerLost as exc:
+                first = await self._lost_answer(trace, self._wait_budget(json_body, timeout))
+                if first is not None and op.refused(first.status):
+                    # The proxy saw the target refuse it, and a refused request changes nothing (§3): sending
+                    # it again is as safe as sending it the first time.
+                    continue
+                lost.append((trace, exc.exchange))
+                if op.repeat is Repeat.UNSAFE or (op.repeat is Repeat.POLL and not op.resendable(json_body)):
+                    copies = 2 if self._duplicated(trace) else 1
+                    msg = f"{method} {url}: {exc} (the answer was lost; maybe applied)"
+                    raise Indeterminate(msg, copies=copies) from None
+                continue
+            if lost:
+                await self._judge_after_loss(op, json_body, lost, reply, timeout)
+            await self._judge_duplicate(op, trace, reply, timeout)
+            return reply
+        raise Indeterminate(f"{method} {url}: the answers of {MAX_DELIVERIES} deliveries in a row were lost")
+
+    def _duplicated(self, trace: str) -> bool:
+        assert self.faults is not None
+        return any(e.fault == "duplicate_request" for e in self.faults.events_for(trace))
+
+    def _wait_budget(self, json_body: Any, timeout: float | None) -> float:
+        """How long an answer the proxy withheld may still take (a long poll's own timeout, and then some)."""
+        poll = json_body.get("timeout_seconds") if isinstance(json_body, dict) else None
+        extra = float(poll) if isinstance(poll, int | float) and not isinstance(poll, bool) else 0.0
+        return min(extra, 120.0) + (timeout if timeout is not None else self.timeout)
+
+    async def _withheld(self, trace: str, fault: str, wait: float) -> Withheld | None:
+        assert self.faults is not None
+        return await asyncio.to_thread(self.faults.wait_withheld, trace, fault, wait)
+
+    async def _lost_answer(self, trace: str, wait: float) -> Withheld | None:
+        assert self.faults is not None
+        for event in self.faults.events_for(trace):
+            if event.fault in ("drop_response", "reset_long_poll", "truncate_body"):
+                return await self._withheld(trace, event.fault, wait)
+        return None
+
+    async def _judge_after_loss(
+        self, op: Operation, json_body: Any, lost: list[tuple[str, Exchange]], reply: Reply, timeout: float | None
+    ) -> None:
+        wait = self._wait_budget(json_body, timeout)
+        first: tuple[Withheld, Exchange] | None = None
+        for trace, exchange in lost:
+            answer = await self._lost_answer(trace, wait)
+            if answer is None or answer.status is None:
+                continue
+            if op.repeat is not Repeat.POLL or leased(_parse(answer.body)) is not None:
+                first = (answer, exchange)
+                break
+            first = first or (answer, exchange)
+        if first is not None:
+            answer, exchange = first
+            body = _parse(answer.body)
+            if op.repeat is Repeat.POLL:
+                violation = judge_poll_retry(
+                    answer.status, body, reply.status, reply.body, _server_date(reply), parse_rfc3339
+                )
+            else:
+                violation = judge_repeat(op, answer.status, body, reply.status, reply.body)
+            if violation is not None:
+                evidence = self._withheld_exchange(exchange, answer)
+                raise CheckFailure(
+                    violation.message,
+                    expected=violation.expected,
+                    received=violation.received or reply.exchange.summary(),
+                    exchanges=[evidence, reply.exchange],
+                    requirement=violation.requirement,
+                )
+        if not op.resendable(json_body):
+            what = f"{lost[0][1].summary()}; the repeat answered {reply.status}"
+            raise Indeterminate(f"{what} (the first delivery may have been applied; the check cannot go on)")
+
+    async def _judge_duplicate(self, op: Operation, trace: str, reply: Reply, timeout: float | None) -> None:
+        if not self._duplicated(trace):
+            return
+        body = _parse((reply.exchange.request_body or "").encode())
+        dup = await self._withheld(trace, "duplicate_request", self._wait_budget(body, timeout))
+        if dup is None or dup.status is None:
+            if op.repeat is Repeat.IDEMPOTENT:
+                return
+            raise Indeterminate(f"{reply.exchange.summary()}: delivered twice, the second answer is unknown")
+        dup_body = _parse(dup.body)
+        if op.repeat is Repeat.POLL:
+            got = leased(dup_body) if dup.status == 200 else None
+            if got is not None and got != leased(reply.body):
+                raise Indeterminate(
+                    f"{reply.exchange.summary()}: delivered twice, and the second delivery leased {got}"
+                )
+            return
+        violation = judge_repeat(op, reply.status, reply.body, dup.status, dup_body)
+        if violation is not None:
+            raise CheckFailure(
+                violation.message,
+                expected=violation.expected,
+                received=f"{dup.status} {dup_body.get('reason', '') if isinstance(dup_body, dict) else ''}".strip(),
+                exchanges=[reply.exchange, self._withheld_exchange(reply.exchange, dup)],
+                requirement=violation.requirement,
+            )
+        if changes_state(op, reply.status, dup.status):
+            raise Indeterminate(
+                f"{reply.exchange.summary()}: delivered twice, and the second delivery was accepted", copies=2
+            )
+
+    def _withheld_exchange(self, sent: Exchange, answer: Withheld) -> Exchange:
+        """The answer the proxy kept from the client, as an exchange a report can show."""
+        return Exchange(
+            method=sent.method,
+            url=sent.url,
+            request_headers=sent.request_headers,
+            request_body=sent.request_body,
+            status=answer.status,
+            response_headers=dict(_headers(answer)),
+            response_body=_parse(answer.body)
+            if _parse(answer.body) is not None
+            else answer.body[:4000].decode("utf-8", "replace"),
+            started_at=sent.started_at,
+            error=f"answer withheld from the client by the fault proxy ({answer.fault})",
+        )
+
     async def raw(
         self,
         method: str,
@@ -279,6 +502,9 @@ class ProtocolClient:
         import h11
 
         url = self.base_url + path
+        trace = secrets.token_hex(8)
+        if self.faults is not None:
+            headers = [*headers, (TRACE_HEADER, trace)]
         parsed = httpx.URL(url)
         host, port = parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
         lines = [
@@ -319,9 +545,13 @@ class ProtocolClient:
                 elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                     break
             writer.close()
+            if status == 0:
+                raise ConnectionResetError("the connection closed without a response")
         except (OSError, TimeoutError, h11.ProtocolError) as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
+            if self.faults is not None and not isinstance(exc, TimeoutError | ConnectionRefusedError):
+                raise Indeterminate(f"{method} {url}: {exchange.error} (the answer was lost; maybe applied)") from exc
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
         exchange.elapsed = time.monotonic() - t0
         text = b"".join(chunks).decode("utf-8", "replace")
@@ -334,9 +564,36 @@ class ProtocolClient:
         exchange.response_body = parsed_body if parsed_body is not None else text[:4000]
         if self.validator is not None:
             exchange.schema_errors = self.validator(method, path, status, parsed_body)
-        return Reply(status=status, headers=resp_headers, body=parsed_body, text=text, exchange=exchange)
+        reply = Reply(status=status, headers=resp_headers, body=parsed_body, text=text, exchange=exchange)
+        if self.faults is not None:
+            await self._judge_duplicate(classify(method, path), trace, reply, timeout)
+        return reply
 
     def _redact(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         return text
+
+
+def _parse(data: bytes) -> Any:
+    """The JSON a body holds, or ``None`` (robustness checks send bodies nested thousands deep, or not JSON)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _headers(answer: Withheld) -> list[tuple[str, str]]:
+    headers = getattr(answer, "headers", ())
+    return [(str(k), str(v)) for k, v in headers]
+
+
+def _server_date(reply: Reply) -> datetime | None:
+    """The target's clock when it answered (its ``Date`` header), or ``None``."""
+    value = reply.headers.get("date")
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None

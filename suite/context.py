@@ -40,6 +40,17 @@ class TargetInfo:
     strict: bool = False
     embedded: bool = False
     clock_skew_seconds: float | None = None
+    # --faults: the fault proxy of this process (a suite.client.FaultLedger), in front of ``upstream_url``.
+    # Each process running checks has its own; neither field crosses to xdist workers.
+    fault_ledger: Any = field(default=None, repr=False, compare=False)
+    upstream_url: str | None = None
+
+    def shareable(self) -> dict[str, Any]:
+        """The fields an xdist worker gets (the proxy stays in the process that started it)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("fault_ledger", "upstream_url")}
+        if self.upstream_url is not None:
+            out["url"] = self.upstream_url
+        return out
 
     @property
     def server_capabilities(self) -> dict[str, Any]:

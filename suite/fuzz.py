@@ -73,6 +73,7 @@ from schemathesis.core import NotSet
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
 from suite.protocol.requirements import REGISTRY, Level, applicable
+from suite.protocol.retries import Repeat, classify
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
 from .client import CONTROL_HEADER, REDACTED, WORKER_HEADER, Exchange
@@ -511,6 +512,16 @@ class WorldUnavailable(Exception):
     the conformance checks judge the calls a world is made of)."""
 
 
+class _AnswerLost(WorldUnavailable, HarnessError):
+    """Under ``--faults``: the answer to a world-building call that may have been applied was lost; the world
+    cannot be trusted (a harness matter, never the target's failure)."""
+
+
+# What a lost answer looks like to httpx and to requests (matched by name: the suite does not import requests).
+_LOST_HTTPX = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+_LOST_NAMES = frozenset({"ConnectionError", "ChunkedEncodingError", "ContentDecodingError"})
+
+
 class _Driver:
     """Plain protocol calls for building worlds and reading state (a synchronous httpx client)."""
 
@@ -535,18 +546,29 @@ class _Driver:
         timeout: float | None = None,
     ) -> httpx.Response:
         prefix = "/api/worker" if plane == "worker" else "/api"
-        self.requests += 1
-        try:
-            return self.http.request(
-                method,
-                prefix + path,
-                headers=self.headers(plane),
-                json=body,
-                params=params,
-                timeout=timeout or CALL_TIMEOUT,
-            )
-        except httpx.HTTPError as exc:
-            raise HarnessError(f"{method} {prefix}{path}: {type(exc).__name__}: {exc}") from exc
+        op = classify(method, prefix + path)
+        faulty = self.target.fault_ledger is not None
+        if faulty and op.repeat is Repeat.POLL and isinstance(body, dict) and "poll_request_id" not in body:
+            body = {**body, "poll_request_id": "dw-retry-" + secrets.token_hex(8)}  # so a lost answer can be resent
+        for _ in range(6 if faulty else 1):
+            self.requests += 1
+            try:
+                return self.http.request(
+                    method,
+                    prefix + path,
+                    headers=self.headers(plane),
+                    json=body,
+                    params=params,
+                    timeout=timeout or CALL_TIMEOUT,
+                )
+            except _LOST_HTTPX as exc:
+                if not faulty:
+                    raise HarnessError(f"{method} {prefix}{path}: {type(exc).__name__}: {exc}") from exc
+                if not op.resendable(body):
+                    raise _AnswerLost(f"{method} {prefix}{path}: the answer was lost ({exc}); maybe applied") from exc
+            except httpx.HTTPError as exc:
+                raise HarnessError(f"{method} {prefix}{path}: {type(exc).__name__}: {exc}") from exc
+        raise _AnswerLost(f"{method} {prefix}{path}: the answers of 6 deliveries in a row were lost")
 
     def ok(self, reply: httpx.Response, statuses: tuple[int, ...], what: str) -> dict[str, Any]:
         try:
@@ -963,6 +985,12 @@ class _CaseRunner:
         try:
             response = case.call(base_url=self.target.url, timeout=CALL_TIMEOUT)
         except Exception as exc:
+            if self.target.fault_ledger is not None and {c.__name__ for c in type(exc).__mro__} & _LOST_NAMES:
+                # --faults: the proxy lost the answer (the case may have been applied): nothing to judge.
+                r.stats["answers_lost"] += 1
+                if world is not None:
+                    world.dirty = True
+                return None
             if _transport_problem(exc):
                 self.aborted = True
                 r.error = f"harness error (not a conformance failure): {op.op_id}: {type(exc).__name__}: {exc}"

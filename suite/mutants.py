@@ -61,6 +61,13 @@ class Mutant:
     name: str
     description: str
     kills: tuple[str, ...]
+    # The --faults spec under which the suite kills it: a bug only retried requests reveal. Such a mutant is
+    # also run without the proxy, where it must survive (the plain suite never retries).
+    proxy: str | None = None
+
+
+# The fault proxy's seed in the kill matrix: a fixed one, so a matrix run is reproducible.
+PROXY_SEED = 1
 
 
 @dataclass
@@ -82,6 +89,9 @@ class MutantResult:
     exit_code: int | None = None
     report: str | None = None
     note: str = ""
+    proxy: str | None = None  # the --faults spec of the run (None: no proxy)
+    # A proxy-only mutant: what the suite said without the proxy (it must survive there).
+    without_proxy: str | None = None
 
     @property
     def as_expected(self) -> bool:
@@ -97,6 +107,8 @@ class Matrix:
     seconds: float
     correct: MutantResult
     mutants: list[MutantResult]
+    # The correct server through the fault proxy, on the proxy-only mutants' requirements: it must pass too.
+    correct_proxy: MutantResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         killed = [m for m in self.mutants if m.verdict == "killed"]
@@ -112,10 +124,13 @@ class Matrix:
                 "killed_as_expected": sum(m.as_expected for m in self.mutants),
                 "survived": sum(m.verdict == "survived" for m in self.mutants),
                 "errors": sum(m.verdict == "error" for m in self.mutants),
-                "correct_server_passed": self.correct.verdict == "passed",
+                "correct_server_passed": self.correct.verdict == "passed"
+                and (self.correct_proxy is None or self.correct_proxy.verdict == "passed"),
+                "proxy_only": sum(m.proxy is not None for m in self.mutants),
                 "gaps": gaps(self),
             },
             "correct": _result_json(self.correct),
+            "correct_proxy": _result_json(self.correct_proxy) if self.correct_proxy else None,
             "mutants": [_result_json(m) for m in self.mutants],
         }
 
@@ -127,13 +142,20 @@ def _result_json(result: MutantResult) -> dict[str, Any]:
 def gaps(matrix: Matrix) -> list[str]:
     """Every reason the matrix is not a clean proof, one readable line each (empty when it is)."""
     out = []
-    if matrix.correct.verdict != "passed":
-        out.append(
-            f"the correct server fails {', '.join(matrix.correct.failed) or 'the run'}"
-            f" ({matrix.correct.verdict}{': ' + matrix.correct.note if matrix.correct.note else ''}):"
-            " a check is wrong, or the reference server is"
-        )
+    for correct in (matrix.correct, matrix.correct_proxy):
+        if correct is not None and correct.verdict != "passed":
+            out.append(
+                f"the correct server fails {', '.join(correct.failed) or 'the run'}"
+                + (f" through the fault proxy ({correct.proxy})" if correct.proxy else "")
+                + f" ({correct.verdict}{': ' + correct.note if correct.note else ''}):"
+                " a check is wrong, or the reference server is"
+            )
     for m in matrix.mutants:
+        if m.proxy is not None and m.without_proxy != "survived":
+            out.append(
+                f"{m.name} is declared to need the fault proxy ({m.proxy}), but without it the suite said "
+                f"{m.without_proxy}: it is not a bug only retried requests reveal; drop its proxy spec"
+            )
         if m.verdict == "error":
             out.append(f"{m.name}: the run broke ({m.note}); see {m.report or 'its output'}")
         elif m.verdict == "survived":
@@ -169,12 +191,14 @@ def list_faults(python: str = sys.executable) -> list[Mutant]:
         if not line.strip():
             continue
         parts = line.split("\t")
-        if len(parts) != 3 or not parts[2].strip():
+        if len(parts) not in (3, 4) or not parts[2].strip():
             raise RuntimeError(
-                f"--fault list printed {line!r}; expected name, description and requirement IDs, tab-separated"
+                f"--fault list printed {line!r}; expected name, description, requirement IDs and an optional "
+                "--faults spec, tab-separated"
             )
-        name, description, kills = parts
-        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k)))
+        name, description, kills = parts[:3]
+        proxy = parts[3].strip() if len(parts) == 4 and parts[3].strip() else None
+        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k), proxy))
     return mutants
 
 
@@ -222,16 +246,20 @@ def _run(
     *,
     python: str,
     timeout: float,
+    proxy: str | None = None,
 ) -> MutantResult:
-    """Start one server (with ``mutant``'s fault, or none), run the suite against it, judge the results."""
+    """Start one server (with ``mutant``'s fault, or none), run the suite against it (through the fault
+    proxy with ``proxy``'s spec, when given), judge the results."""
     name = mutant.name if mutant else CORRECT
     result = MutantResult(
         name=name,
         description=mutant.description if mutant else "The reference server with no fault: it must pass.",
         expected=list(mutant.kills) if mutant else [],
         verdict="error",
+        proxy=proxy,
     )
-    workdir = report_dir / "mutants" / (mutant.name if mutant else "correct")
+    folder = mutant.name if mutant else "correct"
+    workdir = report_dir / "mutants" / (f"{folder}+proxy" if proxy else folder)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     # Role tokens, as for --target=embedded, so the auth requirements are covered; passed in the environment.
@@ -262,6 +290,7 @@ def _run(
             "-k",
             "test_conformance",
             *[a for r in requirements for a in ("--requirement", r)],
+            *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
         ]
         try:
             # From the work directory, as a user would: no project configuration applies to the run.
@@ -344,27 +373,48 @@ def run_matrix(
     started_at = datetime.now(UTC).isoformat()
     started = time.monotonic()
 
-    def one(m: Mutant | None) -> MutantResult:
-        reqs: Sequence[str] = () if full else (m.kills if m else union)
-        result = _run(m, reqs, report_dir, python=python, timeout=timeout)
+    proxied = [m for m in mutants if m.proxy]
+    # One spec for the correct server's run through the proxy: every proxy-only mutant's faults at once.
+    proxy_union = ",".join(sorted({item for m in proxied for item in str(m.proxy).split(",")})) or None
+    proxy_reqs = sorted({r for m in proxied for r in m.kills})
+
+    def one(m: Mutant | None, proxy: str | None = None) -> MutantResult:
+        reqs: Sequence[str] = () if full else (m.kills if m else proxy_reqs if proxy else union)
+        result = _run(m, reqs, report_dir, python=python, timeout=timeout, proxy=proxy)
+        if progress is not None:
+            progress(result)
+        return result
+
+    def one_plain(m: Mutant) -> MutantResult:
+        """A proxy-only mutant without the proxy: the plain suite must not catch it."""
+        result = _run(m, m.kills, report_dir, python=python, timeout=timeout)
+        result.note = f"without the fault proxy (must survive): {result.verdict}"
         if progress is not None:
             progress(result)
         return result
 
     # The correct server first in the queue: it is the longest targeted run.
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(one, m) for m in (None, *mutants)]
+        futures = [pool.submit(one, m, m.proxy if m else None) for m in (None, *mutants)]
+        plain = {m.name: pool.submit(one_plain, m) for m in proxied}
+        correct_proxy = pool.submit(one, None, proxy_union) if proxy_union else None
         results = [f.result() for f in futures]
-    correct = results[0]
+        for result in results[1:]:
+            if result.name in plain:
+                result.without_proxy = plain[result.name].result().verdict
+        correct_through_proxy = correct_proxy.result() if correct_proxy else None
     # The correct server passes where a mutant would survive: nothing is reported broken.
-    correct.verdict = {"survived": "passed", "killed": "failed"}.get(correct.verdict, correct.verdict)
+    for correct in (results[0], correct_through_proxy):
+        if correct is not None:
+            correct.verdict = {"survived": "passed", "killed": "failed"}.get(correct.verdict, correct.verdict)
     return Matrix(
         mode="full" if full else "targeted",
         jobs=jobs,
         started_at=started_at,
         seconds=time.monotonic() - started,
-        correct=correct,
+        correct=results[0],
         mutants=results[1:],
+        correct_proxy=correct_through_proxy,
     )
 
 
@@ -386,7 +436,8 @@ def _line(r: MutantResult) -> str:
     if r.name == CORRECT:  # reported before run_matrix renames its verdict
         mark = "passed  " if r.verdict == "survived" else "FAILED  "
     by = ", ".join(r.failed) if r.failed else r.note
-    return f"  {mark} {r.name:<32} {cost:<18} {by}"[:200]
+    via = f" [through the proxy: {r.proxy}]" if r.proxy else ""
+    return f"  {mark} {r.name:<32} {cost:<18} {by}{via}"[:240]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

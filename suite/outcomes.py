@@ -7,6 +7,7 @@ The tree::
     ├── NotCovered                      the check could not run here (e.g. needs a lease shorter than --max-wait)
     ├── Unimplemented                   an optional capability the target does not advertise
     └── HarnessError                    the harness or the network broke: never the target's failure
+        └── Indeterminate               a fault left a request's outcome unknown: the check runs again
 
 Every failure carries the exchanges that show it, so a report can print the request, the response and a
 ``curl`` line that reproduces it.
@@ -24,6 +25,7 @@ __all__ = [
     "VERDICT_ORDER",
     "CheckFailure",
     "HarnessError",
+    "Indeterminate",
     "NotCovered",
     "Unimplemented",
     "Verdict",
@@ -104,3 +106,15 @@ class Unimplemented(Exception):
 
 class HarnessError(Exception):
     """The harness could not do its job: target down, connection refused, a network timeout."""
+
+
+class Indeterminate(HarnessError):
+    """A request's outcome is unknown to the check — its answer was lost after the target may have applied
+    it, or the network delivered it twice and the second delivery may have changed state — so the check
+    cannot go on judging. Under ``--faults`` the check is run again in a fresh world; it is never the
+    target's failure. Machines treat it as any lost answer: *maybe applied* — up to ``copies`` times (2 when
+    the network delivered the request twice and both deliveries were accepted)."""
+
+    def __init__(self, message: str, *, copies: int = 1) -> None:
+        super().__init__(message)
+        self.copies = copies

@@ -30,7 +30,7 @@ from suite.protocol.requirements import REGISTRY, Level, applicable
 
 from .client import ProtocolClient
 from .context import CheckContext, TargetInfo
-from .outcomes import CheckFailure, HarnessError, NotCovered, Unimplemented, Verdict
+from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, Unimplemented, Verdict
 from .registry import Check
 
 __all__ = ["EXIT_HARNESS_ERROR", "run_check"]
@@ -42,6 +42,9 @@ _RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 _EMBEDDED_KEY = pytest.StashKey[Any]()
 _PROXY_KEY = pytest.StashKey[Any]()
 _RUN_KEY = pytest.StashKey[dict[str, Any]]()
+# Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world,
+# at most this many times in all; then it is a harness error (never the target's failure).
+FAULT_ATTEMPTS = 12
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -139,6 +142,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:  # an xdist worker: the controller resolved the target already
         config.stash[_TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
         config.stash[_RUN_KEY] = json.loads(workerinput["dw_run"])
+        if config.getoption("--faults") is not None:
+            index = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
+            try:
+                _attach_proxy(config, config.stash[_TARGET_KEY], index)
+            except HarnessError as exc:
+                pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
         return
     config.stash[_RUN_KEY] = {
         "run_id": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
@@ -147,6 +156,9 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     try:
         config.stash[_TARGET_KEY] = _resolve_target(config)
+        # Under xdist the workers run the checks, each behind its own proxy; otherwise this process does.
+        if config.getoption("--faults") is not None and getattr(config.option, "dist", "no") == "no":
+            _attach_proxy(config, config.stash[_TARGET_KEY], 0)
     except HarnessError as exc:
         _stop_proxy(config)
         _stop_embedded(config)
@@ -177,8 +189,6 @@ def _resolve_target(config: pytest.Config) -> TargetInfo:
     if embedded and not (worker_token or operator_token):
         worker_token, operator_token = server.worker_token, server.operator_token
     info = probe_cluster_info(url, operator_token or worker_token)
-    if config.getoption("--faults") is not None:
-        url = _start_proxy(config, url)
     return TargetInfo(
         url=url,
         cluster_info=info,
@@ -197,22 +207,27 @@ def pytest_configure_node(node: Any) -> None:
     """xdist: every worker gets the controller's target, so one embedded server serves them all."""
     target = node.config.stash.get(_TARGET_KEY, None)
     if target is not None:
-        node.workerinput["dw_target"] = json.dumps(target.__dict__)
+        node.workerinput["dw_target"] = json.dumps(target.shareable())
         node.workerinput["dw_run"] = json.dumps(node.config.stash[_RUN_KEY])
 
 
-def _start_proxy(config: pytest.Config, url: str) -> str:
-    """``--faults``: the checks talk to a fault proxy in front of ``url``, on its own thread and event loop."""
+def _attach_proxy(config: pytest.Config, target: TargetInfo, index: int) -> None:
+    """``--faults``: this process's checks talk to a fault proxy in front of the target, on its own thread and
+    event loop, and read what it did to their requests (``target.fault_ledger``). Worker ``index`` draws
+    from seed + index, so a run is reproducible worker by worker."""
     from .proxy import ProxyThread
 
     seed = config.getoption("--fault-seed")
-    seed = int(seed if seed is not None else config.stash[_RUN_KEY]["seed"])
+    seed = int(seed if seed is not None else config.stash[_RUN_KEY]["seed"]) + index
+    url = target.url
     try:
         proxy = ProxyThread(url, str(config.getoption("--faults")), seed=seed)
         config.stash[_PROXY_KEY] = proxy
-        return proxy.start()
+        target.url = proxy.start()
     except (ValueError, OSError, RuntimeError) as exc:
         raise HarnessError(f"--faults: the fault proxy in front of {url} did not start: {exc}") from None
+    target.upstream_url = url
+    target.fault_ledger = proxy.proxy
 
 
 def _stop_proxy(config: pytest.Config) -> None:
@@ -284,28 +299,19 @@ def run_check(check: Check, target: TargetInfo, item: pytest.Item) -> None:
         _record(item, record)
         pytest.skip(record["message"])
     advertised = check.capability is None or bool(target.server_capabilities.get(check.capability))
-    client = ProtocolClient(
-        target.url,
-        worker_token=target.worker_token,
-        operator_token=target.operator_token,
-        namespace=target.namespace,
-        worker_version=target.protocol_version,
-        validator=_validator(),
-    )
-    ctx = CheckContext(target=target, client=client, check_name=check.name)
     started = time.monotonic()
-
-    async def go() -> None:
-        try:
-            await check.fn(ctx)
-        finally:
-            await client.aclose()
-
-    outcome: BaseException | None = None
-    try:
-        asyncio.run(go())
-    except BaseException as exc:
-        outcome = exc
+    attempts = FAULT_ATTEMPTS if target.fault_ledger is not None else 1
+    unknown: list[str] = []
+    for _ in range(attempts):
+        ctx, outcome = _attempt(check, target)
+        if not isinstance(outcome, Indeterminate):
+            break
+        unknown.append(str(outcome))  # a fresh world (new queues and ids) for the next attempt
+    if unknown:
+        record["fault_reruns"] = len(unknown) - (1 if isinstance(outcome, Indeterminate) else 0)
+        record["indeterminate"] = unknown[:5]
+        if isinstance(outcome, Indeterminate):
+            outcome = Indeterminate(f"{len(unknown)} attempts in a row met a fault; the last: {unknown[-1]}")
     record["duration_seconds"] = round(time.monotonic() - started, 3)
     record["requests"] = len(ctx.exchanges)
     schema_problems = [(e, err) for e in ctx.exchanges for err in e.schema_errors]
@@ -334,6 +340,32 @@ def run_check(check: Check, target: TargetInfo, item: pytest.Item) -> None:
         pytest.fail(f"harness error (not a conformance failure): {message}", pytrace=False)
     if verdict in (Verdict.NOT_COVERED, Verdict.UNIMPLEMENTED):
         pytest.skip(f"{verdict.value}: {message}")
+
+
+def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
+    """One run of a check in its own world; its outcome (``None``: it passed)."""
+    client = ProtocolClient(
+        target.url,
+        worker_token=target.worker_token,
+        operator_token=target.operator_token,
+        namespace=target.namespace,
+        worker_version=target.protocol_version,
+        validator=_validator(),
+        faults=target.fault_ledger,
+    )
+    ctx = CheckContext(target=target, client=client, check_name=check.name)
+
+    async def go() -> None:
+        try:
+            await check.fn(ctx)
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(go())
+    except BaseException as exc:
+        return ctx, exc
+    return ctx, None
 
 
 def run_machine_item(machine: Any, target: TargetInfo, item: pytest.Item) -> None:

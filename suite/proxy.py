@@ -58,6 +58,7 @@ import h11
 
 __all__ = [
     "FAULTS",
+    "TRACE_HEADER",
     "FaultEvent",
     "FaultPlanner",
     "FaultProxy",
@@ -81,6 +82,9 @@ FAULTS: Final = (
     "reset_long_poll",
     "truncate_body",
 )
+# A client that sends this header (any value unique per request) can ask the proxy, in process, which faults
+# its request met and what answers it never saw (FaultProxy.events_for / wait_withheld). h11 lower-cases names.
+TRACE_HEADER: Final = b"x-conformance-trace"
 DEFAULT_MAX_DELAY_MS: Final = 300.0
 DEFAULT_REORDER_WINDOW_MS: Final = 100.0
 
@@ -237,13 +241,14 @@ class FaultPlanner:
 
 @dataclass(frozen=True)
 class FaultEvent:
-    """One injected fault."""
+    """One injected fault (``trace``: the request's ``X-Conformance-Trace`` header, when it had one)."""
 
     seq: int
     fault: str
     method: str
     target: str
     detail: str
+    trace: str | None = None
 
     @property
     def line(self) -> str:
@@ -260,6 +265,14 @@ class WithheldResponse:
     target: str
     status: int | None
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    trace: str | None = None
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key.lower() == name.lower():
+                return value
+        return None
 
 
 # ------------------------------------------------------------------------------------------ h11 plumbing
@@ -271,6 +284,7 @@ class _Request:
     target: str
     close: bool  # the client asked to close after this exchange
     raw: bytes  # the request exactly as the client sent it
+    trace: str | None = None  # its X-Conformance-Trace header: how a client finds the faults its request met
 
 
 @dataclass(frozen=True)
@@ -486,6 +500,8 @@ class FaultProxy:
         self.counts: Counter[str] = Counter(dict.fromkeys(FAULTS, 0))
         self.events: list[FaultEvent] = []
         self.withheld: list[WithheldResponse] = []
+        # The records are written on the proxy's loop and read by clients on other threads.
+        self._records = threading.Condition()
         self._log = log
         self._host = host
         self._port = port
@@ -536,23 +552,46 @@ class FaultProxy:
     # -- bookkeeping
 
     def _fire(self, plan: Plan, fault: str, request: _Request, detail: str) -> None:
-        self.counts[fault] += 1
-        event = FaultEvent(plan.seq, fault, request.method, request.target, detail)
-        self.events.append(event)
+        event = FaultEvent(plan.seq, fault, request.method, request.target, detail, request.trace)
+        with self._records:
+            self.counts[fault] += 1
+            self.events.append(event)
+            self._records.notify_all()
         if self._log is not None:
             self._log(event.line)
 
     def _withhold(self, plan: Plan, fault: str, request: _Request, reply: _Reply | None) -> None:
-        self.withheld.append(
-            WithheldResponse(
-                plan.seq,
-                fault,
-                request.method,
-                request.target,
-                reply.status if reply else None,
-                reply.body if reply else b"",
-            )
+        record = WithheldResponse(
+            plan.seq,
+            fault,
+            request.method,
+            request.target,
+            reply.status if reply else None,
+            reply.body if reply else b"",
+            tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in reply.headers) if reply else (),
+            request.trace,
         )
+        with self._records:
+            self.withheld.append(record)
+            self._records.notify_all()
+
+    # -- what a client may ask about its own request (thread-safe)
+
+    def events_for(self, trace: str) -> list[FaultEvent]:
+        """The faults the request with this ``X-Conformance-Trace`` met so far."""
+        with self._records:
+            return [e for e in self.events if e.trace == trace]
+
+    def wait_withheld(self, trace: str, fault: str, timeout: float) -> WithheldResponse | None:
+        """The answer the client never saw of the request with this trace, under ``fault``: it may still be on
+        its way (a reset long poll waits for the target); ``None`` if none is recorded within ``timeout``."""
+
+        def found() -> WithheldResponse | None:
+            return next((w for w in self.withheld if w.trace == trace and w.fault == fault), None)
+
+        with self._records:
+            self._records.wait_for(lambda: found() is not None, timeout)
+            return found()
 
     def _enter(self) -> None:
         self._busy += 1
@@ -652,7 +691,10 @@ class _Session:
                 end = len(self.inbuf) - len(self.conn.trailing_data[0])
                 raw = bytes(self.inbuf[:end])
                 del self.inbuf[:end]
-                return _Request(head.method.decode("ascii"), head.target.decode("latin-1"), _asks_close(head), raw)
+                trace = next((v.decode("latin-1") for k, v in head.headers if k == TRACE_HEADER), None)
+                return _Request(
+                    head.method.decode("ascii"), head.target.decode("latin-1"), _asks_close(head), raw, trace
+                )
             elif isinstance(event, h11.ConnectionClosed):
                 return None
             else:
@@ -791,6 +833,7 @@ class _Session:
         if plan.truncate_at is not None and reply.body and request.method != "HEAD":
             data = _truncated(reply, plan.truncate_at)
             proxy._fire(plan, "truncate_body", request, f"{reply.status} with {len(reply.body)}-byte body cut short")
+            proxy._withhold(plan, "truncate_body", request, reply)
             self.writer.write(data)
             await self.writer.drain()
             return False

@@ -327,9 +327,10 @@ def render_mutants_section(matrix: dict[str, Any]) -> str:
     e = html.escape
     s = matrix["summary"]
     rows = []
-    for m in [*matrix["mutants"], matrix["correct"]]:
+    corrects = [matrix["correct"], *([matrix["correct_proxy"]] if matrix.get("correct_proxy") else [])]
+    for m in [*matrix["mutants"], *corrects]:
         first = m.get("first_failure") or {}
-        correct = m is matrix["correct"]
+        correct = any(m is c for c in corrects)
         if correct:
             verdict, style = ("passed", "") if m["verdict"] == "passed" else (m["verdict"].upper(), " class='gap'")
         elif m["verdict"] == "killed":
@@ -340,8 +341,14 @@ def render_mutants_section(matrix: dict[str, Any]) -> str:
         killed_by = ", ".join(f"<b>{e(r)}</b>" if r in m["expected"] else e(r) for r in m.get("failed", [])) or e(
             m.get("note") or "—"
         )
+        # A bug only retried requests reveal: killed through the fault proxy, and must survive without it.
+        network = "—"
+        if m.get("proxy"):
+            network = f"<code>--faults {e(m['proxy'])}</code>"
+            if m.get("without_proxy"):
+                network += f"; without the proxy: {e(m['without_proxy'])}"
         rows.append(
-            f"<tr{style}><td><code>{e(m['name'])}</code></td><td>{e(m['description'])}</td>"
+            f"<tr{style}><td><code>{e(m['name'])}</code></td><td>{e(m['description'])}</td><td>{network}</td>"
             f"<td>{e(', '.join(m['expected']) or '—')}</td><td>{e(verdict)}</td><td>{killed_by}</td>"
             f"<td>{e(str(first.get('requests', '—')))}</td><td>{e(str(first.get('seconds', '—')))}</td></tr>"
         )
@@ -353,7 +360,7 @@ requirement · {s["survived"]} survived · {s["errors"]} errors · correct serve
 {"passed" if s["correct_server_passed"] else "FAILED"} · {e(matrix["mode"])} runs, --jobs {matrix["jobs"]},
 {matrix["seconds"]:.0f} s in all. Requests and seconds are counted up to the first failing check.</p>
 {f"<ul class='gaps'>{gaps}</ul>" if gaps else ""}
-<table><thead><tr><th>Mutant</th><th>Description</th><th>Expected requirement</th><th>Verdict</th>
+<table><thead><tr><th>Mutant</th><th>Description</th><th>Network</th><th>Expected requirement</th><th>Verdict</th>
 <th>Killed by</th><th>Requests</th><th>Seconds</th></tr></thead><tbody>{"".join(rows)}</tbody></table>
 </section>"""
 

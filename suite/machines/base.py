@@ -22,14 +22,19 @@ from hypothesis.stateful import RuleBasedStateMachine
 
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
-from suite.outcomes import CheckFailure, HarnessError
+from suite.outcomes import CheckFailure, HarnessError, Indeterminate
 
-__all__ = ["LEDGER", "MachineBase", "note", "race"]
+__all__ = ["FOUND", "LEDGER", "UNKNOWN", "MachineBase", "note", "race"]
 
 R = TypeVar("R")
 
 # How often each hard state was reached in this process, per machine (the coverage ledger).
 LEDGER: dict[str, Counter[str]] = {}
+# Every violation a machine raised in this process, in order: under --faults a failing sequence may not fail
+# again when Hypothesis replays it (the faults differ), and the first violation is then the evidence.
+FOUND: list[CheckFailure] = []
+# Every time a step could not go on because a fault left an outcome unknown (the example is then discarded).
+UNKNOWN: list[Indeterminate] = []
 
 
 def note(text: str) -> None:
@@ -71,6 +76,7 @@ class MachineBase(RuleBasedStateMachine):
             namespace=self.target.namespace,
             worker_version=self.target.protocol_version,
             timeout=30.0,
+            faults=self.target.fault_ledger,
         )
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
         self.ledger = LEDGER.setdefault(self.name, Counter())
@@ -83,7 +89,11 @@ class MachineBase(RuleBasedStateMachine):
     # -- running requests ----------------------------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, R]) -> R:
-        return self.loop.run_until_complete(coro)
+        try:
+            return self.loop.run_until_complete(coro)
+        except Indeterminate as exc:
+            UNKNOWN.append(exc)
+            raise
 
     def call(self, coro: Coroutine[Any, Any, Reply]) -> Reply | None:
         """One request; ``None`` when no answer arrived (the request is *maybe applied*: the caller must
@@ -109,13 +119,15 @@ class MachineBase(RuleBasedStateMachine):
         received: Any = None,
         replies: list[Reply] | None = None,
     ) -> CheckFailure:
-        return CheckFailure(
+        failure = CheckFailure(
             message,
             expected=expected,
             received=received,
             exchanges=[r.exchange for r in replies or []] or self.client.exchanges[-4:],
             requirement=requirement,
         )
+        FOUND.append(failure)
+        return failure
 
     def teardown(self) -> None:
         try:

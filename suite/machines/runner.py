@@ -18,17 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis import HealthCheck, Phase, Verbosity, reject
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import get_state_machine_test
+from hypothesis.stateful import get_state_machine_test, initialize
 
 from suite.context import TargetInfo
-from suite.outcomes import CheckFailure, HarnessError, Verdict
+from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Verdict
 from suite.protocol.requirements import REGISTRY, Level, applicable
 
-from .base import LEDGER, MachineBase
+from .base import FOUND, LEDGER, UNKNOWN, MachineBase
 
 __all__ = ["MachineBudget", "MachineResult", "run_machine"]
 
@@ -67,15 +68,42 @@ def run_machine(
         report_multiple_bugs=False,
     )
     reported: list[str] = []
-    test = hypothesis_seed(budget.seed)(get_state_machine_test(bound, settings=settings))
+    FOUND.clear()
     outcome: BaseException | None = None
+    # Under --faults the same choices do not meet the same faults twice, so Hypothesis' data tree would see
+    # one sequence behave two ways (FlakyStrategyDefinition): each example then runs as its own test, with
+    # its own seed, and a failure is reported as found (shrinking would replay it under other faults).
+    # An example a fault left unable to go on (a setup step whose answer was lost: Indeterminate) is
+    # discarded and another one runs instead, up to twice the budget.
+    faulty = target.fault_ledger is not None
+    runs = [(budget.seed, settings)]
+    if faulty:
+        bound = _salted(bound)
+        one = hypothesis_settings(settings, max_examples=1, phases=(Phase.generate,))
+        runs = [(budget.seed * 1009 + i, one) for i in range(2 * budget.examples)]
+    completed = discarded = 0
     with with_reporter(lambda text: reported.append(str(text))):
-        try:
-            test()
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            outcome = exc
+        for seed, run_settings in runs:
+            if faulty and completed >= budget.examples:
+                break
+            test = hypothesis_seed(seed)(get_state_machine_test(bound, settings=run_settings))
+            unknown_before = len(UNKNOWN)
+            try:
+                test()
+                completed += 1
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                # A step met an unknown outcome; what Hypothesis raised is that, or its replay that went
+                # another way under other faults (Flaky*).
+                met_unknown = len(UNKNOWN) > unknown_before
+                if faulty and not FOUND and met_unknown and (_only_indeterminate(exc) or _is_flaky(exc)):
+                    discarded += 1
+                    continue
+                outcome = exc
+                break
+    if faulty and discarded:
+        LEDGER.setdefault(cls.name, Counter())["example_discarded_by_faults"] += discarded
     ledger = dict(LEDGER.get(cls.name, Counter()))
     requirements: dict[str, str | None] = getattr(cls, "REQUIREMENTS", {})
     base = {
@@ -88,6 +116,8 @@ def run_machine(
     records: list[dict[str, Any]] = []
     bundle = None
     failure = _failure_of(outcome)
+    if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
+        failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
     message = ""
     if outcome is not None:
         steps = _steps(outcome, reported)
@@ -97,6 +127,8 @@ def run_machine(
             message = f"{failure}\n\nMinimal failing step program:\n{steps}"
         else:
             message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
+            for inner in outcome.exceptions if isinstance(outcome, BaseExceptionGroup) else ():
+                message += "\n  caused by: " + "".join(traceback.format_exception(inner)).strip()
     for req_id, state in requirements.items():
         rec: dict[str, Any] = {**base, "requirements": [req_id]}
         if not applicable(REGISTRY[req_id], target.certified_minor):
@@ -136,6 +168,36 @@ def run_machine(
             }
         )
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)
+
+
+def _salted(bound: type[MachineBase]) -> type[MachineBase]:
+    """The machine with one more initialize rule that refuses the all-zero choice sequence.
+
+    Under --faults each example is its own Hypothesis run (see run_machine), and a run's first test case is
+    always the simplest one (every choice at its minimum: a two-step program). Refusing it before any request
+    is sent makes the one valid example of the run a random one, drawn from the run's seed; the refused case
+    shares no choices with it past the salt, so the data tree never sees one path behave two ways.
+    """
+
+    @initialize(salt=st.integers(min_value=0, max_value=2**62))
+    def _fault_salt(self: MachineBase, salt: int) -> None:
+        if salt == 0:
+            reject()
+
+    return type(bound.__name__, (bound,), {"_fault_salt": _fault_salt})
+
+
+def _only_indeterminate(exc: BaseException) -> bool:
+    """Whether what an example raised comes down to outcomes a fault left unknown (and nothing else)."""
+    if isinstance(exc, Indeterminate):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_indeterminate(inner) for inner in exc.exceptions)
+    return exc.__cause__ is not None and _only_indeterminate(exc.__cause__)
+
+
+def _is_flaky(exc: BaseException) -> bool:
+    return any(cls.__name__.startswith("Flaky") for cls in type(exc).__mro__)
 
 
 def _first_line(cls: type[MachineBase]) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -78,6 +78,7 @@ class App:
                 "headers": dict(request.headers),
                 "body": request.body.decode("utf-8"),
                 "client": request.client,
+                "connection_id": request.connection_id,
             },
         )
 
@@ -686,3 +687,65 @@ def test_max_concurrent_connections_queues_new_connections() -> None:
         assert app.queries == ["c=first-1", "c=first-2", "c=second"]
 
     run(scenario())
+
+
+# ----------------------------------------------------------------------------------------- connection ids
+
+
+def test_requests_carry_their_connection_id_and_the_close_callback_gets_it_once() -> None:
+    async def scenario() -> None:
+        closed: list[int] = []
+        async with serving(App(), on_connection_closed=closed.append) as server:
+            async with connect(server) as (reader, writer):
+                ids = []
+                for _ in range(2):
+                    writer.write(get("/echo"))
+                    ids.append((await read_response(reader)).json()["connection_id"])
+                first = ids[0]
+                assert ids == [first, first]  # keep-alive: one connection, one id
+                assert first >= 1
+                async with connect(server) as (other_reader, other_writer):
+                    other_writer.write(get("/echo"))
+                    second = (await read_response(other_reader)).json()["connection_id"]
+                    assert second not in (0, first)
+                    assert server.open_connections == 2
+                    assert closed == []  # nothing ended yet
+                # The client closed the second connection: the server reads end-of-stream, then calls back.
+                await within(until(lambda: closed == [second]))
+                assert server.open_connections == 1
+            await within(until(lambda: closed == [second, first]))
+            assert server.open_connections == 0
+            # A connection the server itself closes (Connection: close) is reported too.
+            async with connect(server) as (reader, writer):
+                writer.write(get("/echo", "Connection: close"))
+                third = (await read_response(reader)).json()["connection_id"]
+                assert await read_eof(reader) == b""
+                await within(until(lambda: closed == [second, first, third]))
+        assert len({first, second, third}) == 3
+        assert Request.from_target("GET", "/").connection_id == 0  # built in process: no connection
+
+    run(scenario())
+
+
+def test_a_failing_close_callback_is_logged_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
+    def explode(connection_id: int) -> None:
+        raise RuntimeError(f"callback for {connection_id} failed")
+
+    async def scenario() -> None:
+        async with serving(App(), on_connection_closed=explode) as server:
+            for _ in range(2):
+                async with connect(server) as (reader, writer):
+                    writer.write(get("/echo", "Connection: close"))
+                    assert (await read_response(reader)).status == 200
+                    assert await read_eof(reader) == b""
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run(scenario())
+    failures = [r for r in caplog.records if "connection-closed callback failed" in r.getMessage()]
+    assert len(failures) == 2
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the server until ``condition`` holds (callers bound it with ``within``)."""
+    while not condition():
+        await asyncio.sleep(0)

@@ -75,6 +75,25 @@ def test_gaps_name_survivors_and_unexpected_kills() -> None:
     assert doc["summary"]["correct_server_passed"]
 
 
+def test_a_proxy_only_mutant_must_survive_without_the_proxy_and_the_correct_server_pass_through_it() -> None:
+    matrix = _matrix()
+    matrix.mutants = [_result("retry-bug", "killed", ["IDEMPOTENT-POLL-REPLAY"], ["IDEMPOTENT-POLL-REPLAY"])]
+    matrix.mutants[0].proxy = "drop_response=0.25"
+    matrix.mutants[0].without_proxy = "survived"
+    matrix.correct_proxy = _result(CORRECT, "passed", [], [])
+    matrix.correct_proxy.proxy = "drop_response=0.25"
+    assert gaps(matrix) == []
+    doc = matrix.to_json()
+    assert doc["summary"]["proxy_only"] == 1
+    assert doc["summary"]["correct_server_passed"]
+    matrix.mutants[0].without_proxy = "killed"  # the plain suite catches it: it is no retry-only bug
+    matrix.correct_proxy.verdict = "failed"
+    found = gaps(matrix)
+    assert any("through the fault proxy" in g for g in found), found
+    assert any(g.startswith("retry-bug is declared to need the fault proxy") for g in found), found
+    assert not matrix.to_json()["summary"]["correct_server_passed"]
+
+
 def test_report_html_gets_the_matrix_when_mutants_json_is_beside_it(tmp_path: Path) -> None:
     target = TargetInfo(url="http://127.0.0.1:9", cluster_info={"worker_protocol": {"version": "1.20"}})
     run = {"run_id": "20260101T000000Z-abc123", "started_at": "2026-01-01T00:00:00+00:00", "seed": 7}
@@ -100,6 +119,13 @@ def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> N
     assert matrix.correct.verdict == "passed", matrix.correct.failed
     assert matrix.correct.exit_code == 0
     assert len(matrix.mutants) >= 25
+    # A bug only retried requests reveal: killed through the fault proxy, survives the plain suite, and the
+    # correct server passes the same checks through the proxy.
+    proxied = [m for m in matrix.mutants if m.proxy]
+    assert proxied
+    assert all(m.without_proxy == "survived" for m in proxied), [(m.name, m.without_proxy) for m in proxied]
+    assert matrix.correct_proxy is not None
+    assert matrix.correct_proxy.verdict == "passed"
     for m in matrix.mutants:
         assert m.as_expected, (m.name, m.verdict, m.failed, m.note)
         assert m.exit_code == 1, (m.name, m.exit_code)
