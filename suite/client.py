@@ -273,7 +273,7 @@ class ProtocolClient:
         except _AnswerLost as lost:
             if self.faults is not None:
                 raise Indeterminate(f"{method} {url}: {lost} (the answer was lost; it may have been applied)") from None
-            raise HarnessError(f"{method} {url}: {lost}") from None
+            raise HarnessError(f"{method} {url}: {lost}") from lost.__cause__
 
     async def _send(
         self,

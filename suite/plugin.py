@@ -106,8 +106,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--faults",
         default=None,
         metavar="SPEC",
-        help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1 "
-        "('none': transparent; the faults: python -m suite.proxy --help)",
+        help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1, or "
+        "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
     )
     group.addoption("--fault-seed", type=int, default=None, help="Seed of the fault proxy (default: the run's seed)")
 

@@ -5,7 +5,8 @@ the first line of standard output and one line per injected fault on standard er
 :class:`FaultProxy` does the same on the running event loop and :class:`ProxyThread` runs one on its own
 loop for synchronous callers (the pytest plugin's ``--faults``).
 
-Faults (``SPEC`` is ``name=probability`` items joined by commas, or ``none`` for a transparent proxy)::
+Faults (``SPEC`` is ``name=probability`` items joined by commas, ``none`` for a transparent proxy, or
+``standard`` for every fault at once at the rates of :data:`STANDARD_FAULTS`)::
 
     drop_response      forward, let the target apply the request, close the client without an answer
     duplicate_request  deliver the request a second time after the first answer; the client gets the first
@@ -58,6 +59,7 @@ import h11
 
 __all__ = [
     "FAULTS",
+    "STANDARD_FAULTS",
     "TRACE_HEADER",
     "FaultEvent",
     "FaultPlanner",
@@ -85,6 +87,11 @@ FAULTS: Final = (
 # A client that sends this header (any value unique per request) can ask the proxy, in process, which faults
 # its request met and what answers it never saw (FaultProxy.events_for / wait_withheld). h11 lower-cases names.
 TRACE_HEADER: Final = b"x-conformance-trace"
+# ``--faults standard``: every fault at once, at rates a whole suite run survives through the client's retry
+# rules and re-runs (the mix CI runs the suite under).
+STANDARD_FAULTS: Final = (
+    "drop_response=0.03,duplicate_request=0.03,delay=0.05:300,reorder=0.03:100,reset_long_poll=0.1,truncate_body=0.02"
+)
 DEFAULT_MAX_DELAY_MS: Final = 300.0
 DEFAULT_REORDER_WINDOW_MS: Final = 100.0
 
@@ -124,10 +131,13 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
-        """``drop_response=0.05,delay=0.1:500,reorder=0.05:50`` (``:N`` only on delay and reorder), or ``none``."""
+        """``drop_response=0.05,delay=0.1:500,reorder=0.05:50`` (``:N`` only on delay and reorder), ``none``, or
+        ``standard`` (:data:`STANDARD_FAULTS`)."""
         text = text.strip()
         if text.lower() in ("", "none"):
             return cls()
+        if text.lower() == "standard":
+            text = STANDARD_FAULTS
         probabilities: dict[str, float] = {}
         max_delay, window = DEFAULT_MAX_DELAY_MS, DEFAULT_REORDER_WINDOW_MS
         for item in text.split(","):
@@ -963,7 +973,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--faults",
         default="none",
         metavar="SPEC",
-        help="Comma list of name=probability, or 'none' (a transparent proxy); delay=P:MAX_MS and "
+        help="Comma list of name=probability, 'none' (a transparent proxy) or 'standard' (every fault, "
+        f"{STANDARD_FAULTS}); delay=P:MAX_MS and "
         f"reorder=P:WINDOW_MS take a parameter. Faults: {', '.join(FAULTS)}.",
     )
     p.add_argument("--seed", type=int, default=None, help="Seed of the fault choices (default: random, printed).")

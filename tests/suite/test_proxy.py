@@ -25,7 +25,16 @@ from hypothesis import strategies as st
 
 from suite.client import ProtocolClient
 from suite.outcomes import HarnessError
-from suite.proxy import FAULTS, FaultPlanner, FaultProxy, FaultSpec, ProxyThread, is_poll_route, parse_faults
+from suite.proxy import (
+    FAULTS,
+    STANDARD_FAULTS,
+    FaultPlanner,
+    FaultProxy,
+    FaultSpec,
+    ProxyThread,
+    is_poll_route,
+    parse_faults,
+)
 from tests.conftest import ServerProcess, run_suite
 
 # -- a tiny upstream ---------------------------------------------------------------------------------------
@@ -141,6 +150,9 @@ def test_spec_parses_and_prints_back() -> None:
     assert parse_faults("none") == FaultSpec()
     assert str(FaultSpec()) == "none"
     assert parse_faults("delay=0.1").max_delay_ms == 300
+    standard = parse_faults("standard")
+    assert standard == parse_faults(STANDARD_FAULTS)
+    assert all(standard.probability(name) > 0 for name in FAULTS)  # every fault at once
 
 
 @pytest.mark.parametrize(
