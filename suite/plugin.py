@@ -42,9 +42,13 @@ _RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 _EMBEDDED_KEY = pytest.StashKey[Any]()
 _PROXY_KEY = pytest.StashKey[Any]()
 _RUN_KEY = pytest.StashKey[dict[str, Any]]()
-# Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world,
-# at most this many times in all; then it is a harness error (never the target's failure).
-FAULT_ATTEMPTS = 12
+# Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
+# at most FAULT_ATTEMPTS times in all, and after the first few only while its attempts have taken less than
+# FAULT_RERUN_SECONDS (a check of many requests rarely runs clean; a slow one must not run for ever). Then it
+# is a harness error, never the target's failure.
+FAULT_ATTEMPTS = 40
+FAULT_RERUN_SECONDS = 180.0
+_FAULT_ATTEMPTS_ALWAYS = 4
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -302,7 +306,9 @@ def run_check(check: Check, target: TargetInfo, item: pytest.Item) -> None:
     started = time.monotonic()
     attempts = FAULT_ATTEMPTS if target.fault_ledger is not None else 1
     unknown: list[str] = []
-    for _ in range(attempts):
+    for n in range(attempts):
+        if n >= _FAULT_ATTEMPTS_ALWAYS and time.monotonic() - started > FAULT_RERUN_SECONDS:
+            break
         ctx, outcome = _attempt(check, target)
         if not isinstance(outcome, Indeterminate):
             break

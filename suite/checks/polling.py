@@ -14,7 +14,7 @@ import contextlib
 import email.utils
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from suite.client import Reply
@@ -900,7 +900,33 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
         )
         seen[key] = worker
         tasks.append(task)
-    return tasks
+    return _without_redeliveries(ctx, tasks)
+
+
+def _without_redeliveries(ctx: CheckContext, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leases of ``tasks`` less those granted after an earlier lease of the same task had expired.
+
+    A poll resent after a lost answer (under --faults) can reach the server seconds after its race began and
+    get the task again once the first lease expired: a redelivery, not a second live lease. A lease of a
+    later attempt counts as a redelivery only when it was granted (its lease_expires_at less the advertised
+    lease) no earlier than the earlier lease's expiry, so two leases live at once are never hidden.
+    """
+    lease = _advertised_lease(ctx)
+    if lease is None:
+        return tasks
+    kept: list[dict[str, Any]] = []
+    for task in sorted(tasks, key=lambda t: str(t.get("lease_expires_at"))):
+        try:
+            granted = parse_rfc3339(task.get("lease_expires_at")) - timedelta(seconds=lease)
+            same = [k for k in kept if k.get("task_id") == task.get("task_id")]
+            earlier = [parse_rfc3339(k.get("lease_expires_at")) for k in same]
+        except (TypeError, ValueError):
+            kept.append(task)
+            continue
+        if earlier and all(granted >= expiry for expiry in earlier):
+            continue
+        kept.append(task)
+    return kept
 
 
 @check("LEASE-EXCLUSIVE", "LEASE-NO-DUPLICATE-ATTEMPT")
