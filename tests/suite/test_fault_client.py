@@ -11,14 +11,15 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from suite.client import TRACE_HEADER, ProtocolClient
 from suite.outcomes import CheckFailure, Indeterminate
-from suite.proxy import FaultPlanner, FaultProxy, FaultSpec, Plan
-from tests.conftest import ServerProcess
+from suite.proxy import FAULTS, FaultPlanner, FaultProxy, FaultSpec, Plan
+from tests.conftest import ServerProcess, run_suite
 
 Body = Callable[[FaultProxy, ProtocolClient, ProtocolClient], Awaitable[None]]
 
@@ -240,3 +241,25 @@ def test_a_duplicate_recorded_twice_is_reported(server_factory: Callable[..., Se
         assert caught.value.requirement == "ACTIVITY-DUPLICATE-COMPLETE-STALE"
 
     scripted(server, {(r"/activity-tasks/[^/]+/complete$", 1): {"duplicate_request": True}}, body)
+
+
+# -- the whole suite through the proxy ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_whole_suite_through_every_fault_passes_against_the_reference_server(tmp_path: Path) -> None:
+    """No false failure under `--faults standard`: every requirement passes, and the faults really fired."""
+    run = run_suite("embedded", tmp_path / "reports", "--faults", "standard", "--fault-seed", "5", timeout=1500)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert run.results is not None
+    summary = run.results["summary"]
+    assert summary["failed"] == 0
+    assert summary["harness_errors"] == 0
+    assert all(r["verdict"] == "passed" for r in run.results["requirements"]), [
+        (r["id"], r["verdict"]) for r in run.results["requirements"] if r["verdict"] != "passed"
+    ]
+    fired = re.search(r"fault proxy \(seed 5\): (.*)", run.stdout)
+    assert fired is not None, run.stdout[-3000:]
+    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fired.group(1))}
+    assert all(counts[name] > 0 for name in FAULTS), counts  # every fault fired, and the suite held
+    assert sum(int(c.get("fault_reruns") or 0) for c in run.results["checks"]) > 0
