@@ -109,6 +109,9 @@ class Reply:
     body: Any  # parsed JSON, or None when the body is not JSON
     text: str
     exchange: Exchange
+    # Under --faults: how many earlier deliveries of this request lost their answers. Each may have been
+    # applied (a poll resent with its poll_request_id after its lease expired may have leased behind it).
+    resent: int = 0
 
     def json(self) -> dict[str, Any]:
         """The body as an object; a non-object body is an empty dict (the check then fails on content)."""
@@ -379,6 +382,7 @@ class ProtocolClient:
                 continue
             if lost:
                 await self._judge_after_loss(op, json_body, lost, reply, timeout)
+                reply.resent = len(lost)
             await self._judge_duplicate(op, trace, reply, timeout)
             return reply
         raise Indeterminate(f"{method} {url}: the answers of {MAX_DELIVERIES} deliveries in a row were lost")

@@ -475,7 +475,7 @@ class ActivityMachine(MachineBase):
     def poll_once(self, worker: str, timeout: int = 1) -> tuple[Reply | None, datetime, datetime]:
         sent = self.now()
         reply = self.call(self._poll(worker, timeout))
-        if reply is None:
+        if reply is None or reply.resent:
             self.lost_poll()
         return reply, sent, self.now()
 
@@ -538,6 +538,7 @@ class ActivityMachine(MachineBase):
     ) -> AttemptM | None:
         """Judge a granted activity lease against the model, then record it. The grant happened between
         ``sent`` and ``received`` (client clock)."""
+        sent = self.sent_of(reply, sent)
         task = body.get("task")
         if not isinstance(task, dict):
             return None
@@ -1180,6 +1181,8 @@ class ActivityMachine(MachineBase):
                 note(f"race poll {i}: no response (maybe applied): {res!r}")
                 self.lost_poll()
                 continue
+            if res.resent:
+                self.lost_poll()
             note(res.exchange.summary())
             body = self.check_poll_shape(res)
             task = body.get("task")

@@ -14,6 +14,7 @@ import secrets
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis import note as _hypothesis_note
@@ -106,6 +107,14 @@ class MachineBase(RuleBasedStateMachine):
             return None
         note(reply.exchange.summary())
         return reply
+
+    @staticmethod
+    def sent_of(reply: Reply, sent: datetime) -> datetime:
+        """When the delivery that was answered left (client clock): under --faults a poll resent after a lost
+        answer left later than the step began, and the server judged it at that later time."""
+        if reply.resent:
+            return max(sent, datetime.fromtimestamp(reply.exchange.started_at, UTC))
+        return sent
 
     def reached(self, state: str) -> None:
         self.ledger[state] += 1

@@ -368,6 +368,7 @@ class QuerySignalMachine(MachineBase):
 
     def adopt(self, task_obj: dict[str, Any], worker: str, sent: datetime, reply: Reply) -> TaskM:
         """Judge a granted workflow-task lease against the run's slot, then record it."""
+        sent = self.sent_of(reply, sent)
         run = self.run_by_id.get(str(task_obj.get("run_id")))
         if run is None:
             raise self.violation(
@@ -467,7 +468,16 @@ class QuerySignalMachine(MachineBase):
     def poll_once(self, worker: str) -> tuple[Reply | None, datetime]:
         sent = self.now()
         self.note_coalesced_poll()
-        return self.call(self.ctx.poll_wf(worker, self.queue, 1)), sent
+        reply = self.call(self.ctx.poll_wf(worker, self.queue, 1))
+        if reply is None or reply.resent:
+            self.lost_poll()
+        return reply, sent
+
+    def lost_poll(self) -> None:
+        """A poll without an answer (or resent after one was lost) may have leased any ready run's task."""
+        for r in self.all_runs:
+            if r.slot is Slot.READY:
+                r.uncertain = True
 
     def lease_run_task(self, run: RunM, why: str) -> TaskM | None:
         """Poll until the run's ready task is leased (adopting any other run's ready task on the way)."""
@@ -631,12 +641,12 @@ class QuerySignalMachine(MachineBase):
         for i, res in enumerate(results):
             if isinstance(res, HarnessError):
                 self.reached("response_lost")
-                for r in self.all_runs:
-                    if r.slot is Slot.READY:
-                        r.uncertain = True
+                self.lost_poll()
                 continue
             if isinstance(res, BaseException):
                 raise res
+            if res.resent:
+                self.lost_poll()
             note(res.exchange.summary())
             task_obj = self.poll_shape(res, "workflow-task").get("task")
             if not isinstance(task_obj, dict):
@@ -668,9 +678,12 @@ class QuerySignalMachine(MachineBase):
         for i, res in enumerate(results):
             if isinstance(res, HarnessError):
                 self.reached("response_lost")
+                self.lost_poll()
                 continue
             if isinstance(res, BaseException):
                 raise res
+            if res.resent:
+                self.lost_poll()
             note(res.exchange.summary())
             task_obj = self.poll_shape(res, "workflow-task").get("task")
             if isinstance(task_obj, dict):

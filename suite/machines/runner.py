@@ -236,7 +236,10 @@ def _steps(outcome: BaseException, reported: list[str]) -> str:
     for line in lines[starts[-1] :]:
         if line.startswith("state.teardown()"):
             break
-        # Keep the step statements; drop the notes recorded between them (exchanges, checks run).
+        # Keep the step statements; drop the notes recorded between them (exchanges, checks run), and the
+        # salt step of a run under --faults (it sends nothing; a replay runs the plain machine).
+        if line.startswith("state._fault_salt("):
+            continue
         if re.match(r"^(state\b|\(|[\w, ]+ = state\.)", line):
             program.append(line)
     return "\n".join(program)

@@ -315,7 +315,23 @@ class WorkflowLeaseMachine(MachineBase):
 
     def poll_once(self, worker: str, timeout: int = 1) -> tuple[Reply | None, datetime]:
         reply = self.call(self.ctx.poll_wf(worker, self.queue, timeout))
+        if reply is None or reply.resent:
+            self.lost_poll()
         return reply, self.now()
+
+    def lost_poll(self) -> None:
+        """A poll without an answer (or resent after one was lost) may have leased a ready task the model does
+        not know of: the open runs without a known live lease become uncertain."""
+        self.reached("response_lost")
+        live = self.now() + timedelta(seconds=1)
+        held = {
+            t.run.run_id
+            for t in self.task_by_id.values()
+            if t.status is TaskStatus.LEASED and t.expires is not None and t.expires > live
+        }
+        for run in self.run_by_id.values():
+            if run.open and run.run_id not in held:
+                run.uncertain = True
 
     def check_poll_shape(self, reply: Reply) -> dict[str, Any]:
         body = reply.json()
@@ -380,8 +396,9 @@ class WorkflowLeaseMachine(MachineBase):
         granted: dict[str, list[Reply]] = {}
         adopted: list[TaskM] = []
         for i, res in enumerate(results):
+            if isinstance(res, BaseException) or res.resent:
+                self.lost_poll()
             if isinstance(res, BaseException):
-                self.reached("response_lost")
                 continue
             body = self.check_poll_shape(res)
             task_obj = body.get("task")

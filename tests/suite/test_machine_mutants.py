@@ -61,6 +61,34 @@ def test_machine_catches_fault(
     assert replay, "a failing machine writes its replay bundle"
 
 
+@pytest.mark.parametrize("fault", ["accept-wrong-lease-owner", "retry-past-max-attempts", "query-writes-history"])
+def test_machine_catches_fault_through_every_network_fault(
+    fault: str, server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Under --faults standard (lost answers, duplicates, resets, delays) a machine still finds the bug: its
+    model allows every outcome a fault leaves possible, and the violation it meets is kept even when
+    Hypothesis' replay of the example meets other faults."""
+    machine, requirements = CAUGHT[fault]
+    server = server_factory("--fault", fault, *SERVER_ARGS)
+    run = run_suite(
+        server.url,
+        tmp_path / "reports",
+        "-k",
+        f"test_machine and {machine}",
+        "--machine-examples",
+        "12",
+        "--faults",
+        "standard",
+        "--fault-seed",
+        "3",
+        env={"DW_CONFORMANCE_SEED": "20261129"},
+    )
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert run.results is not None
+    failed = {r["id"] for r in run.results["requirements"] if r["verdict"] == "failed"}
+    assert failed & requirements, f"{fault}: machine {machine} reported {sorted(failed)}\n{run.stdout[-3000:]}"
+
+
 def test_replay_bundle_reproduces_against_any_url(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
     """The replay script of a failing machine run fails again against a server with the same bug and runs
     clean against a correct one: the verdict is recomputed by the model, not recorded."""
