@@ -501,7 +501,6 @@ class ProtocolClient:
     ) -> Reply:
         """Send bytes exactly as given (header values with surrounding whitespace, odd framing), which
         httpx refuses to produce; the answer is parsed with h11 and recorded like any other exchange."""
-        import asyncio
 
         import h11
 
@@ -530,10 +529,12 @@ class ProtocolClient:
         conn = h11.Connection(h11.CLIENT)
         conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))  # move h11 to SEND_BODY state
         conn.send(h11.EndOfMessage())
+        writer: asyncio.StreamWriter | None = None
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout or self.timeout)
-            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-            await writer.drain()
+            reader, opened = await asyncio.wait_for(asyncio.open_connection(host, port), timeout or self.timeout)
+            writer = opened
+            opened.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            await opened.drain()
             status, resp_headers, chunks = 0, httpx.Headers(), []
             while True:
                 event = conn.next_event()
@@ -548,7 +549,6 @@ class ProtocolClient:
                     chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                     break
-            writer.close()
             if status == 0:
                 raise ConnectionResetError("the connection closed without a response")
         except (OSError, TimeoutError, h11.ProtocolError) as exc:
@@ -557,6 +557,9 @@ class ProtocolClient:
             if self.faults is not None and not isinstance(exc, TimeoutError | ConnectionRefusedError):
                 raise Indeterminate(f"{method} {url}: {exchange.error} (the answer was lost; maybe applied)") from exc
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if writer is not None:
+                writer.close()  # on every path: a connection the answer never came on is closed too
         exchange.elapsed = time.monotonic() - t0
         text = b"".join(chunks).decode("utf-8", "replace")
         try:

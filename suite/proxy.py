@@ -18,8 +18,11 @@ Faults (``SPEC`` is ``name=probability`` items joined by commas, ``none`` for a 
     truncate_body      answer with Content-Length larger than the bytes sent, then close
 
 The client-visible outcome of drop_response and reset_long_poll is a connection error after the target
-may have committed: STYLE.md item 8, "a response that never arrived is maybe applied". The answers the
-client never saw are kept in :attr:`FaultProxy.withheld` as evidence.
+may have committed: "a response that never arrived is maybe applied". The answers the client never saw are
+kept in :attr:`FaultProxy.withheld` as evidence. A request carrying an ``X-Conformance-Trace`` header (the
+suite's client sends one under ``--faults``) can be looked up in process: :meth:`FaultProxy.events_for`
+lists the faults it met and :meth:`FaultProxy.wait_withheld` returns the answer it never received, which
+the client compares with what a resend or a duplicate got (suite.protocol.retries).
 
 Reproducibility: a ``random.Random(seed)`` draws the same number of values for every request, in the
 order requests arrive, whatever the spec; so a sequential client sees the same fault sequence for the
