@@ -248,6 +248,24 @@ _COLORS = {
 }
 
 
+def _faults_line(results: dict[str, Any]) -> str:
+    """Under --faults: through which faults the run went, and how often a check had to run again."""
+    options = results.get("options") or {}
+    if options.get("faults") is None:
+        return ""
+    checks = results.get("checks") or []
+    reran = [c for c in checks if c.get("fault_reruns")]
+    runs = sum(int(c["fault_reruns"]) for c in reran)
+    seed = options.get("fault_seed")
+    return (
+        f"<p id='faults'>Run through the fault-injecting proxy: <code>--faults {html.escape(str(options['faults']))}"
+        f"</code>{f', seed {seed}' if seed is not None else ''}. {len(reran)} check{'' if len(reran) == 1 else 's'} "
+        f"ran again ({runs} re-runs in "
+        "all) because a fault left an outcome unknown; lost answers were resent only where the protocol makes "
+        "that safe, and every resend and duplicate was judged against the answer the client never saw.</p>"
+    )
+
+
 def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = None) -> str:
     """One self-contained page: badge, summary, a table by area, and every failure with its evidence; with
     ``mutants`` (a ``mutants.json`` document), a "Mutant kill matrix" section at the end."""
@@ -269,9 +287,11 @@ def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = Non
             continue
         ex_html = []
         for ex in req["exchanges"]:
+            # An answer the fault proxy kept from the client carries that in its error: show it.
+            note = f" ({ex['error']})" if ex.get("error") else ""
             ex_html.append(
                 "<details open><summary>"
-                + e(f"{ex['method']} {ex['url']} → {ex.get('status')}")
+                + e(f"{ex['method']} {ex['url']} → {ex.get('status')}{note}")
                 + "</summary>"
                 + "<h4>Request</h4><pre>"
                 + e(json.dumps(ex.get("request_headers"), indent=1))
@@ -309,6 +329,7 @@ vertical-align:top;text-align:left}}pre{{background:#f6f8fa;padding:.5rem;overfl
 certified at <code>{e(t["certified_version"])}</code>. Suite {e(results["suite_version"])}, run
 <code>{e(results["run_id"])}</code>, seed {results["seed"]}, {s["checks_run"]} checks, {s["requests"]} requests.</p>
 <p><b>{e(quote_line(results))}</b></p>
+{_faults_line(results)}
 <h2>Failures</h2>{"".join(failures) or "<p>None.</p>"}
 <h2>All requirements</h2>
 <table><thead><tr><th>Area</th><th>Requirement</th><th>Level</th><th>Verdict</th><th>Rule</th><th>Note</th></tr>

@@ -131,3 +131,15 @@ def test_machine_ledgers_reach_the_report(tmp_path: Path) -> None:
     page = (write_reports(results, tmp_path / "r") / "report.html").read_text(encoding="utf-8")
     assert "State-machine coverage ledger" in page
     assert "duplicate_claim_raced" in page
+
+
+def test_a_run_through_the_fault_proxy_says_so_and_counts_its_re_runs(tmp_path: Path) -> None:
+    records = [{**RECORDS[0], "fault_reruns": 2, "indeterminate": ["POST /x: the answer was lost"]}, *RECORDS[1:]]
+    options = {**OPTIONS, "faults": "standard", "fault_seed": 5}
+    results = build_results(_target(), records, RUN, options=options)
+    Draft202012Validator(schemas.load_json("json/report.schema.json")).validate(results)
+    html = (write_reports(results, tmp_path) / "report.html").read_text(encoding="utf-8")
+    assert "<code>--faults standard</code>, seed 5" in html
+    assert "1 check ran again (2 re-runs in all)" in html
+    plain = build_results(_target(), RECORDS, RUN, options=OPTIONS)
+    assert "id='faults'" not in (write_reports(plain, tmp_path / "plain") / "report.html").read_text(encoding="utf-8")
