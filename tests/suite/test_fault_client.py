@@ -7,6 +7,7 @@ against the reference server as a subprocess, and reads the server's state throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 from collections import Counter
@@ -263,3 +264,90 @@ def test_the_whole_suite_through_every_fault_passes_against_the_reference_server
     counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fired.group(1))}
     assert all(counts[name] > 0 for name in FAULTS), counts  # every fault fired, and the suite held
     assert sum(int(c.get("fault_reruns") or 0) for c in run.results["checks"]) > 0
+
+
+# -- a server that breaks the repeat rules: the client's judgments fail against it ----------------------------
+
+
+class AcceptsEverything:
+    """A broken upstream: every request is accepted with the status its route answers the first time, however
+    often it comes (a complete or fail applied twice, a start that starts again); a repeated register is
+    refused. Enough protocol for the client's repeat judgments, nothing more."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> AcceptsEverything:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def _answer(self, path: str) -> tuple[int, bytes]:
+        self.seen[path] += 1
+        if path.endswith("/register"):
+            return (201, b'{"registered":true}') if self.seen[path] == 1 else (409, b'{"reason":"conflict"}')
+        if path == "/api/workflows":
+            return 201, b'{"run_id":"r%d"}' % self.seen[path]
+        return 200, b'{"outcome":"completed","recorded":true}'
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h11
+
+        conn = h11.Connection(h11.SERVER)
+        path = ""
+        with contextlib.suppress(ConnectionError, h11.RemoteProtocolError):
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Request):
+                    path = event.target.decode()
+                elif isinstance(event, h11.Data):
+                    continue  # the body does not matter: every request is accepted
+                elif isinstance(event, h11.EndOfMessage):
+                    status, body = self._answer(path)
+                    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+                    writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+                    writer.write((conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b""))
+                    await writer.drain()
+                    conn.start_next_cycle()
+                else:
+                    break
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "requirement"),
+    [
+        ("POST", "/api/worker/register", "REGISTER-IDEMPOTENT"),
+        ("POST", "/api/worker/workflow-tasks/T1/complete", "FENCE-AFTER-COMPLETE"),
+        ("POST", "/api/worker/workflow-tasks/T1/fail", "FENCE-TASK-FAILED-NOT-LEASED"),
+        ("POST", "/api/worker/activity-tasks/A1/fail", "ACTIVITY-DUPLICATE-COMPLETE-STALE"),
+        ("POST", "/api/worker/query-tasks/Q1/complete", "QUERY-LATE-COMPLETE-NOT-LEASED"),
+        ("POST", "/api/workflows", "CONTROL-START"),
+    ],
+)
+@pytest.mark.parametrize("fault", ["duplicate_request", "drop_response"])
+def test_each_repeat_rule_fails_against_a_server_that_breaks_it(
+    method: str, path: str, requirement: str, fault: str
+) -> None:
+    async def main() -> None:
+        async with (
+            AcceptsEverything() as broken,
+            FaultProxy(broken.url, "none", seed=0) as proxy,
+            ProtocolClient(proxy.url, faults=proxy) as client,
+        ):
+            proxy.planner = ScriptedPlanner({(re.escape(path) + "$", 1): {fault: True}})
+            with pytest.raises(CheckFailure) as caught:
+                await client.request(method, path, json_body={"worker_id": "w", "task_queue": "q"})
+            assert caught.value.requirement == requirement
+            assert any(e.error and "withheld" in e.error for e in caught.value.exchanges)
+
+    asyncio.run(main())
