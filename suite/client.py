@@ -16,7 +16,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
@@ -27,14 +27,24 @@ from suite.protocol.versions import ADVERTISED_VERSION, CONTROL_PLANE_VERSION
 
 from .outcomes import CheckFailure, HarnessError, Indeterminate
 
-__all__ = ["CONTROL_HEADER", "TRACE_HEADER", "WORKER_HEADER", "Exchange", "FaultLedger", "ProtocolClient", "Reply"]
+__all__ = [
+    "CONTROL_HEADER",
+    "LOST_ANSWER",
+    "TRACE_HEADER",
+    "WORKER_HEADER",
+    "Exchange",
+    "FaultLedger",
+    "ProtocolClient",
+    "Reply",
+    "resendable_poll",
+]
 
 TRACE_HEADER = "X-Conformance-Trace"
 # How many times one request is delivered at most when its answers keep getting lost.
 MAX_DELIVERIES = 6
 # What a lost answer looks like on the wire: the connection closed or reset after the request went out, or a
 # body cut short. A refused connection (the request never left) and a timeout are the harness's errors.
-_LOST = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+LOST_ANSWER = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
 
 WORKER_HEADER = "X-Durable-Workflow-Protocol-Version"
 CONTROL_HEADER = "X-Durable-Workflow-Control-Plane-Version"
@@ -113,6 +123,18 @@ class Reply:
     # applied (a poll resent with its poll_request_id after its lease expired may have leased behind it).
     resent: int = 0
 
+    @property
+    def server_date(self) -> datetime | None:
+        """The target's clock when it answered: its ``Date`` header (floored to the second), or ``None``."""
+        value = self.headers.get("date")
+        if not value:
+            return None
+        try:
+            dt = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
     def json(self) -> dict[str, Any]:
         """The body as an object; a non-object body is an empty dict (the check then fails on content)."""
         return self.body if isinstance(self.body, dict) else {}
@@ -132,8 +154,7 @@ class Withheld(Protocol):
     fault: str
     status: int | None
     body: bytes
-
-    def header(self, name: str) -> str | None: ...
+    headers: tuple[tuple[str, str], ...]
 
 
 class FaultLedger(Protocol):
@@ -274,8 +295,6 @@ class ProtocolClient:
         try:
             return await self._send(method, url, path, hdrs, content, timeout)
         except _AnswerLost as lost:
-            if self.faults is not None:
-                raise Indeterminate(f"{method} {url}: {lost} (the answer was lost; it may have been applied)") from None
             raise HarnessError(f"{method} {url}: {lost}") from lost.__cause__
 
     async def _send(
@@ -308,7 +327,7 @@ class ProtocolClient:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"timeout after {exchange.elapsed:.1f}s ({type(exc).__name__})"
             raise HarnessError(f"{method} {url}: no response within {exchange.elapsed:.1f}s") from exc
-        except _LOST as exc:
+        except LOST_ANSWER as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
             raise _AnswerLost(exchange, exchange.error) from exc
@@ -350,16 +369,8 @@ class ProtocolClient:
         proxy saw the target refuse the lost delivery (a refused request changed nothing, so it is resent).
         A request the proxy delivered twice is judged by the same rules."""
         op = classify(method, path)
-        if content is not None:  # bytes exactly as the check wrote them: sent as they are, judged as JSON
-            json_body = _parse(content)
-        elif (
-            op.repeat is Repeat.POLL
-            and isinstance(json_body, dict)
-            and "poll_request_id" not in json_body
-            and isinstance(json_body.get("worker_id"), str)
-            and isinstance(json_body.get("task_queue"), str)
-        ):
-            json_body = {**json_body, "poll_request_id": "dw-retry-" + secrets.token_hex(8)}
+        # Bytes exactly as the check wrote them are sent as they are and judged as JSON.
+        json_body = _parse(content) if content is not None else resendable_poll(op, json_body)
         if content is None and json_body is not None:
             content = json.dumps(json_body, separators=(",", ":")).encode()
             hdrs.setdefault("Content-Type", "application/json")
@@ -426,7 +437,7 @@ class ProtocolClient:
             body = _parse(answer.body)
             if op.repeat is Repeat.POLL:
                 violation = judge_poll_retry(
-                    answer.status, body, reply.status, reply.body, _server_date(reply), parse_rfc3339
+                    answer.status, body, reply.status, reply.body, reply.server_date, parse_rfc3339
                 )
             else:
                 violation = judge_repeat(op, answer.status, body, reply.status, reply.body)
@@ -482,7 +493,7 @@ class ProtocolClient:
             request_headers=sent.request_headers,
             request_body=sent.request_body,
             status=answer.status,
-            response_headers=dict(_headers(answer)),
+            response_headers=dict(answer.headers),
             response_body=_parse(answer.body)
             if _parse(answer.body) is not None
             else answer.body[:4000].decode("utf-8", "replace"),
@@ -582,25 +593,23 @@ class ProtocolClient:
         return text
 
 
+def resendable_poll(op: Operation, body: Any) -> Any:
+    """A poll body with a ``poll_request_id`` (a fresh one when it has none, as the official SDK always sends
+    one), so that a poll whose answer was lost can be sent again (§7.3); any other body unchanged."""
+    if (
+        op.repeat is Repeat.POLL
+        and isinstance(body, dict)
+        and "poll_request_id" not in body
+        and isinstance(body.get("worker_id"), str)
+        and isinstance(body.get("task_queue"), str)
+    ):
+        return {**body, "poll_request_id": "dw-retry-" + secrets.token_hex(8)}
+    return body
+
+
 def _parse(data: bytes) -> Any:
     """The JSON a body holds, or ``None`` (robustness checks send bodies nested thousands deep, or not JSON)."""
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
-        return None
-
-
-def _headers(answer: Withheld) -> list[tuple[str, str]]:
-    headers = getattr(answer, "headers", ())
-    return [(str(k), str(v)) for k, v in headers]
-
-
-def _server_date(reply: Reply) -> datetime | None:
-    """The target's clock when it answered (its ``Date`` header), or ``None``."""
-    value = reply.headers.get("date")
-    if not value:
-        return None
-    try:
-        return email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
         return None

@@ -73,10 +73,10 @@ from schemathesis.core import NotSet
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
 from suite.protocol.requirements import REGISTRY, Level, applicable
-from suite.protocol.retries import Repeat, classify
+from suite.protocol.retries import classify
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
-from .client import CONTROL_HEADER, REDACTED, WORKER_HEADER, Exchange
+from .client import CONTROL_HEADER, LOST_ANSWER, REDACTED, WORKER_HEADER, Exchange, resendable_poll
 from .context import TargetInfo
 from .outcomes import CheckFailure, HarnessError, Verdict
 
@@ -517,8 +517,7 @@ class _AnswerLost(WorldUnavailable, HarnessError):
     cannot be trusted (a harness matter, never the target's failure)."""
 
 
-# What a lost answer looks like to httpx and to requests (matched by name: the suite does not import requests).
-_LOST_HTTPX = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+# What a lost answer looks like to requests (matched by name: the suite does not import requests).
 _LOST_NAMES = frozenset({"ConnectionError", "ChunkedEncodingError", "ContentDecodingError"})
 
 
@@ -548,8 +547,8 @@ class _Driver:
         prefix = "/api/worker" if plane == "worker" else "/api"
         op = classify(method, prefix + path)
         faulty = self.target.fault_ledger is not None
-        if faulty and op.repeat is Repeat.POLL and isinstance(body, dict) and "poll_request_id" not in body:
-            body = {**body, "poll_request_id": "dw-retry-" + secrets.token_hex(8)}  # so a lost answer can be resent
+        if faulty:
+            body = resendable_poll(op, body)
         for _ in range(6 if faulty else 1):
             self.requests += 1
             try:
@@ -561,7 +560,7 @@ class _Driver:
                     params=params,
                     timeout=timeout or CALL_TIMEOUT,
                 )
-            except _LOST_HTTPX as exc:
+            except LOST_ANSWER as exc:
                 if not faulty:
                     raise HarnessError(f"{method} {prefix}{path}: {type(exc).__name__}: {exc}") from exc
                 if not op.resendable(body):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import json
 import math
 from collections.abc import AsyncIterator
@@ -145,17 +144,6 @@ async def _started_with_activities(
 # -- time --------------------------------------------------------------------------------------------------
 
 
-def _server_date(reply: Reply) -> datetime | None:
-    raw = reply.headers.get("date")
-    if not raw:
-        return None
-    try:
-        dt = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-
-
 def _instant(value: Any) -> datetime | None:
     try:
         return parse_rfc3339(value)
@@ -171,7 +159,7 @@ def _lease_length(ctx: CheckContext, task: dict[str, Any], reply: Reply, kind: t
     if isinstance(advertised, int | float) and not isinstance(advertised, bool) and advertised > 0:
         seconds = float(advertised)
     else:
-        expires, now = _instant(task.get("lease_expires_at")), _server_date(reply)
+        expires, now = _instant(task.get("lease_expires_at")), reply.server_date
         if expires is not None and now is not None:
             seconds = max(0.0, (expires - now).total_seconds())
     return ctx.needs_short(seconds, what, setting)
@@ -186,7 +174,7 @@ async def _wait_past(ctx: CheckContext, instant: datetime, *, within: float, wha
 
     async def probe() -> bool | None:
         reply = await ctx.client.request("GET", "/api/health")
-        now = _server_date(reply) or datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW)
+        now = reply.server_date or datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW)
         return True if now > instant else None
 
     await ctx.wait_until(probe, timeout=within, what=what, interval=0.25)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from datetime import datetime, timedelta
@@ -212,17 +211,6 @@ def _judge_poll_status(ctx: CheckContext, reply: Reply, kind: str) -> str:
         requirement="POLL-STATUS-TASK-IFF-LEASED",
     )
     return status
-
-
-def _server_date(reply: Reply) -> datetime | None:
-    """The response ``Date`` header: the server's clock, floored to the second."""
-    value = reply.headers.get("date")
-    if not value:
-        return None
-    try:
-        return email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _expires(ctx: CheckContext, body: dict[str, Any], reply: Reply, requirement: str) -> datetime:
@@ -1009,7 +997,7 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
             requirement="LEASE-OWNER-IS-POLLER",
         )
         expires = _expires(ctx, task, reply, "LEASE-EXPIRY-IN-FUTURE")
-        date = _server_date(reply)
+        date = reply.server_date
         # The server's Date (floored to the second) is at or after it received the poll; without one, allow
         # a minute of clock skew against the local send time.
         floor, what = (
@@ -1045,7 +1033,7 @@ async def lease_default_duration(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     await ctx.start(queue)
     reply, task = await _lease(ctx, "workflow", wid, queue)
-    date = _server_date(reply)
+    date = reply.server_date
     if date is None:
         raise NotCovered(
             "the target sends no Date header, so the lease length cannot be read off its own clock",
@@ -1082,7 +1070,7 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
         got = _task(reply)
         if got is None or got.get("task_id") != task.get("task_id"):
             continue
-        date = _server_date(reply)
+        date = reply.server_date
         # The claim happened before the response, i.e. before Date + 1 s: if that is still before the
         # renewed expiry, the lease was live when the task was handed out again.
         live = date is not None and (expires - date).total_seconds() >= 1
@@ -1244,7 +1232,7 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     prid = ctx.uid("poll")
     poll, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
     expires = _expires(ctx, task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
-    date = _server_date(poll)
+    date = poll.server_date
     lease = (expires - date).total_seconds() if date is not None else _advertised_lease(ctx)
     ctx.needs_short(
         None if lease is None else lease + 2,
@@ -1255,7 +1243,7 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
 
     async def expired() -> bool | None:
         # Wait on the server's clock: Date is floored, so Date > expiry means the lease is over.
-        date = _server_date(await ctx.client.request("GET", "/api/health"))
+        date = (await ctx.client.request("GET", "/api/health")).server_date
         if date is None:
             raise NotCovered(
                 "the target sends no Date header, so lease expiry cannot be read off its clock",

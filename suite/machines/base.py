@@ -100,7 +100,8 @@ class MachineBase(RuleBasedStateMachine):
         """One request; ``None`` when no answer arrived (the request is *maybe applied*: the caller must
         keep its invariants true for both outcomes and never blame the target)."""
         try:
-            reply = self.run(coro)
+            # Not through run(): an unknown outcome handled here as maybe applied did not escape the step.
+            reply = self.loop.run_until_complete(coro)
         except HarnessError as exc:
             self.reached("response_lost")
             note(f"no response (maybe applied): {exc}")

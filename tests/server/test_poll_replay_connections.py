@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,15 +27,11 @@ from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
+from tests.server.harness import CONTROL_HEADERS, DEADLINE, WORKER_HEADERS, run_async, until
 
 T = TypeVar("T")
 
 FAULT = "poll-replay-forgotten-on-disconnect"
-# Hang guards, not performance assertions.
-DEADLINE = 10.0
-TEST_DEADLINE = 30.0
-WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
-CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
 QUEUE = "replay-q"
 WORKER = "w-replay"
 POLL_ROUTES = {
@@ -51,20 +47,8 @@ IDENTITY = {
 }
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(asyncio.wait_for(coro, TEST_DEADLINE))
-
-
 async def within(awaitable: Awaitable[T]) -> T:
     return await asyncio.wait_for(awaitable, DEADLINE)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async def spin() -> None:
-        while not condition():
-            await asyncio.sleep(0)
-
-    await within(spin())
 
 
 # -- transport -----------------------------------------------------------------------------------------------
@@ -227,7 +211,7 @@ async def retry_after_disconnect(tmp_path: Path, kind: str, faults: frozenset[st
 
 @pytest.mark.parametrize("kind", ["workflow", "activity", "query"])
 def test_a_poll_retried_on_a_new_connection_after_a_disconnect_is_replayed(tmp_path: Path, kind: str) -> None:
-    seen = run(retry_after_disconnect(tmp_path, kind, frozenset()))
+    seen = run_async(retry_after_disconnect(tmp_path, kind, frozenset()))
     assert seen["first"] is not None
     assert seen["same_connection"] == seen["first"]
     assert seen["rows_after_close"] == 1  # closing the connection forgets nothing
@@ -239,7 +223,7 @@ def test_a_poll_retried_on_a_new_connection_after_a_disconnect_is_replayed(tmp_p
 def test_fault_forgets_the_replay_when_the_connection_closes_but_replays_on_the_open_one(
     tmp_path: Path, kind: str
 ) -> None:
-    seen = run(retry_after_disconnect(tmp_path, kind, frozenset({FAULT})))
+    seen = run_async(retry_after_disconnect(tmp_path, kind, frozenset({FAULT})))
     assert seen["first"] is not None
     # Invisible without a disconnect: the repeat on the open connection is replayed as §7.3 demands.
     assert seen["same_connection"] == seen["first"]
@@ -264,4 +248,4 @@ def test_fault_keeps_replays_for_concurrent_duplicates_on_open_connections(tmp_p
             await a.close()
             await b.close()
 
-    run(scenario())
+    run_async(scenario())

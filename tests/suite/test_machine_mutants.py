@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess, run_suite
+from tests.conftest import ServerProcess, SuiteRun, run_suite
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +34,26 @@ CAUGHT: dict[str, tuple[str, frozenset[str]]] = {
 SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3")
 
 
+def run_machine(url: str, machine: str, tmp_path: Path, *options: str) -> SuiteRun:
+    """The one machine against ``url``: 12 examples, the fixed seed; returns once the suite has judged."""
+    return run_suite(
+        url,
+        tmp_path / "reports",
+        "-k",
+        f"test_machine and {machine}",
+        "--machine-examples",
+        "12",
+        *options,
+        env={"DW_CONFORMANCE_SEED": "20261129"},
+    )
+
+
+def failed_requirements(run: SuiteRun) -> set[str]:
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert run.results is not None
+    return {r["id"] for r in run.results["requirements"] if r["verdict"] == "failed"}
+
+
 @pytest.mark.parametrize(("fault", "machine", "requirements"), [(f, m, r) for f, (m, r) in sorted(CAUGHT.items())])
 def test_machine_catches_fault(
     fault: str,
@@ -43,19 +63,8 @@ def test_machine_catches_fault(
     tmp_path: Path,
 ) -> None:
     server = server_factory("--fault", fault, *SERVER_ARGS)
-    run = run_suite(
-        server.url,
-        tmp_path / "reports",
-        "-k",
-        f"test_machine and {machine}",
-        "--no-machine-shrink",
-        "--machine-examples",
-        "12",
-        env={"DW_CONFORMANCE_SEED": "20261129"},
-    )
-    assert run.returncode == 1, run.stdout[-3000:]
-    assert run.results is not None
-    failed = {r["id"] for r in run.results["requirements"] if r["verdict"] == "failed"}
+    run = run_machine(server.url, machine, tmp_path, "--no-machine-shrink")
+    failed = failed_requirements(run)
     assert failed & requirements, f"{fault}: machine {machine} reported {sorted(failed)}\n{run.stdout[-3000:]}"
     replay = sorted((tmp_path / "reports").glob(f"*/replay/{machine}/replay.py"))
     assert replay, "a failing machine writes its replay bundle"
@@ -70,22 +79,8 @@ def test_machine_catches_fault_through_every_network_fault(
     Hypothesis' replay of the example meets other faults."""
     machine, requirements = CAUGHT[fault]
     server = server_factory("--fault", fault, *SERVER_ARGS)
-    run = run_suite(
-        server.url,
-        tmp_path / "reports",
-        "-k",
-        f"test_machine and {machine}",
-        "--machine-examples",
-        "12",
-        "--faults",
-        "standard",
-        "--fault-seed",
-        "3",
-        env={"DW_CONFORMANCE_SEED": "20261129"},
-    )
-    assert run.returncode == 1, run.stdout[-3000:]
-    assert run.results is not None
-    failed = {r["id"] for r in run.results["requirements"] if r["verdict"] == "failed"}
+    run = run_machine(server.url, machine, tmp_path, "--faults", "standard", "--fault-seed", "3")
+    failed = failed_requirements(run)
     assert failed & requirements, f"{fault}: machine {machine} reported {sorted(failed)}\n{run.stdout[-3000:]}"
 
 
@@ -96,16 +91,7 @@ def test_replay_bundle_reproduces_against_any_url(server_factory: Callable[..., 
     import sys
 
     broken = server_factory("--fault", "accept-wrong-lease-owner", *SERVER_ARGS)
-    run = run_suite(
-        broken.url,
-        tmp_path / "reports",
-        "-k",
-        "test_machine and workflow_leases",
-        "--no-machine-shrink",
-        "--machine-examples",
-        "12",
-        env={"DW_CONFORMANCE_SEED": "20261129"},
-    )
+    run = run_machine(broken.url, "workflow_leases", tmp_path, "--no-machine-shrink")
     assert run.returncode == 1, run.stdout[-3000:]
     (script,) = sorted((tmp_path / "reports").glob("*/replay/workflow_leases/replay.py"))
 
