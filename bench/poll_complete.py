@@ -1,15 +1,21 @@
-"""Workflow-task poll → complete throughput of the reference server over loopback.
+"""Workflow-task poll → complete throughput of the reference server over loopback, beside a minimal server.
 
-Starts ``python -m reference_server`` as a subprocess on a fresh database, registers ``--concurrency`` workers
+Starts ``python -m reference_server`` (and ``bench/minimal_server.py``, the same stack without the protocol's
+rules) as a subprocess on a fresh database, registers ``--concurrency`` workers
 on one task queue, starts ``--cycles`` workflows, then lets the workers loop ``poll → complete_workflow`` over
 HTTP/1.1 keep-alive connections (httpx) until every run is completed. A *cycle* is one leased workflow task
 and its accepted completion: two HTTP requests and three committed SQLite transactions (worker liveness, the
 claim, the completion), each fsynced (``PRAGMA synchronous=FULL``).
 
-Prints a one-line summary and one JSON line. It is bounded in work (``--cycles``) and in time
-(``--max-seconds``): at the deadline it stops and reports what it measured. Example::
+The minimal server does the same cycle in two transactions (its claim records the worker's liveness), with
+no validation, history or fencing beyond the conditional update. With ``--server both`` (the default) the two
+servers are measured alternately, ``--rounds`` times each for every concurrency in ``--concurrency``, in one
+run, and the median cycles per second of each are printed with their ratio.
 
-    python bench/poll_complete.py --cycles 2000 --concurrency 8 --lease-seconds 30
+Prints a one-line summary per measurement, then one JSON line. Each measurement is bounded in work
+(``--cycles``) and in time (``--max-seconds``): at the deadline it stops and reports what it measured. Example::
+
+    python bench/poll_complete.py --cycles 2000 --concurrency 1,8 --rounds 3
 
 Speed is measured here, never asserted in tests (tests/README.md).
 """
@@ -43,16 +49,38 @@ QUEUE = "bench"
 RESULT_BLOB = "wwHioz3/VYAiNwoIZG9uZQ=="  # suite.protocol.codec.encode_blob("done"): an Avro Value frame
 
 
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers, comma-separated (e.g. 1,8)") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Measure poll→complete cycles per second against the reference server.")
     p.add_argument("--cycles", type=int, default=2000, help="Workflows to run, one cycle each (default 2000).")
-    p.add_argument("--concurrency", type=int, default=8, help="Concurrent workers, one connection each (default 8).")
+    p.add_argument(
+        "--concurrency",
+        type=_positive_ints,
+        default=[1, 8],
+        help="Concurrent workers, one connection each; a comma list measures each (default 1,8).",
+    )
+    p.add_argument(
+        "--server",
+        choices=("reference", "minimal", "both"),
+        default="both",
+        help="Which server to measure; 'both' alternates them in one run and prints the ratio (default both).",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="Measurements per server and concurrency (default 3).")
     p.add_argument("--lease-seconds", type=int, default=30, help="Workflow-task lease of the server (default 30).")
     p.add_argument("--max-seconds", type=float, default=120.0, help="Stop after this long at most (default 120).")
     p.add_argument("--db", default=None, help="Database file (default: a fresh file in a temporary directory).")
     args = p.parse_args(argv)
-    if args.cycles < 1 or args.concurrency < 1 or args.lease_seconds < 1 or args.max_seconds <= 0:
-        p.error("--cycles, --concurrency and --lease-seconds must be >= 1 and --max-seconds > 0")
+    if args.cycles < 1 or args.rounds < 1 or args.lease_seconds < 1 or args.max_seconds <= 0:
+        p.error("--cycles, --rounds and --lease-seconds must be >= 1 and --max-seconds > 0")
     return args
 
 
@@ -63,9 +91,14 @@ class BenchError(Exception):
 # -- the server -------------------------------------------------------------------------------------------------
 
 
-def start_server(db: Path, lease_seconds: int, timeout: float = 30.0) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)]
-    cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
+def start_server(
+    db: Path, lease_seconds: int, kind: str = "reference", timeout: float = 30.0
+) -> tuple[subprocess.Popen[str], str]:
+    if kind == "minimal":
+        cmd = [sys.executable, str(ROOT / "bench" / "minimal_server.py"), "--port", "0", "--db", str(db)]
+    else:
+        cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)]
+        cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
     assert proc.stdout is not None
@@ -165,10 +198,10 @@ async def worker(url: str, worker_id: str, tally: Tally) -> None:
                 tally.done.set()
 
 
-async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    names = [f"bench-w{i}" for i in range(args.concurrency)]
+async def measure(url: str, args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
+    names = [f"bench-w{i}" for i in range(concurrency)]
     await asyncio.gather(*(register(url, name) for name in names))
-    start_seconds = await start_workflows(url, args.cycles, args.concurrency)
+    start_seconds = await start_workflows(url, args.cycles, concurrency)
     tally = Tally(target=args.cycles)
     began = time.perf_counter()
     workers = [asyncio.create_task(worker(url, name, tally)) for name in names]
@@ -186,7 +219,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "poll_complete",
         "cycles": tally.completed,
         "cycles_requested": args.cycles,
-        "concurrency": args.concurrency,
+        "concurrency": concurrency,
         "lease_seconds": args.lease_seconds,
         "seconds": round(elapsed, 3),
         "cycles_per_second": round(tally.completed / elapsed, 1) if elapsed > 0 else 0.0,
@@ -209,27 +242,54 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement: a fresh server of ``kind`` on a fresh database, the whole workload, then stopped."""
     with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "bench.sqlite"
+        proc, url = start_server(db, args.lease_seconds, kind)
         try:
-            proc, url = start_server(db, args.lease_seconds)
-            try:
-                result = asyncio.run(measure(url, args))
-            finally:
-                stop_server(proc)
-        except BenchError as exc:
-            print(f"poll_complete: {exc}", file=sys.stderr)
-            return 2
+            result = asyncio.run(measure(url, args, concurrency))
+        finally:
+            stop_server(proc)
+    result["server"] = kind
     latency = result["latency_ms"]
     print(
-        f"poll→complete: {result['cycles']} cycles in {result['seconds']} s = {result['cycles_per_second']} cycles/s"
-        f" with {result['concurrency']} workers (p50 {latency['p50']} ms, p99 {latency['p99']} ms per cycle;"
-        f" starts {result['starts_per_second']}/s){' — stopped at --max-seconds' if result['timed_out'] else ''}"
+        f"{kind:>9} poll→complete: {result['cycles']} cycles in {result['seconds']} s = "
+        f"{result['cycles_per_second']} cycles/s with {concurrency} workers (p50 {latency['p50']} ms, p99 "
+        f"{latency['p99']} ms per cycle; starts {result['starts_per_second']}/s)"
+        f"{' — stopped at --max-seconds' if result['timed_out'] else ''}",
+        flush=True,
     )
-    print(json.dumps(result, separators=(",", ":")))
-    return 1 if result["timed_out"] else 0
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
+    runs: list[dict[str, Any]] = []
+    try:
+        # Alternate the servers round by round, so a change in the machine's load meets both alike.
+        for concurrency in args.concurrency:
+            for _ in range(args.rounds):
+                runs.extend(measure_one(kind, concurrency, args) for kind in kinds)
+    except BenchError as exc:
+        print(f"poll_complete: {exc}", file=sys.stderr)
+        return 2
+    summary: list[dict[str, Any]] = []
+    for concurrency in args.concurrency:
+        row: dict[str, Any] = {"concurrency": concurrency}
+        for kind in kinds:
+            rates = [r["cycles_per_second"] for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
+            row[kind] = round(statistics.median(rates), 1)
+        if len(kinds) == 2 and row["minimal"] > 0:
+            row["ratio"] = round(row["reference"] / row["minimal"], 3)
+            print(
+                f"{concurrency} workers: reference {row['reference']} / minimal {row['minimal']} cycles/s "
+                f"(medians of {args.rounds}) = {row['ratio']:.2f} ×"
+            )
+        summary.append(row)
+    print(json.dumps({"benchmark": "poll_complete", "summary": summary, "runs": runs}, separators=(",", ":")))
+    return 1 if any(r["timed_out"] for r in runs) else 0
 
 
 if __name__ == "__main__":
