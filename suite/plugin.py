@@ -33,7 +33,7 @@ from .context import CheckContext, TargetInfo
 from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, Unimplemented, Verdict
 from .registry import Check
 
-__all__ = ["EXIT_HARNESS_ERROR", "run_check"]
+__all__ = ["EXIT_HARNESS_ERROR", "run_check", "run_fuzz_item", "run_machine_item"]
 
 EXIT_HARNESS_ERROR = 10
 RESULT_KEY = "dw_result"
@@ -398,6 +398,32 @@ def run_machine_item(machine: Any, target: TargetInfo, item: pytest.Item) -> Non
         pytest.fail(
             f"harness error in machine {machine.name} (not a conformance failure): {result.message}", pytrace=False
         )
+
+
+def run_fuzz_item(check: Check, target: TargetInfo, item: pytest.Item) -> None:
+    """Fuzz one group of operations with the session's budget and seed; one verdict record per judged
+    requirement and operation."""
+    from .fuzz import FuzzBudget, fuzz_group
+
+    config = item.config
+    examples = int(config.getoption("--fuzz-examples"))
+    if examples <= 0:
+        pytest.skip("fuzzing disabled (--fuzz-examples 0)")
+    budget = FuzzBudget(examples=examples, seed=int(config.stash[_RUN_KEY]["seed"]))
+    failed: list[str] = []
+    errors: list[str] = []
+    for result in fuzz_group(target, check.name.removeprefix("fuzz:"), budget):
+        for record in result.records(target):
+            _record(item, record)
+            verdict = Verdict(record["verdict"])
+            if verdict is Verdict.FAILED or (verdict is Verdict.NON_STRICT and target.strict):
+                failed.append(f"[{record['failed_requirement']}] fuzz:{result.name}: {record['message']}")
+            elif verdict is Verdict.ERROR:
+                errors.append(f"fuzz:{result.name}: {record['message']}")
+    if failed:
+        pytest.fail("\n\n".join(failed) + f"\nseed: {budget.seed}", pytrace=False)
+    if errors:
+        pytest.fail("harness error (not a conformance failure):\n" + "\n".join(errors), pytrace=False)
 
 
 def _judge(

@@ -15,8 +15,7 @@ import pytest
 
 from suite.context import CheckContext, TargetInfo
 from suite.fuzz import FuzzBudget, FuzzResult, all_groups, fuzz_group, group_members, group_requirements
-from suite.outcomes import Verdict
-from suite.plugin import _RUN_KEY, _record
+from suite.plugin import run_fuzz_item
 from suite.registry import Check, CheckFn
 
 
@@ -51,22 +50,4 @@ def _group_check(group: str) -> Check:
 
 @pytest.mark.parametrize("check", [pytest.param(_group_check(g), id=g) for g in all_groups()])
 def test_fuzz(check: Check, dw_target: TargetInfo, request: pytest.FixtureRequest) -> None:
-    config = request.config
-    examples = int(config.getoption("--fuzz-examples"))
-    if examples <= 0:
-        pytest.skip("fuzzing disabled (--fuzz-examples 0)")
-    budget = FuzzBudget(examples=examples, seed=int(config.stash[_RUN_KEY]["seed"]))
-    failed: list[str] = []
-    errors: list[str] = []
-    for result in fuzz_group(dw_target, check.name.removeprefix("fuzz:"), budget):
-        for record in result.records(dw_target):
-            _record(request.node, record)
-            verdict = Verdict(record["verdict"])
-            if verdict is Verdict.FAILED or (verdict is Verdict.NON_STRICT and dw_target.strict):
-                failed.append(f"[{record['failed_requirement']}] fuzz:{result.name}: {record['message']}")
-            elif verdict is Verdict.ERROR:
-                errors.append(f"fuzz:{result.name}: {record['message']}")
-    if failed:
-        pytest.fail("\n\n".join(failed) + f"\nseed: {budget.seed}", pytrace=False)
-    if errors:
-        pytest.fail("harness error (not a conformance failure):\n" + "\n".join(errors), pytrace=False)
+    run_fuzz_item(check, dw_target, request.node)
