@@ -39,7 +39,7 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.protocol.codec import decode_blob
 from suite.protocol.commands import RetryPolicy
@@ -66,14 +66,11 @@ from suite.protocol.lifecycles import (
     TaskStatus,
 )
 
-from .app import WORKER, Ctx, validation_error
+from .app import validation_error
 from .engine import TERMINAL_RUN_STATUSES, T, append_event, empty_resume, open_workflow_task, ts, wake_run
 from .faults import fault
+from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
-from .workflow_tasks import _forget_polls, _replay_poll
-
-if TYPE_CHECKING:
-    from .server import Server
 
 __all__ = [
     "FAILURE_KINDS",
@@ -90,7 +87,6 @@ __all__ = [
     "parse_complete",
     "parse_fail",
     "parse_heartbeat",
-    "register",
     "task_payload",
 ]
 
@@ -541,7 +537,7 @@ def _cancel_execution(t: T, execution: sqlite3.Row, run: sqlite3.Row, reason: st
         "SELECT task_id FROM activity_tasks WHERE execution_id = ? AND status IN ('ready', 'leased')", eid
     ):
         _move_task(t, task["task_id"], TaskEvent.CANCEL)
-        _forget_polls(t, "activity", task["task_id"])
+        forget_polls(t, "activity", task["task_id"])
     _move_execution(t, eid, ExecutionEvent.CANCEL)
 
 
@@ -565,31 +561,23 @@ def _match_args(worker: sqlite3.Row, queue: str) -> tuple[Any, ...]:
     return (worker["namespace"], queue, worker["build_id"] or "", len(types), dumps(types))
 
 
-def claim_activity_task(
-    t: T,
-    *,
-    worker: sqlite3.Row,
-    task_queue: str,
-    poll_build_id: str | None,
-    poll_request_id: str | None,
-) -> dict[str, Any] | str | None:
-    """Lease one activity task to ``worker``: the task payload (§11.1), ``None`` when nothing matches, or
-    ``"throttled"`` when the admission limit refuses a lease (§7.4, Appendix C)."""
-    namespace, worker_id = worker["namespace"], worker["worker_id"]
+def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
+    """Lease one activity task to the polling worker: the task payload (§11.1), ``None`` when nothing
+    matches, or ``"throttled"`` when the admission limit refuses a lease (§7.4, Appendix C)."""
+    namespace, worker_id, task_queue, worker = poll.namespace, poll.worker_id, poll.queue, poll.worker
     enforce_activity_timeouts(t)
     lease_until = t.now + t.settings.activity_lease_seconds * US
-    if poll_request_id:
-        replay = _replay_poll(t, "activity", namespace, task_queue, poll_build_id, worker_id, poll_request_id)
-        if replay is not None:
-            # §7.3: "the same task_id and the same attempt … returns the refreshed `lease_expires_at`".
-            task = t.one("SELECT current_attempt_id FROM activity_tasks WHERE task_id = ?", replay)
-            assert task is not None
-            t.db.execute("UPDATE activity_tasks SET lease_expires_at = ? WHERE task_id = ?", (lease_until, replay))
-            t.db.execute(
-                "UPDATE activity_attempts SET lease_expires_at = ? WHERE attempt_id = ? AND status = 'running'",
-                (lease_until, task["current_attempt_id"]),
-            )
-            return task_payload(t, replay)
+    replay = replayed_task(t, poll)
+    if replay is not None:
+        # §7.3: "the same task_id and the same attempt … returns the refreshed `lease_expires_at`".
+        task = t.one("SELECT current_attempt_id FROM activity_tasks WHERE task_id = ?", replay)
+        assert task is not None
+        t.db.execute("UPDATE activity_tasks SET lease_expires_at = ? WHERE task_id = ?", (lease_until, replay))
+        t.db.execute(
+            "UPDATE activity_attempts SET lease_expires_at = ? WHERE attempt_id = ? AND status = 'running'",
+            (lease_until, task["current_attempt_id"]),
+        )
+        return task_payload(t, replay)
     limit = t.settings.max_active_leases_per_queue
     if limit is not None:
         active = t.one(
@@ -659,22 +647,7 @@ def claim_activity_task(
             ),
         )
         t.fx.transition("activity_attempt", attempt_id, None, AttemptStatus.RUNNING.value, task_id=cand["task_id"])
-        _forget_polls(t, "activity", cand["task_id"])
-        if poll_request_id:
-            t.db.execute(
-                "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
-                " poll_request_id, task_id, attempt, created_at) VALUES (?, 'activity', ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    namespace,
-                    task_queue,
-                    poll_build_id or "",
-                    worker_id,
-                    poll_request_id,
-                    cand["task_id"],
-                    number,
-                    t.now,
-                ),
-            )
+        lease_taken(t, poll, cand["task_id"], number)
         return task_payload(t, cand["task_id"])
     return None
 
@@ -837,7 +810,7 @@ def _record_outcome(t: T, rows: _Rows, event: AttemptEvent) -> None:
             },
         )
     _move_task(t, rows.task["task_id"], TaskEvent.COMPLETE)  # §9.1: every reported outcome completes the task
-    _forget_polls(t, "activity", rows.task["task_id"])
+    forget_polls(t, "activity", rows.task["task_id"])
 
 
 # -- complete (§11.3) --------------------------------------------------------------------------------------
@@ -1044,7 +1017,7 @@ def _time_out(
         _move_attempt(t, attempt_id, AttemptEvent.EXPIRE)
     if task is not None:
         _move_task(t, task["task_id"], TaskEvent.TIME_OUT)
-        _forget_polls(t, "activity", task["task_id"])
+        forget_polls(t, "activity", task["task_id"])
     policy = _policy(execution)
     cause = {
         "failure_category": "timeout",
@@ -1176,78 +1149,3 @@ def _next_deadline(t: T) -> float | None:
     if row is None or row["at"] is None:
         return None
     return max(0.0, (int(row["at"]) - t.now) / 1e6)
-
-
-# -- routes ------------------------------------------------------------------------------------------------
-
-
-def register(server: Server) -> None:
-    """Add the activity-task routes (§1.1) and the §11.7 timeout enforcer to ``server``."""
-    routes = _Routes(server)
-    a = server.app
-    a.add("POST", "/api/worker/activity-tasks/poll", WORKER, routes.activity_poll)
-    a.add("POST", "/api/worker/activity-tasks/{task_id}/complete", WORKER, routes.activity_complete)
-    a.add("POST", "/api/worker/activity-tasks/{task_id}/fail", WORKER, routes.activity_fail)
-    a.add("POST", "/api/worker/activity-tasks/{task_id}/heartbeat", WORKER, routes.activity_heartbeat)
-    # §1.1: "If the RS implements it, use this path, the heartbeat request body, and the heartbeat response
-    # shape with `heartbeat_recorded:false`".
-    a.add("POST", "/api/worker/activity-tasks/{task_id}/status", WORKER, routes.activity_status)
-    server.maintenance.append(enforce_activity_timeouts)
-
-
-def _answer(out: dict[str, Any] | Rejection) -> tuple[int, dict[str, Any]]:
-    if isinstance(out, Rejection):
-        raise out  # after the commit: the closing writes of a run-closed rejection are kept
-    return 200, out
-
-
-class _Routes:
-    def __init__(self, server: Server) -> None:
-        self.server = server
-
-    async def activity_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        from .server import poll_response
-
-        s = self.server
-        worker, queue, _build, hold, prid = s.poll_preconditions(ctx)
-        build = ctx.obj().get("build_id")
-
-        def attempt(t: T) -> dict[str, Any] | str | None:
-            return claim_activity_task(
-                t,
-                worker=worker,
-                task_queue=queue,
-                poll_build_id=build if isinstance(build, str) else None,
-                poll_request_id=prid,
-            )
-
-        result = await s.long_poll(
-            ("activity", ctx.namespace, queue),
-            hold,
-            attempt,
-            lambda db, now: activity_due_in(db, worker, queue, now),
-        )
-        s.note_poll_answer(ctx, "activity", worker["worker_id"], prid, result)
-        return poll_response(result)
-
-    async def activity_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, result = parse_complete(ctx.obj())
-        task_id = ctx.params["task_id"]
-        return _answer(self.server.run_tx(lambda t: complete_activity_task(t, ctx.namespace, task_id, fence, result)))
-
-    async def activity_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, failure = parse_fail(ctx.obj())
-        task_id = ctx.params["task_id"]
-        return _answer(self.server.run_tx(lambda t: fail_activity_task(t, ctx.namespace, task_id, fence, failure)))
-
-    async def activity_heartbeat(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, progress = parse_heartbeat(ctx.obj())
-        task_id = ctx.params["task_id"]
-        return 200, self.server.run_tx(lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress))
-
-    async def activity_status(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, progress = parse_heartbeat(ctx.obj())
-        task_id = ctx.params["task_id"]
-        return 200, self.server.run_tx(
-            lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress, renew=False)
-        )

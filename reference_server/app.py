@@ -23,7 +23,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from suite.protocol.capabilities import server_capabilities
 from suite.protocol.errors import Rejection
@@ -41,7 +41,7 @@ from suite.protocol.versions import (
 from .faults import fault
 from .http import Request, Response, ShellError, json_response
 
-__all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route"]
+__all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route", "route"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,24 @@ class Ctx:
 
 
 RouteFn = Callable[[Ctx], Awaitable[tuple[int, dict[str, Any]]]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def route(method: str, *templates: str, plane: str | None = None) -> Callable[[_F], _F]:
+    """Mark a method of a route group as the handler of ``method`` on each of ``templates``.
+
+    :meth:`App.mount` registers the marked methods of a group, in the order they are defined; ``plane``
+    overrides the plane the group is mounted on (a discovery route in the open group).
+    """
+
+    def mark(fn: _F) -> _F:
+        fn.__dict__.setdefault(_ROUTES_ATTR, []).extend((method, template, plane) for template in templates)
+        return fn
+
+    return mark
+
+
+_ROUTES_ATTR = "__routes__"
 
 
 @dataclass(frozen=True)
@@ -153,6 +171,12 @@ class App:
                 fn.__name__,
             )
         )
+
+    def mount(self, plane: str, group: object) -> None:
+        """Register every method of ``group`` marked with :func:`route`, in definition order."""
+        for name, fn in vars(type(group)).items():
+            for method, template, own_plane in getattr(fn, _ROUTES_ATTR, ()):
+                self.add(method, template, own_plane or plane, getattr(group, name))
 
     # -- envelopes ------------------------------------------------------------------------------------
 

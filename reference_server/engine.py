@@ -135,6 +135,13 @@ def append_event(
     return seq
 
 
+def record_wake(t: T, run_id: str, event_type: str, payload: Mapping[str, Any], **resume: Any) -> int:
+    """Append the event that wakes the run, then wake it with a resume context naming that event (§8.3)."""
+    seq = append_event(t, run_id, event_type, payload)
+    wake_run(t, run_id, empty_resume(workflow_sequence=seq, workflow_event_type=event_type, **resume))
+    return seq
+
+
 def next_step(t: T, run_id: str) -> int:
     """The per-run step sequence stamped on every event of one step command (SDK-INTEROP §6.1)."""
     row = t.run(run_id)

@@ -44,3 +44,13 @@ class Hub:
         except TimeoutError:
             return False
         return True
+
+    async def wait_any(self, events: list[asyncio.Event], timeout: float) -> None:
+        """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
+        waiters = [asyncio.ensure_future(ev.wait()) for ev in events]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)

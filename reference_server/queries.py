@@ -41,30 +41,35 @@ Decisions (each documented where it is enforced):
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sqlite3
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.protocol.codec import decode_blob, encode_blob, json_to_value, value_to_json
 from suite.protocol.errors import CodecError, Rejection
 from suite.protocol.fencing import QueryTaskView, guard_query_task
 from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
 
-from .app import CONTROL, WORKER, Ctx, validation_error
+from .app import validation_error
 from .engine import T, append_event, event_json, history_page, ts
 from .faults import fault
+from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
-
-if TYPE_CHECKING:
-    from .server import Server
 
 __all__ = [
     "MAX_PENDING_PER_QUEUE",
+    "MAX_QUERY_NAME_LENGTH",
     "TERMINAL_RETENTION_SECONDS",
     "claim_query_task",
-    "register",
+    "create_query_task",
+    "give_up",
+    "is_terminal",
+    "parse_completion",
+    "parse_failure",
+    "query_answer",
+    "query_due_in",
+    "query_task_row",
+    "report_query_task",
     "result_key",
     "sweep_query_tasks",
 ]
@@ -78,18 +83,6 @@ DEFAULT_FAILURE_REASON = "query_rejected"
 
 _LIVE = (QueryTaskStatus.PENDING.value, QueryTaskStatus.LEASED.value)
 _TERMINAL = frozenset(s.value for s in QUERY_TASK.terminal)
-
-
-def register(server: Server) -> None:
-    """Add the query routes (§1.1, §1.2) and the query-task sweep to ``server``."""
-    routes = _Routes(server)
-    a = server.app
-    a.add("POST", "/api/worker/query-tasks/poll", WORKER, routes.qt_poll)
-    a.add("POST", "/api/worker/query-tasks/{query_task_id}/complete", WORKER, routes.qt_complete)
-    a.add("POST", "/api/worker/query-tasks/{query_task_id}/fail", WORKER, routes.qt_fail)
-    a.add("POST", "/api/workflows/{workflow_id}/query/{name}", CONTROL, routes.query)
-    a.add("POST", "/api/workflows/{workflow_id}/runs/{run_id}/query/{name}", CONTROL, routes.query)
-    server.maintenance.append(sweep_query_tasks)
 
 
 def result_key(namespace: str, query_task_id: str) -> tuple[str, str, str]:
@@ -112,10 +105,6 @@ def _effective_status(row: sqlite3.Row, now: int) -> str:
     return status
 
 
-def _forget_polls(t: T, query_task_id: str) -> None:
-    t.db.execute("DELETE FROM poll_requests WHERE kind = 'query' AND task_id = ?", (query_task_id,))
-
-
 def _time_out(t: T, row: sqlite3.Row) -> None:
     """pending|leased → timed_out, and tell the waiting caller."""
     new = _step(row["status"], QueryTaskEvent.TIME_OUT)
@@ -124,7 +113,7 @@ def _time_out(t: T, row: sqlite3.Row) -> None:
         (new, row["query_task_id"], row["status"]),
     )
     if cur.rowcount == 1:
-        _forget_polls(t, row["query_task_id"])
+        forget_polls(t, "query", row["query_task_id"])
         t.fx.transition("query_task", row["query_task_id"], row["status"], new, run_id=row["run_id"])
         t.fx.wake.add(result_key(row["namespace"], row["query_task_id"]))
 
@@ -211,53 +200,19 @@ def _task_payload(t: T, query_task_id: str) -> dict[str, Any]:
     }
 
 
-def _replay_poll(
-    t: T, namespace: str, queue: str, build_id: str | None, worker_id: str, poll_request_id: str
-) -> str | None:
-    """§7.3: a repeated poll (same worker, queue, build id and ``poll_request_id``) while the lease it got
-    is live returns the same task and attempt; a dead entry is dropped."""
-    key = (namespace, queue, build_id or "", worker_id, poll_request_id)
-    cached = t.one(
-        "SELECT task_id, attempt FROM poll_requests WHERE namespace = ? AND kind = 'query' AND task_queue = ?"
-        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
-        *key,
-    )
-    if cached is None:
-        return None
-    task = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", cached["task_id"])
-    if (
-        task is not None
-        and _effective_status(task, t.now) == QueryTaskStatus.LEASED.value
-        and task["lease_owner"] == worker_id
-        and task["attempt"] == cached["attempt"]
-        and task["lease_expires_at"] > t.now
-    ):
-        return str(task["query_task_id"])
-    t.db.execute(
-        "DELETE FROM poll_requests WHERE namespace = ? AND kind = 'query' AND task_queue = ? AND build_id = ?"
-        " AND worker_id = ? AND poll_request_id = ?",
-        key,
-    )
-    return None
-
-
-def claim_query_task(
-    t: T, *, worker: sqlite3.Row, task_queue: str, build_id: str | None, poll_request_id: str | None
-) -> dict[str, Any] | None:
-    """Lease one claimable query task to ``worker`` (§10.2) or return ``None``.
+def claim_query_task(t: T, poll: Poll) -> dict[str, Any] | None:
+    """Lease one claimable query task to the polling worker (§10.2) or return ``None``.
 
     Claimable: on this namespace and queue, before its deadline, and either pending or leased with an
     expired lease (redelivery, attempt + 1). The worker must match the run's workflow type (empty list =
     all) and compatibility marker, as for workflow tasks (§7.5).
     """
-    namespace = worker["namespace"]
-    worker_id = worker["worker_id"]
+    namespace, worker_id, task_queue, worker = poll.namespace, poll.worker_id, poll.queue, poll.worker
     lease_until = t.now + t.settings.query_lease_seconds * 1_000_000
-    if poll_request_id:
-        replay = _replay_poll(t, namespace, task_queue, build_id, worker_id, poll_request_id)
-        if replay is not None:
-            t.db.execute("UPDATE query_tasks SET lease_expires_at = ? WHERE query_task_id = ?", (lease_until, replay))
-            return _task_payload(t, replay)
+    replay = replayed_task(t, poll)
+    if replay is not None:
+        t.db.execute("UPDATE query_tasks SET lease_expires_at = ? WHERE query_task_id = ?", (lease_until, replay))
+        return _task_payload(t, replay)
     types = loads(worker["workflow_types"]) or []
     candidates = t.all(
         "SELECT q.query_task_id, q.status, q.run_id FROM query_tasks q JOIN runs r ON r.run_id = q.run_id"
@@ -302,35 +257,20 @@ def claim_query_task(
             run_id=cand["run_id"],
             lease_owner=worker_id,
         )
-        _forget_polls(t, cand["query_task_id"])
-        if poll_request_id:
-            attempt = t.one("SELECT attempt FROM query_tasks WHERE query_task_id = ?", cand["query_task_id"])
-            assert attempt is not None
-            t.db.execute(
-                "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
-                " poll_request_id, task_id, attempt, created_at) VALUES (?, 'query', ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    namespace,
-                    task_queue,
-                    build_id or "",
-                    worker_id,
-                    poll_request_id,
-                    cand["query_task_id"],
-                    attempt["attempt"],
-                    t.now,
-                ),
-            )
+        attempt = t.one("SELECT attempt FROM query_tasks WHERE query_task_id = ?", cand["query_task_id"])
+        assert attempt is not None
+        lease_taken(t, poll, cand["query_task_id"], int(attempt["attempt"]))
         return _task_payload(t, cand["query_task_id"])
     return None
 
 
-def _poll_due_in(db: sqlite3.Connection, namespace: str, queue: str, now: int) -> float | None:
+def query_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
     """Seconds until a lease on this queue expires while its task is still before the deadline, i.e.
     until durable state alone makes a task claimable again (no notification announces that)."""
     row = db.execute(
         "SELECT MIN(lease_expires_at) FROM query_tasks WHERE namespace = ? AND task_queue = ?"
         " AND status = 'leased' AND lease_expires_at < deadline AND deadline > ?",
-        (namespace, queue, now),
+        (poll.namespace, poll.queue, now),
     ).fetchone()
     if row is None or row[0] is None:
         return None
@@ -350,7 +290,7 @@ def _fencing_fields(body: Mapping[str, Any], errors: dict[str, list[str]]) -> tu
     return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
 
 
-def _completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+def parse_completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
     """Validate a complete body (422 before any lookup, §2.3); return owner, attempt and the stored
     ``{result, result_envelope}`` document (see "Result views" in the module docstring)."""
     errors: dict[str, list[str]] = {}
@@ -388,7 +328,7 @@ def _completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
     return owner, attempt, {"result": view, "result_envelope": stored_env}
 
 
-def _failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+def parse_failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
     """Validate a fail body (§10.4): ``failure.message`` required, ``failure.reason`` defaults to
     ``query_rejected``; ``type`` and ``stack_trace`` optional strings, ``validation_errors`` kept as sent."""
     errors: dict[str, list[str]] = {}
@@ -422,7 +362,7 @@ def _failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
     return owner, attempt, doc
 
 
-def _report(
+def report_query_task(
     t: T,
     namespace: str,
     query_task_id: str,
@@ -463,7 +403,7 @@ def _report(
             f"Query task {query_task_id!r} changed before this report was written; drop the result.",
             {"query_task_id": query_task_id, "outcome": "rejected"},
         )
-    _forget_polls(t, query_task_id)
+    forget_polls(t, "query", query_task_id)
     if fault(t.settings, "query-writes-history"):
         append_event(t, row["run_id"], "QueryCompleted", {"query_task_id": query_task_id})  # the bug: not read-only
     t.fx.transition("query_task", query_task_id, "leased", new, run_id=row["run_id"])
@@ -474,168 +414,78 @@ def _report(
 # -- the control-plane call (§10.1, §10.5, §12.2) ------------------------------------------------------
 
 
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    waiters = [asyncio.ensure_future(ev.wait()) for ev in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()
-        await asyncio.gather(*waiters, return_exceptions=True)
-
-
-class _Routes:
-    def __init__(self, server: Server) -> None:
-        self.server = server
-
-    # -- worker plane --------------------------------------------------------------------------------
-
-    async def qt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        from .server import poll_response
-
-        s = self.server
-        worker, queue, build_id, hold, prid = s.poll_preconditions(ctx)
-
-        def attempt(t: T) -> dict[str, Any] | None:
-            return claim_query_task(t, worker=worker, task_queue=queue, build_id=build_id, poll_request_id=prid)
-
-        result = await s.long_poll(
-            ("query", ctx.namespace, queue),
-            hold,
-            attempt,
-            lambda db, now: _poll_due_in(db, ctx.namespace, queue, now),
+def create_query_task(t: T, run: sqlite3.Row, name: str, args_blob: str | None, timeout: float) -> str:
+    """Create the query task of one control-plane query and wake the run's query pollers; 409 at once when no
+    worker can take it (``QUERY-NO-WORKER-FAST``: decided before anything is written), 429 when the queue is
+    full (§10.5)."""
+    base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "query_name": name}
+    if not _has_query_worker(t, run):
+        raise Rejection(
+            409,
+            "query_worker_unavailable",
+            f"No active worker on task queue {run['task_queue']!r} can answer queries for workflow "
+            f"type {run['workflow_type']!r}; start or re-register a worker for that queue and type.",
+            {**base, "task_queue": run["task_queue"], "workflow_type": run["workflow_type"]},
         )
-        s.note_poll_answer(ctx, "query", worker["worker_id"], prid, result)
-        return poll_response(result)
-
-    async def qt_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        owner, attempt, doc = _completion(ctx.obj())
-        return self._reported(ctx, owner, attempt, QueryTaskEvent.COMPLETE, doc)
-
-    async def qt_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        owner, attempt, doc = _failure(ctx.obj())
-        return self._reported(ctx, owner, attempt, QueryTaskEvent.FAIL, doc)
-
-    def _reported(
-        self, ctx: Ctx, owner: str, attempt: int, event: QueryTaskEvent, doc: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
-        qid = ctx.params["query_task_id"]
-        status = self.server.run_tx(lambda t: _report(t, ctx.namespace, qid, owner, attempt, event, doc))
-        return 200, {
-            "query_task_id": qid,
-            "query_task_attempt": attempt,
-            "outcome": status,
-            "reason": doc.get("reason") if event is QueryTaskEvent.FAIL else None,
-        }
-
-    # -- control plane -------------------------------------------------------------------------------
-
-    async def query(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        s = self.server
-        name = ctx.params["name"]
-        if len(name) > MAX_QUERY_NAME_LENGTH:
-            raise validation_error({"name": [f"the query name must be at most {MAX_QUERY_NAME_LENGTH} characters."]})
-        # §12.2 body {"input"?: array | envelope}; arguments are positional: an envelope must hold an array.
-        args_blob = s.payload_blob(ctx.obj().get("input"), "input", require_array=True)
-        run = s.command_target(ctx)  # 404 instance_not_found / run_not_found; 409 for a historical run
-        base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "query_name": name}
-        timeout = float(s.settings.query_timeout_seconds)
-
-        def create(t: T) -> str:
-            # QUERY-NO-WORKER-FAST: decided before anything is written, so no task exists afterwards.
-            if not _has_query_worker(t, run):
-                raise Rejection(
-                    409,
-                    "query_worker_unavailable",
-                    f"No active worker on task queue {run['task_queue']!r} can answer queries for workflow "
-                    f"type {run['workflow_type']!r}; start or re-register a worker for that queue and type.",
-                    {**base, "task_queue": run["task_queue"], "workflow_type": run["workflow_type"]},
-                )
-            pending = t.one(
-                "SELECT COUNT(*) AS n FROM query_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending'",
-                run["namespace"],
-                run["task_queue"],
-            )
-            if pending is not None and int(pending["n"]) >= MAX_PENDING_PER_QUEUE:
-                raise Rejection(
-                    429,
-                    "query_task_queue_full",
-                    f"Task queue {run['task_queue']!r} already holds {MAX_PENDING_PER_QUEUE} pending query "
-                    "tasks; retry after the workers have drained some.",
-                    {
-                        **base,
-                        "task_queue": run["task_queue"],
-                        "max_pending_query_tasks": MAX_PENDING_PER_QUEUE,
-                        "retry_after_seconds": 1,
-                    },
-                )
-            qid = new_id(t.now)
-            t.db.execute(
-                "INSERT INTO query_tasks (query_task_id, namespace, run_id, task_queue, query_name,"
-                " arguments_blob, status, attempt, deadline, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-                (
-                    qid,
-                    run["namespace"],
-                    run["run_id"],
-                    run["task_queue"],
-                    name,
-                    args_blob,
-                    t.now + int(timeout * 1_000_000),
-                    t.now,
-                ),
-            )
-            t.fx.transition("query_task", qid, None, QUERY_TASK.initial.value, run_id=run["run_id"])
-            t.fx.wake.add(("query", run["namespace"], run["task_queue"]))
-            return qid
-
-        qid: str = s.run_tx(create)
-        try:
-            row = await self._await_outcome(ctx.namespace, qid, run["run_id"], timeout)
-        except asyncio.CancelledError:
-            # The caller is gone: nobody can receive an answer any more, so stop offering the task.
-            with contextlib.suppress(Exception):
-                s.run_tx(lambda t: self._give_up(t, qid))
-            raise
-        finally:
-            # Drop this task's hub entry even when no report ever notified it (e.g. engine.close_run).
-            s.hub.notify(result_key(ctx.namespace, qid))
-        return _outcome(row, {**base, "query_task_id": qid}, timeout)
-
-    async def _await_outcome(self, namespace: str, qid: str, run_id: str, timeout: float) -> sqlite3.Row:
-        """Hold until the task is terminal or the timeout passes (then it becomes ``timed_out``). A wake-up
-        is only a hint: the row is re-read every time. The run key is watched too, because closing a run
-        fails its pending query tasks (``engine.close_run``)."""
-        s = self.server
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + timeout
-        while True:
-            events = [s.hub.event(result_key(namespace, qid)), s.hub.event(("run", run_id))]
-            row: sqlite3.Row | None = (
-                s.store.read().execute("SELECT * FROM query_tasks WHERE query_task_id = ?", (qid,)).fetchone()
-            )
-            assert row is not None, qid  # retention keeps it far longer than anyone waits
-            if row["status"] in _TERMINAL:
-                return row
-            remaining = min(give_up_at - loop.time(), (int(row["deadline"]) - s.clock.now_us()) / 1e6)
-            if remaining <= 0:
-                final: sqlite3.Row = s.run_tx(lambda t: self._give_up(t, qid))
-                return final
-            await _wait_any(events, remaining)
-
-    @staticmethod
-    def _give_up(t: T, qid: str) -> sqlite3.Row:
-        """The caller stops waiting: a live task becomes timed_out (a report that landed first wins)."""
-        row = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", qid)
-        assert row is not None, qid
-        if row["status"] in _LIVE:
-            _time_out(t, row)
-            row = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", qid)
-            assert row is not None
-        return row
+    pending = t.one(
+        "SELECT COUNT(*) AS n FROM query_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending'",
+        run["namespace"],
+        run["task_queue"],
+    )
+    if pending is not None and int(pending["n"]) >= MAX_PENDING_PER_QUEUE:
+        raise Rejection(
+            429,
+            "query_task_queue_full",
+            f"Task queue {run['task_queue']!r} already holds {MAX_PENDING_PER_QUEUE} pending query "
+            "tasks; retry after the workers have drained some.",
+            {
+                **base,
+                "task_queue": run["task_queue"],
+                "max_pending_query_tasks": MAX_PENDING_PER_QUEUE,
+                "retry_after_seconds": 1,
+            },
+        )
+    qid = new_id(t.now)
+    t.db.execute(
+        "INSERT INTO query_tasks (query_task_id, namespace, run_id, task_queue, query_name,"
+        " arguments_blob, status, attempt, deadline, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+        (
+            qid,
+            run["namespace"],
+            run["run_id"],
+            run["task_queue"],
+            name,
+            args_blob,
+            t.now + int(timeout * 1_000_000),
+            t.now,
+        ),
+    )
+    t.fx.transition("query_task", qid, None, QUERY_TASK.initial.value, run_id=run["run_id"])
+    t.fx.wake.add(("query", run["namespace"], run["task_queue"]))
+    return qid
 
 
-def _outcome(row: sqlite3.Row, base: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+def query_task_row(db: sqlite3.Connection, qid: str) -> sqlite3.Row:
+    row: sqlite3.Row | None = db.execute("SELECT * FROM query_tasks WHERE query_task_id = ?", (qid,)).fetchone()
+    assert row is not None, qid  # retention keeps it far longer than anyone waits
+    return row
+
+
+def is_terminal(row: sqlite3.Row) -> bool:
+    return row["status"] in _TERMINAL
+
+
+def give_up(t: T, qid: str) -> sqlite3.Row:
+    """The caller stops waiting: a live task becomes timed_out (a report that landed first wins)."""
+    row = query_task_row(t.db, qid)
+    if row["status"] in _LIVE:
+        _time_out(t, row)
+        row = query_task_row(t.db, qid)
+    return row
+
+
+def query_answer(row: sqlite3.Row, base: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
     """Map a terminal query task onto the control-plane answer (§10.4, §10.5, §12.2)."""
     status = row["status"]
     if status == QueryTaskStatus.COMPLETED.value:

@@ -37,6 +37,7 @@ from .engine import (
     ts,
 )
 from .faults import fault
+from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "heartbeat_workflow_task",
     "task_history",
     "task_payload",
+    "workflow_due_in",
 ]
 
 
@@ -63,28 +65,19 @@ IMPLEMENTED_OPTIONAL_COMMANDS: tuple[str, ...] = ("open_condition_wait",)
 
 
 def claim_workflow_task(
-    t: T,
-    *,
-    worker: sqlite3.Row,
-    task_queue: str,
-    poll_build_id: str | None,
-    poll_request_id: str | None,
-    page_size: int,
-    accept_encoding: str | None,
+    t: T, poll: Poll, *, page_size: int, accept_encoding: str | None
 ) -> dict[str, Any] | str | None:
-    """Lease one ready task to ``worker``; ``None`` when nothing matches, ``"throttled"`` when the
+    """Lease one ready task to the polling worker; ``None`` when nothing matches, ``"throttled"`` when the
     admission limit refuses a lease. Returns the task payload (§8.2) on success."""
-    namespace = worker["namespace"]
-    worker_id = worker["worker_id"]
+    namespace, worker_id, task_queue = poll.namespace, poll.worker_id, poll.queue
     lease_us = t.settings.lease_seconds * 1_000_000
-    if poll_request_id:
-        replay = _replay_poll(t, "workflow", namespace, task_queue, poll_build_id, worker_id, poll_request_id)
-        if replay is not None:
-            if fault(t.settings, "replay-increments-attempt"):
-                t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
-            # §7.3: same task and attempt, refreshed lease, no attempt increment.
-            t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (t.now + lease_us, replay))
-            return task_payload(t, replay, page_size, accept_encoding)
+    replay = replayed_task(t, poll)
+    if replay is not None:
+        if fault(t.settings, "replay-increments-attempt"):
+            t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
+        # §7.3: same task and attempt, refreshed lease, no attempt increment.
+        t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (t.now + lease_us, replay))
+        return task_payload(t, replay, page_size, accept_encoding)
     limit = t.settings.max_active_leases_per_queue
     if limit is not None:
         active = t.one(
@@ -116,7 +109,7 @@ def claim_workflow_task(
                 (worker_id, t.now + lease_us, raced["task_id"]),
             )
             return task_payload(t, raced["task_id"], page_size, accept_encoding)
-    types = loads(worker["workflow_types"]) or []
+    types = loads(poll.worker["workflow_types"]) or []
     candidates = t.all(
         "SELECT task_id, status FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
         " AND ((status = 'ready' AND available_at <= ?) OR (status = 'leased' AND lease_expires_at <= ?))"
@@ -127,7 +120,7 @@ def claim_workflow_task(
         task_queue,
         t.now,
         t.now,
-        worker["build_id"] or "",
+        poll.worker["build_id"] or "",
         len(types),
         dumps(types),
     )
@@ -162,71 +155,29 @@ def claim_workflow_task(
         if cand["status"] == "leased":
             t.fx.transition("workflow_task", cand["task_id"], "leased", "ready", cause="lease_expired")
         t.fx.transition("workflow_task", cand["task_id"], "ready", "leased", lease_owner=worker_id)
-        _forget_polls(t, "workflow", cand["task_id"])
-        if poll_request_id:
-            row = t.one("SELECT attempt FROM workflow_tasks WHERE task_id = ?", cand["task_id"])
-            assert row is not None
-            t.db.execute(
-                "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
-                " poll_request_id, task_id, attempt, created_at) VALUES (?, 'workflow', ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    namespace,
-                    task_queue,
-                    poll_build_id or "",
-                    worker_id,
-                    poll_request_id,
-                    cand["task_id"],
-                    row["attempt"],
-                    t.now,
-                ),
-            )
+        row = t.one("SELECT attempt FROM workflow_tasks WHERE task_id = ?", cand["task_id"])
+        assert row is not None
+        lease_taken(t, poll, cand["task_id"], int(row["attempt"]))
         return task_payload(t, cand["task_id"], page_size, accept_encoding)
     return None
 
 
-def _replay_poll(
-    t: T, kind: str, namespace: str, queue: str, build_id: str | None, worker_id: str, poll_request_id: str
-) -> str | None:
-    table = {"workflow": "workflow_tasks", "activity": "activity_tasks"}[kind]
-    row = t.one(
-        "SELECT task_id, attempt FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
-        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
-        namespace,
-        kind,
-        queue,
-        build_id or "",
-        worker_id,
-        poll_request_id,
-    )
-    if row is None:
+def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
+    """Seconds until durable state makes a task on the poll's queue claimable without any notification:
+    the earliest future ``available_at`` or lease expiry (redelivery)."""
+    row = db.execute(
+        "SELECT MIN(at) FROM (SELECT MIN(available_at) AS at FROM workflow_tasks WHERE namespace = ?"
+        " AND task_queue = ? AND status = 'ready' AND available_at > ? UNION ALL SELECT MIN(lease_expires_at)"
+        " FROM workflow_tasks WHERE namespace = ? AND task_queue = ? AND status = 'leased')",
+        (poll.namespace, poll.queue, now, poll.namespace, poll.queue),
+    ).fetchone()
+    if row is None or row[0] is None:
         return None
-    task = t.one(f"SELECT status, lease_owner, lease_expires_at FROM {table} WHERE task_id = ?", row["task_id"])
-    live = (
-        task is not None
-        and task["status"] == "leased"
-        and task["lease_owner"] == worker_id
-        and task["lease_expires_at"] > t.now
-    )
-    if kind == "workflow" and live:
-        attempt_row = t.one("SELECT attempt FROM workflow_tasks WHERE task_id = ?", row["task_id"])
-        live = attempt_row is not None and attempt_row["attempt"] == row["attempt"]
-    if not live:
-        # §7.3: once the task is completed, failed or expired the cached result is dropped.
-        t.db.execute(
-            "DELETE FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ? AND build_id = ?"
-            " AND worker_id = ? AND poll_request_id = ?",
-            (namespace, kind, queue, build_id or "", worker_id, poll_request_id),
-        )
-        return None
-    return str(row["task_id"])
+    return max(0.0, (int(row[0]) - now) / 1e6)
 
 
 def _threshold(t: T) -> int:
     return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
-
-
-def _forget_polls(t: T, kind: str, task_id: str) -> None:
-    t.db.execute("DELETE FROM poll_requests WHERE kind = ? AND task_id = ?", (kind, task_id))
 
 
 def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
@@ -395,7 +346,7 @@ def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, An
         raise validation_error({"failure.message": ["failure.message is required and must be a non-empty string."]})
     _fenced_write(t, task, "status = 'failed', lease_owner = NULL, lease_expires_at = NULL", ())
     t.fx.transition("workflow_task", task_id, "leased", "failed")
-    _forget_polls(t, "workflow", task_id)
+    forget_polls(t, "workflow", task_id)
     run = t.run(task["run_id"])
     # §8.8: a task failure is a replay problem, not a workflow failure; the run stays open. When new
     # history arrived while the task was leased (e.g. the SDK's "waiting for history" report), a fresh
@@ -436,7 +387,7 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     check_storable_durations(batch)
     _fenced_write(t, task, "status = 'completed', lease_owner = NULL, lease_expires_at = NULL", ())
     t.fx.transition("workflow_task", task_id, "leased", "completed")
-    _forget_polls(t, "workflow", task_id)
+    forget_polls(t, "workflow", task_id)
     seen = int(task["seen_sequence"] or 0)
     run_before = t.run(run_id)
     new_events_arrived = int(run_before["last_sequence"]) > seen

@@ -20,6 +20,7 @@ from typing import Any
 
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext
+from suite.protocol.commands import LEGACY_START_FIELDS
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
 
@@ -1294,14 +1295,7 @@ async def control_start_outcomes(ctx: CheckContext) -> None:
         "execution_timeout_seconds -5": {"execution_timeout_seconds": -5},
         "run_timeout_seconds 0": {"run_timeout_seconds": 0},
     }
-    for legacy in (
-        "workflow_execution_timeout",
-        "workflow_run_timeout",
-        "workflow_task_timeout",
-        "retry_policy",
-        "idempotency_key",
-        "request_id",
-    ):
+    for legacy in LEGACY_START_FIELDS:
         bad[f"legacy field {legacy}"] = {legacy: {"max_attempts": 1} if legacy == "retry_policy" else "x1"}
     for what, extra in bad.items():
         other = ctx.uid("wf")

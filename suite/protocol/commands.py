@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -50,22 +51,28 @@ from suite.protocol.lifecycles import RunEvent
 __all__ = [
     "ALL_TYPES",
     "DEFAULT_RETRY_POLICY",
+    "DUPLICATE_POLICIES",
+    "LEGACY_START_FIELDS",
+    "MAX_MEMO_BYTES",
     "NON_TERMINAL_TYPES",
     "OPTIONAL_TYPES",
     "PARENT_CLOSE_POLICIES",
     "SCOPED_FIELDS",
+    "START_TIMEOUT_FIELDS",
     "SUPPORTED_PAYLOAD_CODECS",
     "TERMINAL_TYPES",
     "WORKFLOW_ID_MAX_LENGTH",
     "Command",
     "RetryPolicy",
     "StartInput",
+    "StartRequest",
     "apply_order",
     "batch_run_event",
     "terminal_command",
     "validate_batch",
     "validate_retry_policy",
     "validate_start_input",
+    "validate_start_request",
     "validate_workflow_id",
 ]
 
@@ -808,6 +815,110 @@ def validate_start_input(obj: object) -> StartInput:
     else:
         errs.add("input", 'must be a JSON array of arguments or a {codec: "avro", blob} envelope')
     return errs.reject("workflow input")
+
+
+LEGACY_START_FIELDS: Final[tuple[str, ...]] = (
+    "workflow_execution_timeout",
+    "workflow_run_timeout",
+    "workflow_task_timeout",
+    "retry_policy",
+    "idempotency_key",
+    "request_id",
+)
+"""Start fields of older APIs that §12.1 does not accept (cluster/info ``legacy_field_policy:
+"reject_non_canonical"``): each one present is a 422 naming it."""
+
+DUPLICATE_POLICIES: Final[tuple[str, ...]] = ("fail", "use-existing")
+START_TIMEOUT_FIELDS: Final[tuple[str, ...]] = ("execution_timeout_seconds", "run_timeout_seconds")
+MAX_MEMO_BYTES: Final = 256 * 1024
+"""cluster/info ``limits.max_memo_bytes``: the memo's size as compact UTF-8 JSON."""
+_NAME_MAX = 255
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """A validated ``POST /api/workflows`` body (§12.1), except ``input`` (see :func:`validate_start_input`)."""
+
+    workflow_type: str
+    workflow_id: str | None
+    task_queue: str
+    execution_timeout_seconds: int | None
+    run_timeout_seconds: int | None
+    duplicate_policy: str
+    memo: dict[str, Any]
+    search_attributes: dict[str, Any]
+    business_key: str | None
+    input: object
+
+
+def validate_start_request(body: Mapping[str, Any], *, max_duration_seconds: int) -> StartRequest:
+    """Validate a start request (§12.1); one 422 ``validation_failed`` naming every bad field.
+
+    ``max_duration_seconds`` bounds the two timeouts above (the spec bounds them only below, "ints ≥1"; a
+    server bounds them by the longest duration it can store). Decisions: ``task_queue`` defaults to
+    ``"default"``; only an absent or null ``memo`` / ``search_attributes`` means "none" (§12.1 types both as
+    objects, so ``[]``, ``""``, ``0`` or ``false`` are 422).
+    """
+    errors: dict[str, list[str]] = {}
+    for legacy in LEGACY_START_FIELDS:
+        if legacy in body:
+            errors[legacy] = [f"{legacy} is not accepted by this API."]
+    wf_type = body.get("workflow_type")
+    if not isinstance(wf_type, str) or not wf_type or len(wf_type) > _NAME_MAX:
+        errors["workflow_type"] = ["workflow_type is required: a non-empty string of at most 255 characters."]
+    workflow_id = body.get("workflow_id")
+    if workflow_id is not None:
+        try:
+            validate_workflow_id(workflow_id)
+        except Rejection as rej:
+            errors.update(rej.fields.get("errors", {"workflow_id": [rej.message]}))
+    queue = body.get("task_queue", "default")
+    if not isinstance(queue, str) or not queue or len(queue) > _NAME_MAX:
+        errors["task_queue"] = ["task_queue must be a non-empty string."]
+    timeouts: dict[str, int | None] = {}
+    for name in START_TIMEOUT_FIELDS:
+        v = body.get(name)
+        if v is not None and (not _is_int(v) or not 1 <= v <= max_duration_seconds):
+            errors[name] = [f"{name} must be an integer from 1 to {max_duration_seconds}."]
+        timeouts[name] = v if _is_int(v) else None
+    policy = body.get("duplicate_policy", "fail")
+    if policy not in DUPLICATE_POLICIES:
+        errors["duplicate_policy"] = ["duplicate_policy must be 'fail' or 'use-existing'."]
+    memo = body.get("memo")
+    memo = {} if memo is None else memo
+    attrs = body.get("search_attributes")
+    attrs = {} if attrs is None else attrs
+    if not isinstance(memo, dict):
+        errors["memo"] = ["memo must be an object."]
+    elif len(json.dumps(memo, separators=(",", ":"), ensure_ascii=False).encode()) > MAX_MEMO_BYTES:
+        errors["memo"] = ["memo exceeds 256 KiB."]
+    if not isinstance(attrs, dict):
+        errors["search_attributes"] = ["search_attributes must be an object."]
+    business_key = body.get("business_key")
+    if business_key is not None and not isinstance(business_key, str):
+        errors["business_key"] = ["business_key must be a string."]
+    if errors:
+        raise Rejection(
+            422,
+            "validation_failed",
+            "The request body is invalid.",
+            {"errors": errors, "validation_errors": {k: list(v) for k, v in errors.items()}},
+        )
+    assert isinstance(wf_type, str)
+    assert isinstance(queue, str)
+    assert isinstance(policy, str)
+    return StartRequest(
+        workflow_type=wf_type,
+        workflow_id=workflow_id,
+        task_queue=queue,
+        execution_timeout_seconds=timeouts["execution_timeout_seconds"],
+        run_timeout_seconds=timeouts["run_timeout_seconds"],
+        duplicate_policy=policy,
+        memo=memo,
+        search_attributes=attrs,
+        business_key=business_key,
+        input=body.get("input"),
+    )
 
 
 def validate_workflow_id(value: object) -> str:

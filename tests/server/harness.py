@@ -147,7 +147,7 @@ class Harness:
 
     def maintain(self) -> float:
         """One scheduler pass; returns the seconds until the scheduler's next due work."""
-        delay = self.server.run_tx(self.server._maintenance_pass)
+        delay = self.server.run_tx(self.server.scheduler.maintenance_pass)
         assert isinstance(delay, float)
         return delay
 

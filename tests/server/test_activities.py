@@ -74,7 +74,7 @@ class Harness:
         return from_us(self.clock.us)
 
     def maintain(self) -> float:
-        delay = self.server.run_tx(self.server._maintenance_pass)
+        delay = self.server.run_tx(self.server.scheduler.maintenance_pass)
         assert isinstance(delay, float)
         return delay
 

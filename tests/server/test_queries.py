@@ -20,6 +20,7 @@ import pytest
 from reference_server import queries
 from reference_server.config import Settings
 from reference_server.http import Request
+from reference_server.polling import Poll
 from reference_server.server import Server
 from suite.protocol.codec import decode_blob, make_envelope
 from suite.protocol.fencing import parse_rfc3339
@@ -472,9 +473,7 @@ def test_a_leased_query_past_its_deadline_times_out_and_its_holder_is_fenced(tmp
             w.clock.advance(31)  # past both the lease and the deadline; the sweep has not run yet
 
             def claim_by_w2(t: Any) -> Any:
-                return queries.claim_query_task(
-                    t, worker=_worker_row(w, "w2"), task_queue="orders", build_id=None, poll_request_id=None
-                )
+                return queries.claim_query_task(t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, None))
 
             # Not redelivered, although its lease expired: the deadline passed (never retried after it).
             assert w.server.run_tx(claim_by_w2) is None
@@ -584,11 +583,7 @@ def test_a_task_id_from_another_namespace_is_not_found(tmp_path: Path) -> None:
             assert (
                 w.server.run_tx(
                     lambda t: queries.claim_query_task(
-                        t,
-                        worker=_worker_row(w, "w1", "other"),
-                        task_queue="orders",
-                        build_id=None,
-                        poll_request_id=None,
+                        t, Poll("query", _worker_row(w, "w1", "other"), "orders", None, 0.0, None)
                     )
                 )
                 is None
@@ -643,11 +638,7 @@ def test_a_repeated_poll_request_id_replays_the_same_lease(tmp_path: Path) -> No
             assert parse_rfc3339(again["lease_expires_at"]) > parse_rfc3339(first["lease_expires_at"])
             other = w.server.run_tx(
                 lambda t: queries.claim_query_task(
-                    t,
-                    worker=_worker_row(w, "w2"),
-                    task_queue="orders",
-                    build_id=None,
-                    poll_request_id="query-poll-1",
+                    t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, "query-poll-1")
                 )
             )
             assert other is None  # a different worker gets no replay, and the task is leased

@@ -162,7 +162,7 @@ async def cycle(server: Server, around: Callable[[str], Any]) -> None:
     # The background scheduler's pass (timers, child retries, run and activity timeouts) runs at least once a
     # second whatever the load, so it is held to the same rule.
     with around("scheduler pass"):
-        server.run_tx(server._maintenance_pass)
+        server.run_tx(server.scheduler.maintenance_pass)
 
 
 async def prepare(server: Server) -> None:

@@ -1,0 +1,353 @@
+"""The one poll path of the worker plane: workflow, activity and query polls all go through here.
+
+A poll is four steps, each in one place (PROTOCOL.md §7):
+
+1. **Preconditions** (§7.1, §7.5): the body's fields, the worker's registration, its queue and build id,
+   the queue's matching switch and the build-id cohort's drain state; the hold is clamped into
+   ``[long_poll_min_seconds, long_poll_max_seconds]`` (§7.2). Validation comes first, so a 422 changes
+   nothing (the worker's liveness is recorded only once the poll is accepted).
+2. **The long poll** (§7.2): the kind's claim runs in one transaction; when it finds nothing the poll waits
+   for a wake-up of its queue, the next moment durable state makes a task claimable (a retry's backoff, a
+   lease expiry), or the end of the hold — whichever comes first. A wake-up is a hint: the claim always
+   re-reads durable state.
+3. **The replay cache** (§7.3): a poll repeated with the same ``poll_request_id`` (same namespace, kind,
+   queue, build id and worker) while the lease it got is live returns the same task and attempt; once that
+   lease ended (completed, failed, expired, re-leased) the cached row is dropped. One table,
+   ``poll_requests``, serves the three kinds; what "live" means per kind is :data:`LIVE_LEASE`.
+4. **The answer** (§7.4): every poll response carries ``poll_status``, and ``task`` is non-null iff leased.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from suite.protocol.errors import Rejection
+
+from .app import Ctx, validation_error
+from .config import Settings
+from .engine import T
+from .faults import fault
+from .hub import Hub
+from .ports import Core
+from .store import Clock
+
+__all__ = [
+    "KINDS",
+    "LIVE_LEASE",
+    "Claim",
+    "DueIn",
+    "Poll",
+    "Poller",
+    "Polls",
+    "forget_polls",
+    "lease_taken",
+    "poll_response",
+    "replayed_task",
+]
+
+KINDS = ("workflow", "activity", "query")
+
+# §7.3 "while the lease is live return the same task_id and the same attempt": the lease a cached poll got is
+# live when its task is still leased to the same worker, before its expiry, with the attempt that poll saw (a
+# redelivery to the same worker is a new attempt, and a query task past its deadline is timed out, §10.1).
+LIVE_LEASE: dict[str, str] = {
+    "workflow": (
+        "SELECT 1 FROM workflow_tasks WHERE task_id = :task_id AND status = 'leased' AND lease_owner = :worker"
+        " AND lease_expires_at > :now AND attempt = :attempt"
+    ),
+    "activity": (
+        "SELECT 1 FROM activity_tasks k JOIN activity_attempts a ON a.attempt_id = k.current_attempt_id"
+        " WHERE k.task_id = :task_id AND k.status = 'leased' AND k.lease_owner = :worker"
+        " AND k.lease_expires_at > :now AND a.attempt_number = :attempt"
+    ),
+    "query": (
+        "SELECT 1 FROM query_tasks WHERE query_task_id = :task_id AND status = 'leased' AND lease_owner = :worker"
+        " AND lease_expires_at > :now AND attempt = :attempt AND deadline > :now"
+    ),
+}
+# The field of each kind's task payload that names the task (the replay row's ``task_id``).
+_TASK_ID_FIELD = {"workflow": "task_id", "activity": "task_id", "query": "query_task_id"}
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One accepted poll: who polls which queue of which kind, for how long, under which replay key."""
+
+    kind: str
+    worker: sqlite3.Row
+    queue: str
+    build_id: str | None
+    """The poll's own ``build_id`` (part of the §7.3 replay key); the registered one is ``worker["build_id"]``."""
+    hold: float
+    poll_request_id: str | None
+
+    @property
+    def namespace(self) -> str:
+        return str(self.worker["namespace"])
+
+    @property
+    def worker_id(self) -> str:
+        return str(self.worker["worker_id"])
+
+    def replay_key(self) -> tuple[str, str, str, str, str, str]:
+        assert self.poll_request_id is not None
+        return (self.namespace, self.kind, self.queue, self.build_id or "", self.worker_id, self.poll_request_id)
+
+
+Claim = Callable[[T, Poll], Any]
+"""A kind's claim: the leased task's payload, ``None`` when nothing matches, or ``"throttled"``."""
+DueIn = Callable[[sqlite3.Connection, Poll, int], float | None]
+"""Seconds until durable state alone makes a task of this poll claimable (``None``: nothing is due)."""
+
+
+# -- the replay cache (§7.3) -------------------------------------------------------------------------------
+
+
+def replayed_task(t: T, poll: Poll) -> str | None:
+    """The task a repeated poll is answered with again, or ``None``; a cached row whose lease is no longer
+    live is dropped (§7.3: "Once the task is completed, failed or expired, the cached result is dropped")."""
+    if not poll.poll_request_id:
+        return None
+    key = poll.replay_key()
+    row = t.one(
+        "SELECT task_id, attempt FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
+        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
+        *key,
+    )
+    if row is None:
+        return None
+    live = t.db.execute(
+        LIVE_LEASE[poll.kind],
+        {"task_id": row["task_id"], "worker": poll.worker_id, "now": t.now, "attempt": row["attempt"]},
+    ).fetchone()
+    if live is None:
+        t.db.execute(
+            "DELETE FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ? AND build_id = ?"
+            " AND worker_id = ? AND poll_request_id = ?",
+            key,
+        )
+        return None
+    return str(row["task_id"])
+
+
+def lease_taken(t: T, poll: Poll, task_id: str, attempt: int) -> None:
+    """A claim leased ``task_id``: replays of its earlier leases are over, and this poll's is remembered."""
+    forget_polls(t, poll.kind, task_id)
+    if poll.poll_request_id:
+        t.db.execute(
+            "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
+            " poll_request_id, task_id, attempt, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*poll.replay_key(), task_id, attempt, t.now),
+        )
+
+
+def forget_polls(t: T, kind: str, task_id: str) -> None:
+    """The lease of ``task_id`` ended: no poll may be answered with it again."""
+    t.db.execute("DELETE FROM poll_requests WHERE kind = ? AND task_id = ?", (kind, task_id))
+
+
+# -- the answer (§7.4) -------------------------------------------------------------------------------------
+
+
+def poll_response(result: Any) -> tuple[int, dict[str, Any]]:
+    """§7.4: every poll response has ``poll_status``; ``task`` is non-null iff leased."""
+    if result is None:
+        return 200, {"task": None, "poll_status": "empty"}
+    if result == "throttled":
+        return 200, {"task": None, "poll_status": "throttled", "retry_after_seconds": 1}
+    return 200, {"task": result, "poll_status": "leased"}
+
+
+# -- the poller ---------------------------------------------------------------------------------------------
+
+
+class Polls(Protocol):
+    """The poll path as the poll routes see it (:class:`Poller`)."""
+
+    async def serve(self, ctx: Ctx, kind: str, claim: Claim, due_in: DueIn) -> tuple[int, dict[str, Any]]: ...
+
+
+class Poller:
+    """Serves every poll of one server; owns the matching switch (Appendix C) of its queues."""
+
+    def __init__(self, settings: Settings, core: Core, hub: Hub, clock: Clock) -> None:
+        self.settings = settings
+        self.core = core
+        self.hub = hub
+        self.clock = clock
+        # Appendix C test knob: queues whose matching layer is switched off (poll_status "unavailable").
+        # In memory on purpose: it simulates an infrastructure outage, which does not survive a restart.
+        self.unavailable_queues: set[tuple[str, str]] = set()
+        # Fault "poll-replay-forgotten-on-disconnect" only: connection id → the poll_requests rows (namespace,
+        # kind, worker_id, poll_request_id, task_id) of the polls answered with a task on that connection.
+        self._replays_by_connection: dict[int, set[tuple[str, str, str, str, str]]] = {}
+
+    async def serve(self, ctx: Ctx, kind: str, claim: Claim, due_in: DueIn) -> tuple[int, dict[str, Any]]:
+        """One poll of ``kind``, from its preconditions to its answer."""
+        poll = self.accept(ctx, kind)
+        result = await self.long_poll(
+            (kind, ctx.namespace, poll.queue),
+            poll.hold,
+            lambda t: claim(t, poll),
+            lambda db, now: due_in(db, poll, now),
+        )
+        self._note_answer(ctx, poll, result)
+        return poll_response(result)
+
+    # -- preconditions (§7.1, §7.5) ------------------------------------------------------------------------
+
+    def accept(self, ctx: Ctx, kind: str) -> Poll:
+        """§7.1/§7.5: validate, look up the registration, check queue/build id/drain; clamp the hold."""
+        body = ctx.obj()
+        worker_id, queue, build_id, prid, timeout = self._fields(body)
+        db = self.core.read()
+        worker = db.execute(
+            "SELECT * FROM workers WHERE namespace = ? AND worker_id = ? AND status = 'active'",
+            (ctx.namespace, worker_id),
+        ).fetchone()
+        if worker is None:
+            raise Rejection(
+                412,
+                "worker_not_registered",
+                f"Worker '{worker_id}' is not registered in this namespace.",
+                {"worker_id": worker_id},
+            )
+        if worker["task_queue"] != queue:
+            raise Rejection(
+                409,
+                "task_queue_mismatch",
+                "The poll's task_queue differs from the registered one.",
+                {"registered_task_queue": worker["task_queue"], "requested_task_queue": queue},
+            )
+        if build_id and worker["build_id"] and build_id != worker["build_id"]:
+            raise Rejection(
+                409,
+                "build_id_mismatch",
+                "The poll's build_id differs from the registered one.",
+                {"registered_build_id": worker["build_id"], "requested_build_id": build_id},
+            )
+        if (ctx.namespace, queue) in self.unavailable_queues:
+            # §7.4: "The queue or matching layer could not coordinate safely" → 503, task null.
+            raise Rejection(
+                503,
+                "matching_unavailable",
+                "The matching layer of this task queue is unavailable; retry the poll.",
+                {"poll_status": "unavailable", "task": None, "retry_after_seconds": 1},
+            )
+        drained = db.execute(
+            "SELECT drain_intent FROM drains WHERE namespace = ? AND task_queue = ? AND build_id = ?",
+            (ctx.namespace, queue, worker["build_id"] or ""),
+        ).fetchone()
+        if drained is not None and drained["drain_intent"] == "draining":
+            raise Rejection(
+                409,
+                "worker_draining",
+                "This worker's build-id cohort is draining on this queue.",
+                {
+                    "poll_status": "draining",
+                    "task": None,
+                    "build_id": worker["build_id"],
+                    "drain_reason": "build_id_draining",
+                },
+            )
+        # §7.2: clamp into [min, max]; 0 and negatives hold about the minimum.
+        hold = max(self.settings.long_poll_min_seconds, min(self.settings.long_poll_max_seconds, timeout))
+        self.core.run_tx(
+            lambda t: t.db.execute(
+                "UPDATE workers SET last_heartbeat_at = ? WHERE namespace = ? AND worker_id = ?",
+                (t.now, ctx.namespace, worker_id),
+            )
+        )
+        return Poll(kind, worker, queue, build_id, float(hold), prid)
+
+    def _fields(self, body: dict[str, Any]) -> tuple[str, str, str | None, str | None, int]:
+        """The poll body's fields (§7.1), or one 422 naming every bad one."""
+        errors: dict[str, list[str]] = {}
+        worker_id = body.get("worker_id")
+        queue = body.get("task_queue")
+        if not isinstance(worker_id, str) or not worker_id:
+            errors["worker_id"] = ["worker_id is required and must be a non-empty string."]
+        if not isinstance(queue, str) or not queue:
+            errors["task_queue"] = ["task_queue is required and must be a non-empty string."]
+        build_id = body.get("build_id")
+        if build_id is not None and not isinstance(build_id, str):
+            errors["build_id"] = ["build_id must be a string or null."]
+        prid = body.get("poll_request_id")
+        if prid is not None and (not isinstance(prid, str) or len(prid) > 255):
+            errors["poll_request_id"] = ["poll_request_id must be a string of at most 255 characters."]
+        timeout = body.get("timeout_seconds", self.settings.long_poll_default_seconds)
+        if isinstance(timeout, str) and timeout.strip().lstrip("-").isdigit():
+            timeout = int(timeout.strip())  # §7.2: integral strings are coerced
+        if timeout is None:
+            timeout = self.settings.long_poll_default_seconds
+        elif not isinstance(timeout, int) or isinstance(timeout, bool):
+            errors["timeout_seconds"] = ["timeout_seconds must be an integer."]
+        if errors:
+            raise validation_error(errors)
+        assert isinstance(worker_id, str)
+        assert isinstance(queue, str)
+        assert isinstance(timeout, int)
+        return worker_id, queue, build_id, prid, timeout
+
+    # -- the long poll (§7.2) ------------------------------------------------------------------------------
+
+    async def long_poll(
+        self,
+        key: tuple[str, str, str],
+        hold: float,
+        attempt: Callable[[T], Any],
+        due_in: Callable[[sqlite3.Connection, int], float | None],
+    ) -> Any:
+        """Try ``attempt`` now; if it finds nothing, wait for a wake-up, the next due moment of durable
+        state, or the end of the hold (§7.2: a task that becomes ready is returned immediately)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + hold
+        while True:
+            ev = self.hub.event(key)
+            result = self.core.run_tx(attempt)
+            if result is not None:
+                return result
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            due = due_in(self.core.read(), self.clock.now_us())
+            wait = remaining if due is None else min(remaining, max(0.001, due))
+            if fault(self.settings, "poll-ignores-wakeups"):
+                await asyncio.sleep(wait)  # the bug: deaf to wake-ups, new work waits for the end of the hold
+                continue
+            await self.hub.wait(ev, wait)
+
+    # -- fault "poll-replay-forgotten-on-disconnect" ---------------------------------------------------------
+
+    def _note_answer(self, ctx: Ctx, poll: Poll, result: Any) -> None:
+        """Fault "poll-replay-forgotten-on-disconnect": tie the §7.3 replay row of a poll answered with a task
+        to the HTTP connection that carried the poll (see :meth:`forget_connection`). Without the fault this
+        does nothing."""
+        if not fault(self.settings, "poll-replay-forgotten-on-disconnect"):
+            return
+        connection_id = ctx.request.connection_id
+        if not poll.poll_request_id or not connection_id or not isinstance(result, dict):
+            return  # no replay row, or a request that came on no connection (in process)
+        task_id = str(result[_TASK_ID_FIELD[poll.kind]])
+        rows = self._replays_by_connection.setdefault(connection_id, set())
+        rows.add((ctx.namespace, poll.kind, poll.worker_id, poll.poll_request_id, task_id))
+
+    def forget_connection(self, connection_id: int) -> None:
+        """The bug of fault "poll-replay-forgotten-on-disconnect" (idempotency state tied to the connection):
+        when a connection ends, the replay rows of the polls answered on it are deleted, so a poll retried on
+        a new connection after its answer was lost gets no replay. Duplicates on an open connection, and
+        concurrent ones, still replay."""
+        rows = self._replays_by_connection.pop(connection_id, None)
+        if not rows:
+            return
+        self.core.run_tx(
+            lambda t: t.db.executemany(
+                "DELETE FROM poll_requests WHERE namespace = ? AND kind = ? AND worker_id = ?"
+                " AND poll_request_id = ? AND task_id = ?",
+                sorted(rows),
+            )
+        )

@@ -1,0 +1,1 @@
+"""Control-plane routes (``/api/workflows/*``, ``/api/task-queues/*``), one module per resource."""

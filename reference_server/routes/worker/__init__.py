@@ -1,0 +1,1 @@
+"""Worker-plane routes (``/api/worker/*``), one module per resource."""

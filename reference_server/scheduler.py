@@ -1,0 +1,191 @@
+"""The background scheduler: time-driven work that no request triggers.
+
+The scheduler runs a list of **steps**, each ``step(t) -> seconds until its next due work`` (``None`` when
+nothing is pending), one transaction per step, and then sleeps until the earliest due moment or a wake-up
+(any committed change to a queue or a run wakes it). Its own steps fire due timers, start child retries whose
+backoff passed and time out runs past their deadline; the activity and query modules register theirs (§11.7
+timeouts, §10.5 query deadlines). Expired leases and delayed tasks need no step: pollers compute their own due
+time from durable state (:mod:`reference_server.polling`).
+
+Steps are independent on purpose: one that fails is logged and the others still run, so one bad row cannot
+stop timers, retries and timeouts for the whole server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from . import engine as E
+from .config import Settings
+from .engine import TERMINAL_RUN_STATUSES, T
+
+__all__ = ["Scheduler", "Step", "fire_timers", "retry_children", "time_out_runs"]
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[T], float | None]
+
+
+class Scheduler:
+    """Runs the steps in the background; :meth:`maintenance_pass` runs them all once in one transaction."""
+
+    def __init__(self, settings: Settings, run_tx: Callable[[Step], float | None]) -> None:
+        self.settings = settings
+        self._run_tx = run_tx
+        self.steps: list[Step] = [fire_timers, retry_children, time_out_runs]
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, step: Step) -> None:
+        self.steps.append(step)
+
+    def wake(self) -> None:
+        """Durable state changed: recompute what is due now rather than at the end of the current sleep."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            delay = self.settings.scheduler_max_sleep_seconds
+            for step in self.steps:
+                try:
+                    due = self._run_tx(step)
+                except Exception:
+                    log.exception("scheduler step %s failed", getattr(step, "__name__", step))
+                    continue
+                if due is not None:
+                    delay = min(delay, max(0.0, due))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, delay))
+
+    def maintenance_pass(self, t: T) -> float:
+        """Every step in one transaction (what in-process tests drive with a fake clock); the seconds until
+        the earliest due work, at most ``scheduler_max_sleep_seconds``."""
+        delays: list[float] = [self.settings.scheduler_max_sleep_seconds]
+        for step in self.steps:
+            d = step(t)
+            if d is not None:
+                delays.append(d)
+        return max(0.0, min(delays))
+
+
+def _seconds_until(t: T, sql: str) -> float | None:
+    """Seconds from now until the instant ``sql`` selects as ``at`` (``None`` when it selects none)."""
+    row = t.one(sql)
+    return None if row is None or row["at"] is None else (row["at"] - t.now) / 1e6
+
+
+# -- the scheduler's own steps -----------------------------------------------------------------------------
+
+
+def fire_timers(t: T) -> float | None:
+    """Fire every due timer: ``TimerFired`` (and ``ConditionWaitTimedOut`` for a condition timeout), then
+    wake the run with the timer's resume context (§8.3)."""
+    for timer in t.all("SELECT * FROM timers WHERE status = 'pending' AND fire_at <= ? LIMIT 100", t.now):
+        t.db.execute(
+            "UPDATE timers SET status = 'fired' WHERE timer_id = ? AND status = 'pending'",
+            (timer["timer_id"],),
+        )
+        run = t.run(timer["run_id"])
+        if run["status"] in TERMINAL_RUN_STATUSES:
+            continue
+        payload: dict[str, Any] = {
+            "sequence": timer["step_sequence"],
+            "timer_id": timer["timer_id"],
+            "delay_seconds": timer["delay_seconds"],
+            "timer_kind": timer["timer_kind"],
+        }
+        t.fx.transition("timer", timer["timer_id"], "pending", "fired", run_id=run["run_id"])
+        if timer["timer_kind"] == "condition_timeout":
+            E.wake_run(t, run["run_id"], _condition_timed_out(t, timer, payload))
+            continue
+        E.record_wake(
+            t,
+            run["run_id"],
+            "TimerFired",
+            payload,
+            workflow_wait_kind="timer",
+            open_wait_id=f"timer:{timer['timer_id']}",
+            resume_source_kind="timer",
+            resume_source_id=timer["timer_id"],
+            timer_id=timer["timer_id"],
+        )
+    return _seconds_until(t, "SELECT MIN(fire_at) AS at FROM timers WHERE status = 'pending'")
+
+
+def _condition_timed_out(t: T, timer: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """A condition wait's timeout fired (SDK-INTEROP §6.4): the wait is timed out; the resume context."""
+    wait_id = timer["condition_wait_id"]
+    payload["condition_wait_id"] = wait_id
+    seq = E.append_event(t, timer["run_id"], "TimerFired", payload)
+    t.db.execute(
+        "UPDATE condition_waits SET status = 'timed_out' WHERE condition_wait_id = ? AND status = 'open'",
+        (wait_id,),
+    )
+    wait = t.one("SELECT * FROM condition_waits WHERE condition_wait_id = ?", wait_id)
+    E.append_event(
+        t,
+        timer["run_id"],
+        "ConditionWaitTimedOut",
+        {"condition_wait_id": wait_id, "sequence": timer["step_sequence"]},
+    )
+    return E.empty_resume(
+        workflow_wait_kind="condition",
+        open_wait_id=f"condition:{wait_id}",
+        resume_source_kind="timer",
+        resume_source_id=timer["timer_id"],
+        timer_id=timer["timer_id"],
+        condition_wait_id=wait_id,
+        condition_key=wait["condition_key"] if wait else None,
+        condition_definition_fingerprint=wait["fingerprint"] if wait else None,
+        workflow_sequence=seq,
+        workflow_event_type="TimerFired",
+    )
+
+
+def retry_children(t: T) -> float | None:
+    """Start the next run of every child whose retry backoff passed; a closed parent's retries are cancelled."""
+    for call in t.all("SELECT * FROM children WHERE status = 'backoff' AND retry_at <= ? LIMIT 100", t.now):
+        parent = t.run(call["parent_run_id"])
+        if parent["status"] in TERMINAL_RUN_STATUSES:
+            t.db.execute(
+                "UPDATE children SET status = 'cancelled' WHERE child_call_id = ?",
+                (call["child_call_id"],),
+            )
+            continue
+        E.start_child_run(t, call, parent)
+    return _seconds_until(t, "SELECT MIN(retry_at) AS at FROM children WHERE status = 'backoff'")
+
+
+def time_out_runs(t: T) -> float | None:
+    """Close every run past its run timeout as failed, closed_reason ``timed_out`` (``WorkflowTimedOut``)."""
+    for run in t.all(
+        "SELECT * FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL AND run_deadline <= ? LIMIT 100",
+        t.now,
+    ):
+        E.close_run(
+            t,
+            run["run_id"],
+            "failed",
+            closed_reason="timed_out",
+            event_type="WorkflowTimedOut",
+            payload={"timeout_type": "run", "run_timeout_seconds": run["run_timeout_seconds"]},
+            failure={"message": "Workflow run timed out.", "failure_category": "timeout"},
+        )
+    return _seconds_until(
+        t, "SELECT MIN(run_deadline) AS at FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL"
+    )

@@ -1,0 +1,169 @@
+"""Workers (§6): registration, re-registration and deregistration, as state changes of the ``workers`` table.
+
+A deregistered worker will never report, so its workflow-task leases go back to ready at once (SDK-INTEROP:
+``recovered_workflow_task_count``); its activity leases expire as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from suite.protocol.errors import Rejection
+
+from .app import validation_error
+from .engine import T
+from .store import dumps, loads
+
+__all__ = ["RUNTIMES", "Registration", "deregister_worker", "parse_registration", "register_worker"]
+
+RUNTIMES = frozenset({"php", "python", "typescript", "go", "java", "rust", "dotnet"})
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A validated registration body (§6.1)."""
+
+    worker_id: str | None
+    task_queue: str
+    runtime: str
+    sdk_version: str | None
+    build_id: str | None
+    workflow_types: list[str]
+    activity_types: list[str]
+    fingerprints: dict[str, str]
+    capabilities: list[Any]
+    max_workflow_tasks: int
+    max_activity_tasks: int
+
+
+def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Registration:
+    """§6.1's fields, or one 422 naming every bad one. ``any_runtime`` is fault "accept-unknown-runtime"."""
+    errors: dict[str, list[str]] = {}
+
+    def opt_str(name: str, limit: int) -> str | None:
+        value = body.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str) or len(value) > limit:
+            errors[name] = [f"{name} must be a string of at most {limit} characters."]
+            return None
+        return value
+
+    def str_list(name: str) -> list[str]:
+        value = body.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            errors[name] = [f"{name} must be a list of strings."]
+            return []
+        return list(value)
+
+    def pos_int(name: str, default: int) -> int:
+        value = body.get(name, default)
+        if value is None:
+            return default
+        # The upper bound keeps a huge JSON integer out of SQLite (an OverflowError there was a 500).
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 2**63 - 1:
+            errors[name] = [f"{name} must be an integer from 1 to 2**63-1."]
+            return default
+        return value
+
+    worker_id = opt_str("worker_id", 255)
+    queue = body.get("task_queue")
+    if not isinstance(queue, str) or not queue or len(queue) > 255:
+        errors["task_queue"] = ["task_queue is required: a non-empty string of at most 255 characters."]
+    runtime = body.get("runtime")
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
+        errors["runtime"] = [f"runtime is required and must be one of {sorted(RUNTIMES)}."]
+    if any_runtime and isinstance(runtime, str) and runtime:
+        errors.pop("runtime", None)  # the bug: any runtime string is registered
+    sdk_version = opt_str("sdk_version", 64)
+    build_id = opt_str("build_id", 255)
+    wf_types = str_list("supported_workflow_types")
+    act_types = str_list("supported_activity_types")
+    fingerprints = body.get("workflow_definition_fingerprints") or {}
+    if not isinstance(fingerprints, dict) or not all(isinstance(v, str) for v in fingerprints.values()):
+        errors["workflow_definition_fingerprints"] = ["must be an object of workflow type to fingerprint string."]
+        fingerprints = {}
+    capabilities = body.get("capabilities") or []
+    if not isinstance(capabilities, list):
+        errors["capabilities"] = ["capabilities must be a list."]
+        capabilities = []
+    max_wf = pos_int("max_concurrent_workflow_tasks", 100)
+    max_act = pos_int("max_concurrent_activity_tasks", 100)
+    if errors:
+        raise validation_error(errors)
+    assert isinstance(queue, str)
+    assert isinstance(runtime, str)
+    return Registration(
+        worker_id,
+        queue,
+        runtime,
+        sdk_version,
+        build_id,
+        wf_types,
+        act_types,
+        fingerprints,
+        capabilities,
+        max_wf,
+        max_act,
+    )
+
+
+def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
+    """Register (or re-register) ``wid``; a changed definition fingerprint of a live registration is a 409."""
+    existing = t.one("SELECT * FROM workers WHERE namespace = ? AND worker_id = ?", namespace, wid)
+    if existing is not None and existing["status"] == "active":
+        old = loads(existing["fingerprints"]) or {}
+        for wf_type, fp in reg.fingerprints.items():
+            if wf_type in old and old[wf_type] != fp:
+                raise Rejection(
+                    409,
+                    "workflow_definition_changed",
+                    f"Workflow type '{wf_type}' was registered with a different definition.",
+                    {"workflow_type": wf_type, "worker_id": wid},
+                )
+    t.db.execute(
+        "INSERT OR REPLACE INTO workers (namespace, worker_id, task_queue, runtime, sdk_version, build_id,"
+        " workflow_types, activity_types, fingerprints, capabilities, max_workflow_tasks, max_activity_tasks,"
+        " status, registered_at, last_heartbeat_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)",
+        (
+            namespace,
+            wid,
+            reg.task_queue,
+            reg.runtime,
+            reg.sdk_version,
+            reg.build_id,
+            dumps(reg.workflow_types),
+            dumps(reg.activity_types),
+            dumps(reg.fingerprints),
+            dumps(reg.capabilities),
+            reg.max_workflow_tasks,
+            reg.max_activity_tasks,
+            t.now,
+            t.now,
+        ),
+    )
+    t.fx.transition("worker", wid, existing["status"] if existing else None, "active", task_queue=reg.task_queue)
+
+
+def deregister_worker(t: T, namespace: str, worker_id: str) -> int:
+    """Deregister ``worker_id``; its workflow-task leases go back to ready now. Returns how many."""
+    cur = t.db.execute(
+        "UPDATE workers SET status = 'deregistered' WHERE namespace = ? AND worker_id = ? AND status = 'active'",
+        (namespace, worker_id),
+    )
+    if cur.rowcount != 1:
+        raise Rejection(404, "worker_not_found", f"Worker '{worker_id}' is not registered.", {"worker_id": worker_id})
+    t.fx.transition("worker", worker_id, "active", "deregistered")
+    # A deregistered worker will never report: its workflow-task leases go back to ready now.
+    cur = t.db.execute(
+        "UPDATE workflow_tasks SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL"
+        " WHERE namespace = ? AND status = 'leased' AND lease_owner = ?",
+        (namespace, worker_id),
+    )
+    if cur.rowcount:
+        t.fx.wake.add(("workflow", namespace, "*"))
+    return int(cur.rowcount)
