@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_fault_names_known_requirements_and_has_a_hook() -> None:
     mutants = list_faults()
     assert len(mutants) >= 25
-    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "reference_server").glob("*.py")}
+    sources = {p: p.read_text(encoding="utf-8") for p in (ROOT / "reference_server").rglob("*.py")}
     for m in mutants:
         assert m.description.endswith("."), m
         assert m.kills, m
