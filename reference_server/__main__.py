@@ -99,6 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("DW_ADMIN_TOKEN"),
         help="Bearer token of the admin role (env DW_ADMIN_TOKEN).",
     )
+    p.add_argument(
+        "--cancellation-cleanup-seconds",
+        type=int,
+        default=60,
+        help="How long a child asked to cancel cooperatively (parent_close_policy request_cancellation) may "
+        "clean up before the server closes it (default 60).",
+    )
+    p.add_argument(
+        "--auth-token",
+        default=os.environ.get("DW_AUTH_TOKEN"),
+        help="Full-access bearer token (env DW_AUTH_TOKEN): every role on both planes, beside any role tokens "
+        "(PROTOCOL.md §4.1).",
+    )
     p.add_argument("--event-log", default=None, help="Append every lifecycle transition as one JSON line to this file.")
     p.add_argument(
         "--fault",
@@ -126,6 +139,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         worker_token=args.worker_token or None,
         operator_token=args.operator_token or None,
         admin_token=args.admin_token or None,
+        auth_token=args.auth_token or None,
+        cancellation_cleanup_seconds=max(1, args.cancellation_cleanup_seconds),
         event_log=args.event_log,
         faults=frozenset(args.fault),
     )

@@ -66,6 +66,7 @@ from suite.protocol.lifecycles import (
     TaskStatus,
 )
 
+from . import sessions
 from .app import validation_error
 from .engine import TERMINAL_RUN_STATUSES, T, append_event, empty_resume, open_workflow_task, ts, wake_run
 from .faults import fault
@@ -444,7 +445,12 @@ def _resolve(
         ),
     )
     task = open_workflow_task(t, execution["run_id"])
-    return None if task is None else str(task["task_id"])
+    # Decided rule (README, "Decided rules"): next_task_id names the task that will see the result. A task
+    # leased at this moment was shown a history without it; the follow-up its completion creates will see
+    # it and does not exist yet, so: null.
+    if task is None or task["status"] == "leased":
+        return None
+    return str(task["task_id"])
 
 
 def _schedule_retry(
@@ -600,6 +606,10 @@ def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
         t.now,
     )
     for cand in candidates:
+        # SESSION-ADMISSION: an in-session task is leased only to a worker the session admits.
+        admission = sessions.admit_claim(t, worker, cand["task_id"], task_queue)
+        if admission is not None and not admission.admitted:
+            continue
         attempt_id = new_id(t.now)
         # The claim is the conditional write (§7.5): only a ready task, or one whose lease has expired, moves.
         won = t.db.execute(
@@ -619,6 +629,8 @@ def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
             t.fx.transition("activity_task", cand["task_id"], "leased", "ready", cause=TaskEvent.EXPIRE.value)
             _move_execution(t, cand["execution_id"], ExecutionEvent.LEASE_LOST)
         t.fx.transition("activity_task", cand["task_id"], "ready", "leased", lease_owner=worker_id)
+        if admission is not None:
+            sessions.commit_admission(t, worker, cand["task_id"], admission)  # lazy creation / reacquisition
         execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", cand["execution_id"])
         assert execution is not None
         _move_execution(t, cand["execution_id"], ExecutionEvent.CLAIM)
@@ -673,6 +685,7 @@ def task_payload(t: T, task_id: str) -> dict[str, Any]:
         if at is not None
     }
     number = int(attempt["attempt_number"])
+    session = sessions.activity_snapshot(t, task_id)
     return {
         "task_id": task_id,
         "namespace": task["namespace"],
@@ -694,6 +707,7 @@ def task_payload(t: T, task_id: str) -> dict[str, Any]:
         "connection": execution["connection"],
         "lease_owner": attempt["lease_owner"],
         "lease_expires_at": ts(attempt["lease_expires_at"]),
+        **({"worker_session": session} if session is not None else {}),
     }
 
 
@@ -968,6 +982,7 @@ def heartbeat_activity_task(
             (lease_expires_at, task_id, attempt["attempt_id"]),
         )
         last_heartbeat_at = t.now
+        sessions.renew_from_activity(t, task_id, fence.lease_owner)  # SESSION-ACTIVITY-HEARTBEAT-RENEWS
         append_event(
             t,
             execution["run_id"],
@@ -985,8 +1000,11 @@ def heartbeat_activity_task(
         # §9: "A lease expiry closes the attempt (status `expired`)"; the next poll can claim the task.
         _move_attempt(t, attempt["attempt_id"], AttemptEvent.EXPIRE)
     final = t.one("SELECT status FROM activity_attempts WHERE attempt_id = ?", attempt["attempt_id"])
-    if final is not None and final["status"] == AttemptStatus.CANCELLED.value:
-        lease_expires_at = None  # a cancelled attempt holds no lease (§11.5 "`lease_expires_at:null`")
+    if final is not None and final["status"] != AttemptStatus.RUNNING.value:
+        # §11.5 "`lease_expires_at:null`" for a cancelled attempt; decided rule (README): any closed attempt
+        # (timed out, expired, completed, failed) holds no lease either.
+        lease_expires_at = None
+    session = sessions.activity_snapshot(t, task_id)
     return {
         "task_id": task_id,
         "activity_attempt_id": attempt["attempt_id"],
@@ -994,6 +1012,7 @@ def heartbeat_activity_task(
         **fields,
         "lease_expires_at": ts(lease_expires_at),
         "last_heartbeat_at": ts(last_heartbeat_at),
+        **({"worker_session": session} if session is not None else {}),
     }
 
 

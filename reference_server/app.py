@@ -56,6 +56,8 @@ DISCOVERY = "discovery"  # cluster/info: any authenticated role, exempt from ver
 ROLE_WORKER = "worker"
 ROLE_OPERATOR = "operator"
 ROLE_ADMIN = "admin"
+# AUTH-FULL-ACCESS-TOKEN: what the full-access token authenticates as — every role, on every plane.
+ROLE_FULL = "full_access"
 
 
 @dataclass
@@ -80,15 +82,16 @@ RouteFn = Callable[[Ctx], Awaitable[tuple[int, dict[str, Any]]]]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def route(method: str, *templates: str, plane: str | None = None) -> Callable[[_F], _F]:
+def route(method: str, *templates: str, plane: str | None = None, body: bool | None = None) -> Callable[[_F], _F]:
     """Mark a method of a route group as the handler of ``method`` on each of ``templates``.
 
     :meth:`App.mount` registers the marked methods of a group, in the order they are defined; ``plane``
-    overrides the plane the group is mounted on (a discovery route in the open group).
+    overrides the plane the group is mounted on (a discovery route in the open group); ``body=True`` parses
+    a JSON object body on a method other than POST (the SDK's DELETE of a worker session carries one).
     """
 
     def mark(fn: _F) -> _F:
-        fn.__dict__.setdefault(_ROUTES_ATTR, []).extend((method, template, plane) for template in templates)
+        fn.__dict__.setdefault(_ROUTES_ATTR, []).extend((method, template, plane, body) for template in templates)
         return fn
 
     return mark
@@ -123,6 +126,7 @@ class App:
         worker_token: str | None,
         operator_token: str | None,
         admin_token: str | None,
+        auth_token: str | None = None,
         namespace_exists: Callable[[str], bool],
         ignore_version_header: bool = False,
         faults: frozenset[str] = frozenset(),
@@ -136,6 +140,12 @@ class App:
         ):
             if token:
                 self.tokens[token] = role
+        if auth_token:
+            # §4.1: the legacy DW_AUTH_TOKEN "grants full access when no role tokens are configured, and only
+            # admin when they are" (UPS). Here it grants full access in both cases: a client configured with
+            # one token for both planes keeps working when role tokens are added (README, deviations).
+            full_only_as_admin = "full-token-admin-only" in faults and len(self.tokens) > 0
+            self.tokens[auth_token] = ROLE_ADMIN if full_only_as_admin else ROLE_FULL
         self.namespace_exists = namespace_exists
         self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
         self.faults = faults  # the other named faults (reference_server.faults) this app breaks
@@ -175,8 +185,8 @@ class App:
     def mount(self, plane: str, group: object) -> None:
         """Register every method of ``group`` marked with :func:`route`, in definition order."""
         for name, fn in vars(type(group)).items():
-            for method, template, own_plane in getattr(fn, _ROUTES_ATTR, ()):
-                self.add(method, template, own_plane or plane, getattr(group, name))
+            for method, template, own_plane, body in getattr(fn, _ROUTES_ATTR, ()):
+                self.add(method, template, own_plane or plane, getattr(group, name), body=body)
 
     # -- envelopes ------------------------------------------------------------------------------------
 
@@ -262,7 +272,7 @@ class App:
         role: str | None = None
         if route.plane != OPEN:
             role = self._authenticate(request)
-            if role is not None and role not in route.roles:
+            if role is not None and role != ROLE_FULL and role not in route.roles:
                 raise Rejection(
                     403,
                     "forbidden",

@@ -25,9 +25,14 @@ class Settings:
     max_active_leases_per_queue: int | None = None
     # §6.2: a worker is stale (no longer a query target) after this long without a heartbeat.
     stale_worker_seconds: int = 60
+    # Cooperative cancellation (parent_close_policy request_cancellation): how long a child may clean up
+    # before the server closes it. The seed names a deadline but no value.
+    cancellation_cleanup_seconds: int = 60
     worker_token: str | None = None
     operator_token: str | None = None
     admin_token: str | None = None
+    # §4.1's full-access token: one credential for every role on both planes (AUTH-FULL-ACCESS-TOKEN).
+    auth_token: str | None = None
     event_log: str | None = None
     # Named faults (reference_server.faults) that make this server deliberately break one rule.
     faults: frozenset[str] = field(default_factory=frozenset)
@@ -39,7 +44,7 @@ class Settings:
 
     @property
     def auth_enabled(self) -> bool:
-        return any((self.worker_token, self.operator_token, self.admin_token))
+        return any((self.worker_token, self.operator_token, self.admin_token, self.auth_token))
 
     def test_profile(self) -> dict[str, Any]:
         """The read-only view of the test-relevant settings (Appendix C)."""
@@ -53,6 +58,7 @@ class Settings:
             "long_poll_max_seconds": self.long_poll_max_seconds,
             "max_active_leases_per_queue": self.max_active_leases_per_queue,
             "stale_worker_seconds": self.stale_worker_seconds,
+            "cancellation_cleanup_seconds": self.cancellation_cleanup_seconds,
             "auth_enabled": self.auth_enabled,
             "faults": sorted(self.faults),
             "matching_switch": "/api/task-queues/{queue}/matching",

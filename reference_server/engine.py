@@ -390,6 +390,11 @@ def close_run(
         (t.now, run_id, status),
     )
     t.db.execute("UPDATE timers SET status = 'cancelled' WHERE run_id = ? AND status = 'pending'", (run_id,))
+    # Decided rule (README): an accepted update can never complete once its run closed.
+    t.db.execute(
+        "UPDATE updates SET status = 'rejected', closed_at = ?, failure = ? WHERE run_id = ? AND status = 'accepted'",
+        (t.now, dumps({"reason": "rejected_not_active", "message": "The workflow run closed."}), run_id),
+    )
     t.db.execute(
         "UPDATE query_tasks SET status = 'failed', failure = ? WHERE run_id = ? AND status = 'pending'",
         (dumps({"reason": "query_rejected", "message": "The workflow run closed."}), run_id),
@@ -427,7 +432,11 @@ def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
                 event_type="WorkflowTerminated",
                 payload={"reason": "parent_closed", "parent_close_policy": policy},
             )
-        else:  # request_cancel / request_cancellation
+        elif policy == "request_cancellation":
+            from . import cancellation  # cooperative: the child is asked, and closed only past its deadline
+
+            cancellation.request(t, child_run, child)
+        else:  # request_cancel: "closes the child at once" [S0]
             append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
             close_run(
                 t,
@@ -449,6 +458,10 @@ def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str
     parent = t.run(call["parent_run_id"])
     if parent["status"] in TERMINAL_RUN_STATUSES:
         t.db.execute("UPDATE children SET status = ? WHERE child_call_id = ?", (status, call["child_call_id"]))
+        from . import cancellation
+
+        closed_by = "cleanup_deadline" if payload.get("reason") == "cleanup_deadline_exceeded" else "child"
+        cancellation.on_child_closed(t, child_run, status, closed_by=closed_by)
         return
     if child_run["closed_reason"] == "continued":
         return  # the chain goes on; the parent hears from the last run of it
@@ -607,7 +620,8 @@ def describe_run(t_db: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "last_history_sequence": run["last_sequence"],
         "actions": {
             "can_signal": not terminal,
-            "can_query": not terminal,
+            # Decided rule (README): queries of closed runs are answered (replayed from their history).
+            "can_query": True,
             "can_update": not terminal,
             "can_cancel": not terminal,
             "can_terminate": not terminal,

@@ -173,6 +173,53 @@ FAULTS: dict[str, Fault] = {
         "A start's input envelope is decoded and re-encoded, so a non-canonical blob comes back changed.",
         ("PAYLOAD-START-ENVELOPE-UNCHANGED",),
     ),
+    # -- worker sessions ------------------------------------------------------------------------------------
+    "session-shared-lease": Fault(
+        "A second capable worker is admitted to a worker session another worker holds: two lease owners.",
+        ("SESSION-SINGLE-OWNER",),
+    ),
+    "session-heartbeat-not-renewed": Fault(
+        "A heartbeat of an in-session activity renews the attempt lease but not the session lease.",
+        ("SESSION-ACTIVITY-HEARTBEAT-RENEWS",),
+    ),
+    "session-reacquire-ignores-policy": Fault(
+        "A lapsed session with allow_reacquire_after_failure false is reacquired by another worker.",
+        ("SESSION-REACQUIRE-DISALLOWED",),
+    ),
+    "session-never-expires": Fault(
+        "A session whose lease was not renewed stays active for its old holder instead of expiring.",
+        ("SESSION-LEASE-EXPIRY",),
+    ),
+    "session-ignores-activity-limit": Fault(
+        "More in-session activity attempts are leased at once than the session's max_concurrent_activities.",
+        ("SESSION-ACTIVITY-LIMIT",),
+    ),
+    "session-ignores-requirements": Fault(
+        "A worker whose registered capabilities lack a session requirement is admitted to the session.",
+        ("SESSION-REQUIREMENTS",),
+    ),
+    "session-stale-holder-renews": Fault(
+        "After another worker reacquired a session, the old holder's session heartbeat is accepted.",
+        ("SESSION-STALE-HOLDER-FENCED",),
+    ),
+    # -- children and cooperative cancellation ------------------------------------------------------------
+    "child-default-terminate": Fault(
+        "A start_child_workflow without parent_close_policy is recorded as terminate, not abandon.",
+        ("CHILD-PARENT-CLOSE-DEFAULT",),
+    ),
+    "request-cancellation-closes-at-once": Fault(
+        "parent_close_policy request_cancellation closes the child at once, like request_cancel.",
+        ("CANCEL-COOPERATIVE-REQUEST",),
+    ),
+    "request-cancellation-never-closes": Fault(
+        "A child asked to cancel cooperatively that does not close is left open past its cleanup deadline.",
+        ("CANCEL-COOPERATIVE-DEADLINE",),
+    ),
+    # -- auth -----------------------------------------------------------------------------------------------
+    "full-token-admin-only": Fault(
+        "The full-access token is only an admin token beside role tokens: the worker plane answers it 403.",
+        ("AUTH-FULL-ACCESS-TOKEN",),
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "complete-not-persisted": Fault(
         "A workflow-task complete is acknowledged 200 but its transaction is rolled back, never persisted.",

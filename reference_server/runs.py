@@ -230,7 +230,7 @@ def update_outcome(db: sqlite3.Connection, update_id: str, base: dict[str, Any])
             409,
             "rejected_not_active",
             "The workflow run closed before the update completed.",
-            {**base, "outcome": "rejected_not_active", "update_status": "accepted"},
+            {**base, "outcome": "rejected_not_active", "update_status": "rejected"},
         )
     return None
 

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from suite.protocol import capabilities as caps
 
+from . import cancellation, sessions
 from .activities import enforce_activity_timeouts
 from .app import CONTROL, OPEN, WORKER, App
 from .config import Settings
@@ -25,7 +26,10 @@ from .polling import Poller
 from .queries import sweep_query_tasks
 from .routes import open as open_routes
 from .routes.control import messages, task_queues, workflows
+from .routes.control import worker_sessions as session_visibility
 from .routes.worker import activity_tasks, query_tasks, registrations, workflow_tasks
+from .routes.worker import cancellation as cooperative
+from .routes.worker import sessions as worker_sessions
 from .scheduler import Scheduler
 from .store import Clock, Store, SystemClock, new_id
 from .workflow_tasks import IMPLEMENTED_OPTIONAL_COMMANDS
@@ -53,6 +57,7 @@ class Server:
             worker_token=settings.worker_token,
             operator_token=settings.operator_token,
             admin_token=settings.admin_token,
+            auth_token=settings.auth_token,
             namespace_exists=self.namespace_exists,
             ignore_version_header=fault(settings, "ignore-version-header"),
             faults=settings.faults,
@@ -64,11 +69,15 @@ class Server:
             *IMPLEMENTED_OPTIONAL_COMMANDS,
         ]
         self.app.capabilities = capabilities
+        sessions.install(self.store.db, capabilities)
+        cancellation.install(self.store.db, capabilities)
         self.server_id = new_id()
         self.poller = Poller(settings, self, self.hub, self.clock)
         self.scheduler = Scheduler(settings, self.run_tx)
         self.scheduler.add(enforce_activity_timeouts)
         self.scheduler.add(sweep_query_tasks)
+        self.scheduler.add(sessions.settle_due)
+        self.scheduler.add(cancellation.enforce_deadlines)
         self.http: HttpServer | None = None
         with self.engine.tx() as t:
             t.db.execute("INSERT OR IGNORE INTO namespaces (name, created_at) VALUES ('default', ?)", (t.now,))
@@ -84,6 +93,9 @@ class Server:
         app.mount(CONTROL, task_queues.Routes(self, self.poller))
         app.mount(WORKER, activity_tasks.Routes(self, self.poller))
         app.mount(WORKER, query_tasks.Routes(self, self.poller))
+        app.mount(WORKER, worker_sessions.Routes(self))
+        app.mount(WORKER, cooperative.Routes(self))
+        app.mount(CONTROL, session_visibility.Routes(self))
 
     # -- lifecycle -------------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ class Registration:
     capabilities: list[Any]
     max_workflow_tasks: int
     max_activity_tasks: int
+    max_worker_sessions: int | None = None
 
 
 def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Registration:
@@ -92,6 +93,10 @@ def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Re
         capabilities = []
     max_wf = pos_int("max_concurrent_workflow_tasks", 100)
     max_act = pos_int("max_concurrent_activity_tasks", 100)
+    # A.2 limits.max_concurrent_worker_sessions: "worker_registration" (absent: no limit).
+    max_sessions = (
+        None if body.get("max_concurrent_worker_sessions") is None else pos_int("max_concurrent_worker_sessions", 1)
+    )
     if errors:
         raise validation_error(errors)
     assert isinstance(queue, str)
@@ -108,6 +113,7 @@ def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Re
         capabilities,
         max_wf,
         max_act,
+        max_sessions,
     )
 
 
@@ -147,6 +153,9 @@ def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
         ),
     )
     t.fx.transition("worker", wid, existing["status"] if existing else None, "active", task_queue=reg.task_queue)
+    from . import sessions
+
+    sessions.note_registration(t, namespace, wid, reg.max_worker_sessions)
 
 
 def deregister_worker(t: T, namespace: str, worker_id: str) -> int:

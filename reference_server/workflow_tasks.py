@@ -18,6 +18,7 @@ from suite.protocol.errors import Rejection
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
 from suite.protocol.lifecycles import RunStatus, TaskStatus
 
+from . import cancellation, sessions
 from .engine import (
     DEFERRED_RESUME_KEY,
     TERMINAL_RUN_STATUSES,
@@ -213,6 +214,10 @@ def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None
         **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
         **task_resume(task),
     }
+    observed = cancellation.observation(t, run["run_id"])
+    if observed is not None:
+        # CANCEL-COOPERATIVE-REQUEST: the identity and deadline travel with every task of the child.
+        body.update(cancel_requested=True, cancellation_request=observed)
     return body
 
 
@@ -390,7 +395,9 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     forget_polls(t, "workflow", task_id)
     seen = int(task["seen_sequence"] or 0)
     run_before = t.run(run_id)
-    new_events_arrived = int(run_before["last_sequence"]) > seen
+    # Decided rule (README): a follow-up replay is owed only for an event that woke the run during the lease
+    # (engine.wake_run records it as the deferred resume); heartbeats and ActivityStarted wake nothing.
+    new_events_arrived = int(run_before["last_sequence"]) > seen and deferred_resume(task) is not None
     created: list[str] = []
     terminal: cmdmodel.Command | None = None
     # SDK-INTEROP §6.4: an open wait that this batch does not re-emit (same key and fingerprint) was
@@ -511,7 +518,8 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
         step = next_step(t, run_id)
         execution_id = new_id(t.now)
         activity_task_id = new_id(t.now)
-        queue = f.get("queue") or run["task_queue"]
+        # SESSION-ROUTING: the command's queue, else the session's, else the run's.
+        queue = f.get("queue") or sessions.session_queue(f.get("worker_session")) or run["task_queue"]
         policy = f.get("retry_policy") or None
         # A null retry_policy field means "absent" (suite.protocol.commands accepts it as such): `.get(k, [])`
         # returned the null and list(None) answered 500 (found by the OpenAPI fuzz, suite/fuzz.py).
@@ -569,6 +577,7 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
                 t.now + s2s * 1_000_000 if s2s else None,
             ),
         )
+        session = sessions.on_schedule(t, run["namespace"], execution_id, activity_task_id, f.get("worker_session"))
         append_event(
             t,
             run_id,
@@ -583,6 +592,7 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
                 "payload_codec": "avro",
                 "retry_policy": snapshot,
                 **({"cancellation_policy": f["cancellation_policy"]} if "cancellation_policy" in f else {}),
+                **({"worker_session": session} if session is not None else {}),
             },
             **ev,
         )
@@ -626,6 +636,14 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
         # ignored, §0) could name the parent itself.
         child_workflow_id = f"{run['workflow_id']}:child:{call_id}"
         policy = f.get("retry_policy") or None
+        # CHILD-PARENT-CLOSE-DEFAULT / CHILD-POLICY-RECORDED: record what the SDK assumes for an omitted
+        # policy, because its replay compares the recorded value with its own default.
+        parent_close = f.get("parent_close_policy") or cmdmodel.DEFAULT_PARENT_CLOSE_POLICY
+        if fault(t.settings, "child-default-terminate") and not f.get("parent_close_policy"):
+            parent_close = "terminate"  # the bug: an omitted policy closes the child with its parent
+        cancellation = f.get("cancellation_policy")
+        if not isinstance(cancellation, str) or not cancellation:
+            cancellation = cmdmodel.DEFAULT_CHILD_CANCELLATION_POLICY
         t.db.execute(
             "INSERT INTO children (child_call_id, parent_run_id, step_sequence, workflow_type, child_workflow_id,"
             " task_queue, arguments_blob, parent_close_policy, retry_policy, execution_timeout_seconds,"
@@ -638,7 +656,7 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
                 child_workflow_id,
                 f.get("queue") or run["task_queue"],
                 _blob(f.get("arguments")),
-                f.get("parent_close_policy") or "terminate",
+                parent_close,
                 dumps(policy) if policy else None,
                 f.get("execution_timeout_seconds"),
                 f.get("run_timeout_seconds"),
@@ -653,7 +671,8 @@ def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: l
                 "child_call_id": call_id,
                 "child_workflow_id": child_workflow_id,
                 "workflow_type": f["workflow_type"],
-                "parent_close_policy": f.get("parent_close_policy") or "terminate",
+                "parent_close_policy": parent_close,
+                "cancellation_policy": cancellation,
                 "retry_policy": policy,
             },
             **ev,

@@ -34,6 +34,8 @@ class TargetInfo:
     cluster_info: dict[str, Any]
     worker_token: str | None = None
     operator_token: str | None = None
+    # --auth-token: a full-access token (PROTOCOL.md §4.1) the target accepts on both planes.
+    full_token: str | None = None
     namespace: str = "default"
     protocol_version: str = "1.20"
     max_wait: float = 30.0
@@ -72,7 +74,7 @@ class TargetInfo:
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.worker_token or self.operator_token)
+        return bool(self.worker_token or self.operator_token or self.full_token)
 
     @property
     def certified_minor(self) -> int:

@@ -696,6 +696,12 @@ WORLDS: Final[dict[str, str]] = {
     "terminate_workflow_run": "workflow",
     "drain_build_id": "workflow",
     "resume_build_id": "workflow",
+    "deliver_workflow_task_cancellation": "workflow",
+    "create_worker_session": "workflow",
+    "heartbeat_worker_session": "workflow",
+    "close_worker_session": "workflow",
+    "list_worker_sessions": "workflow",
+    "describe_worker_session": "workflow",
 }
 
 
@@ -717,6 +723,8 @@ class World:
     def path_values(self) -> dict[str, str]:
         values = {"workflow_id": self.workflow_id, "run_id": self.run_id, "queue": self.queue}
         values["worker_id"] = self.worker
+        # A session id of this world's worker: a session route's cases name a session that may exist.
+        values["session_id"] = f"{self.worker}-session"
         if self.task is not None:
             values["task_id"] = str(self.task.get("task_id", ""))
             values["query_task_id"] = str(self.task.get("query_task_id", ""))
@@ -724,6 +732,7 @@ class World:
 
     def body_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"worker_id": self.worker, "task_queue": self.queue, "workflow_id": self.workflow_id}
+        values["session_id"] = f"{self.worker}-session"
         if self.task is not None:
             for key in ("lease_owner", "workflow_task_attempt", "activity_attempt_id", "query_task_attempt"):
                 if key in self.task:
@@ -1344,6 +1353,7 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "heartbeat_workflow_task",
         "complete_workflow_task",
         "fail_workflow_task",
+        "deliver_workflow_task_cancellation",
     ),
     "activity-tasks": (
         "poll_activity_task",
@@ -1371,6 +1381,13 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
         "cancel_workflow_run",
         "terminate_workflow",
         "terminate_workflow_run",
+    ),
+    "worker-sessions": (
+        "create_worker_session",
+        "heartbeat_worker_session",
+        "close_worker_session",
+        "list_worker_sessions",
+        "describe_worker_session",
     ),
     "task-queues-and-discovery": ("drain_build_id", "resume_build_id", "get_cluster_info", "get_health", "get_ready"),
     "stateful": (STATEFUL,),

@@ -262,12 +262,14 @@ def _run(
     workdir = report_dir / "mutants" / (f"{folder}+proxy" if proxy else folder)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    # Role tokens, as for --target=embedded, so the auth requirements are covered; passed in the environment.
+    # Role tokens and a full-access token, as for --target=embedded, so the auth requirements are covered;
+    # passed in the environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(
         DW_WORKER_TOKEN=secrets.token_urlsafe(18),
         DW_OPERATOR_TOKEN=secrets.token_urlsafe(18),
         DW_ADMIN_TOKEN=secrets.token_urlsafe(18),
+        DW_AUTH_TOKEN=secrets.token_urlsafe(18),  # the full-access token beside them (AUTH-FULL-ACCESS-TOKEN)
     )
     started = time.monotonic()
     fault_args = ["--fault", mutant.name] if mutant else []

@@ -69,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("DW_OPERATOR_TOKEN"),
         help="Bearer token of the operator role (env DW_OPERATOR_TOKEN)",
     )
+    group.addoption(
+        "--auth-token",
+        default=os.environ.get("DW_AUTH_TOKEN"),
+        help="Full-access bearer token (env DW_AUTH_TOKEN), one token for both planes (PROTOCOL.md §4.1); "
+        "used for both planes when no role tokens are given",
+    )
     group.addoption("--namespace", default="default", help="Namespace the checks run in (default 'default')")
     group.addoption(
         "--protocol-version",
@@ -190,14 +196,19 @@ def _resolve_target(config: pytest.Config) -> TargetInfo:
         url = target.rstrip("/")
     worker_token = config.getoption("--worker-token") or None
     operator_token = config.getoption("--operator-token") or None
-    if embedded and not (worker_token or operator_token):
+    full_token = config.getoption("--auth-token") or None
+    if embedded and not (worker_token or operator_token or full_token):
         worker_token, operator_token = server.worker_token, server.operator_token
+        full_token = server.full_token
+    if full_token and not (worker_token or operator_token):
+        worker_token = operator_token = full_token  # one token for both planes
     info = probe_cluster_info(url, operator_token or worker_token)
     return TargetInfo(
         url=url,
         cluster_info=info,
         worker_token=worker_token,
         operator_token=operator_token,
+        full_token=full_token,
         namespace=str(config.getoption("--namespace")).lower(),
         protocol_version=str(config.getoption("--protocol-version")),
         max_wait=float(config.getoption("--max-wait")),
@@ -522,6 +533,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "workers": getattr(config.option, "numprocesses", None),
         "worker_token": "<set>" if config.getoption("--worker-token") else None,
         "operator_token": "<set>" if config.getoption("--operator-token") else None,
+        "auth_token": "<set>" if config.getoption("--auth-token") else None,
     }
 
 

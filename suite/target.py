@@ -40,6 +40,8 @@ EMBEDDED_ARGS: tuple[str, ...] = (
     "16",
     "--long-poll-max",
     "8",
+    "--cancellation-cleanup-seconds",
+    "3",
 )
 
 
@@ -112,12 +114,14 @@ class EmbeddedServer:
     log_path: str = ""
     worker_token: str | None = None
     operator_token: str | None = None
+    full_token: str | None = None
     _env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> str:
         # Role tokens, so the auth requirements are covered too; they live only in this process.
         self.worker_token = secrets.token_urlsafe(18)
         self.operator_token = secrets.token_urlsafe(18)
+        self.full_token = secrets.token_urlsafe(18)
         self._dir = tempfile.mkdtemp(prefix="dw-embedded-")
         self.log_path = os.path.join(self._dir, "server.log")
         log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - handed to the child
@@ -136,6 +140,7 @@ class EmbeddedServer:
             f"--worker-token={self.worker_token}",
             f"--operator-token={self.operator_token}",
             f"--admin-token={secrets.token_urlsafe(18)}",
+            f"--auth-token={self.full_token}",
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **self._env}

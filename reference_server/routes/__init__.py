@@ -12,9 +12,12 @@ modules, which own every state change.
 ``worker.workflow_tasks``              poll, history, heartbeat, complete, fail (§7, §8)
 ``worker.activity_tasks``              poll, complete, fail, heartbeat, status (§11)
 ``worker.query_tasks``                 poll, complete, fail (§10)
+``worker.sessions``                    worker sessions: create, heartbeat, close (§1.1, A.2)
+``worker.cancellation``                commit a cooperative cancellation's delivery (request_cancellation)
 ``control.workflows``                  start, describe, runs, history, cancel, terminate (§12)
 ``control.messages``                   signal, update and query of a run (§12.2, §10.1)
 ``control.task_queues``                build-id drain and resume, the matching switch (Appendix C)
+``control.worker_sessions``            operator visibility of worker sessions (A.2 visibility)
 =====================================  ===========================================================
 """
 

@@ -6,4 +6,16 @@ ids) and raises :class:`suite.outcomes.CheckFailure` (via ``ctx.expect`` / ``ctx
 target breaks the rule.
 """
 
-from . import activities, commands, fencing, history, messages, polling, queries, robustness, versioning  # noqa: F401
+from . import (  # noqa: F401
+    activities,
+    children,
+    commands,
+    fencing,
+    history,
+    messages,
+    polling,
+    queries,
+    robustness,
+    sessions,
+    versioning,
+)

@@ -507,6 +507,24 @@ async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
     ctx.expect(reply, 403, "forbidden")
 
 
+@check("AUTH-FULL-ACCESS-TOKEN")
+async def auth_full_access_token(ctx: CheckContext) -> None:
+    """The full-access token is accepted on both planes, beside the role tokens (PROTOCOL.md §4.1)."""
+    full = ctx.target.full_token
+    if not full:
+        raise NotCovered("needs the target's full-access token", "--auth-token")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=full)
+    ctx.require(
+        reply.status != 403 and reply.status != 401,
+        "the full-access token is accepted on the worker plane",
+        expected="not 401/403",
+        received=f"{reply.status} {reply.body.get('reason') if isinstance(reply.body, dict) else ''}",
+        replies=[reply],
+    )
+    reply = await ctx.client.control("GET", f"/workflows/{ctx.uid('absent')}", token=full)
+    ctx.expect(reply, 404, what="a control-plane call with the full-access token")
+
+
 @check("VERSION-ACCEPTED-RANGE-FIELD")
 async def version_error_accepted_range(ctx: CheckContext) -> None:
     """A version rejection MAY carry accepted_versions; when it does, it is {min: "1.0", max: advertised}."""

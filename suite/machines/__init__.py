@@ -6,8 +6,9 @@ from __future__ import annotations
 from .activities import ActivityMachine
 from .base import MachineBase
 from .queries_signals import QuerySignalMachine
+from .sessions import SessionMachine
 from .workflow_leases import WorkflowLeaseMachine
 
 __all__ = ["MACHINES", "MachineBase"]
 
-MACHINES: tuple[type[MachineBase], ...] = (WorkflowLeaseMachine, QuerySignalMachine, ActivityMachine)
+MACHINES: tuple[type[MachineBase], ...] = (WorkflowLeaseMachine, QuerySignalMachine, ActivityMachine, SessionMachine)

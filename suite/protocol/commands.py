@@ -47,9 +47,12 @@ from typing import Any, Final, Literal, NoReturn
 
 from suite.protocol.errors import Rejection
 from suite.protocol.lifecycles import RunEvent
+from suite.protocol.sessions import parse_options as parse_session_options
 
 __all__ = [
     "ALL_TYPES",
+    "DEFAULT_CHILD_CANCELLATION_POLICY",
+    "DEFAULT_PARENT_CLOSE_POLICY",
     "DEFAULT_RETRY_POLICY",
     "DUPLICATE_POLICIES",
     "LEGACY_START_FIELDS",
@@ -100,6 +103,14 @@ OPTIONAL_TYPES: Final[tuple[str, ...]] = ("open_condition_wait",)
 PARENT_CLOSE_POLICIES: Final[frozenset[str]] = frozenset(
     {"abandon", "request_cancel", "request_cancellation", "terminate"}
 )
+# What a start_child_workflow without `parent_close_policy` means. The seed names the four values and no
+# default; the upstream engine and the official SDK 2.12.0 both read an omitted policy as `abandon`, and the
+# SDK compares the policy recorded on ChildWorkflowScheduled with the one it assumes on every replay
+# (`child_workflow_policy_changed`), so a server must record `abandon` (SDK-INTEROP.md addendum).
+DEFAULT_PARENT_CLOSE_POLICY: Final = "abandon"
+# The same for the child's `cancellation_policy` (an SDK field outside S0's list, recorded for replay):
+# the SDK compares it the same way and assumes `abandon` when absent.
+DEFAULT_CHILD_CANCELLATION_POLICY: Final = "abandon"
 
 # §13.1: "v2 has **one** language-neutral codec: **`avro`**."
 SUPPORTED_PAYLOAD_CODECS: Final[tuple[str, ...]] = ("avro",)
@@ -451,6 +462,12 @@ def _schedule_activity(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
     _ordered(t, "heartbeat_timeout", "start_to_close_timeout", p, errs)
     _ordered(t, "start_to_close_timeout", "schedule_to_close_timeout", p, errs)
     _ordered(t, "schedule_to_start_timeout", "schedule_to_close_timeout", p, errs)
+    # SESSION-OPTIONS-VALID: `worker_session` follows workerSessionOptions (worker-sessions-runtime.schema.json).
+    if cmd.get("worker_session") is not None:
+        _, problems = parse_session_options(cmd["worker_session"], f"{p}.worker_session")
+        for path, messages in problems.items():
+            for message in messages:
+                errs.add(path, message)
 
 
 def _start_timer(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:

@@ -585,6 +585,75 @@ _CATALOGUE: Final[tuple[Reason, ...]] = (
         "RS choice",
         "The request headers exceed the transport limit.",
     ),
+    # ---- worker sessions (worker-sessions-runtime.schema.json workerSessionOperationResult.reason) ----------
+    Reason(
+        "invalid_worker_session", 422, "worker", "A.2; SPEC workerSessionOptions", "The session options are invalid."
+    ),
+    Reason(
+        "session_queue_mismatch",
+        409,
+        "worker",
+        "A.2 admission.queue_routing_first",
+        "The session's queue differs from the queue the worker registered for.",
+    ),
+    Reason("session_not_found", 404, "worker", "A.2; SPEC", "No worker session with this id exists in the namespace."),
+    Reason(
+        "session_not_active",
+        409,
+        "worker",
+        "A.2 lifecycle",
+        "The session is expired, orphaned, failed or closed; only an active session is renewed.",
+    ),
+    Reason(
+        "session_owner_mismatch",
+        409,
+        "worker",
+        "A.2 ownership",
+        "The worker is not the session's lease owner (it may have lost the session to another worker).",
+    ),
+    Reason(
+        "session_missing",
+        409,
+        "worker",
+        "A.2 admission.create_if_missing_default",
+        "The session does not exist and create_if_missing is false.",
+    ),
+    Reason(
+        "session_requirements_not_met",
+        409,
+        "worker",
+        "A.2 admission.requires_capabilities",
+        "The worker's registered capabilities do not cover every session requirement.",
+    ),
+    Reason(
+        "worker_session_limit_exceeded",
+        409,
+        "worker",
+        "A.2 limits.max_concurrent_worker_sessions",
+        "The worker already holds max_concurrent_worker_sessions active sessions.",
+    ),
+    Reason(
+        "session_owned_by_another_worker",
+        409,
+        "worker",
+        "A.2 ownership single_worker_lease_owner",
+        "Another worker holds the session's lease.",
+    ),
+    Reason(
+        "session_activity_limit_exceeded",
+        409,
+        "worker",
+        "A.2 limits.max_concurrent_activities",
+        "The session already runs max_concurrent_activities leased attempts.",
+    ),
+    Reason("session_closed", 409, "worker", "A.2 terminal_statuses", "The session is closed; its id cannot be reused."),
+    Reason(
+        "session_reacquire_disallowed",
+        409,
+        "worker",
+        "A.2 terminal_conditions allow_reacquire_after_failure_false",
+        "The session lost its lease or holder and forbids reacquisition.",
+    ),
 )
 
 REASONS: Final[Mapping[str, Reason]] = MappingProxyType({reason.code: reason for reason in _CATALOGUE})

@@ -86,6 +86,8 @@ class Area(StrEnum):
     ROBUSTNESS = "robustness"
     LIFECYCLE_HOOKS = "lifecycle-hooks"
     DISPATCH = "dispatch"
+    SESSIONS = "worker-sessions"
+    CHILDREN = "children"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,7 @@ MUST, SHOULD, MAY = Level.MUST, Level.SHOULD, Level.MAY
 _A = Area
 _S1 = "seed-001 §4.3-4.4 (PROTOCOL.md §14.2)"
 _S3 = "seed-003 (PROTOCOL.md §14.1)"
+_W = "PROTOCOL.md A.2; worker-sessions-runtime.schema.json; UPP docs/architecture/worker-sessions.md"
 
 
 def _r(
@@ -1845,6 +1848,218 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LIFECYCLE_HOOKS,
         "Malformed telemetry (heartbeat progress, worker metrics) never returns 5xx: it is either 422 or ignored.",
         source=f"{_S3} Hook 也要有失败策略; PROTOCOL.md §14.1",
+    ),
+    # ============================================================================================ auth
+    _r(
+        "AUTH-FULL-ACCESS-TOKEN",
+        MUST,
+        _A.AUTH,
+        "A server configured with a full-access token accepts it on both the worker and the control plane, "
+        "beside any role tokens, so a client configured with one token for both planes is never answered 403.",
+        # Decision: the issue ("beside the role tokens") over UPS, whose legacy DW_AUTH_TOKEN becomes admin-only
+        # once role tokens exist (README, deviations).
+        source="PROTOCOL.md §4.1 (full access); SDK-INTEROP.md addendum (one token); deviation from UPS in README",
+    ),
+    # ======================================================================================== children
+    _r(
+        "CHILD-PARENT-CLOSE-DEFAULT",
+        MUST,
+        _A.CHILDREN,
+        "A start_child_workflow without parent_close_policy is recorded on ChildWorkflowScheduled as "
+        "parent_close_policy abandon, and the child outlives its parent's close.",
+        source="S0 start_child_workflow (the four values, no default); UPP engine default abandon; "
+        "SDK 2.12.0 replay (child_workflow_policy_changed); SDK-INTEROP.md addendum",
+    ),
+    _r(
+        "CHILD-POLICY-RECORDED",
+        MUST,
+        _A.CHILDREN,
+        "ChildWorkflowScheduled records the parent_close_policy and the child cancellation_policy the command "
+        "gave, and abandon for each one it omitted: the values the SDK compares on replay.",
+        source="SDK 2.12.0 replay (child_workflow_policy_changed for both fields); SDK-INTEROP.md addendum",
+    ),
+    # ========================================================================== cooperative cancellation
+    _r(
+        "CANCEL-COOPERATIVE-REQUEST",
+        MUST,
+        _A.CANCELLATION,
+        "When a parent closes with a child under parent_close_policy request_cancellation, the child is not "
+        "closed at once: its history records CooperativeCancellationRequested with the request identity "
+        "(workflow_command_id) and a cleanup_deadline_at after the request, and its next workflow task carries "
+        "cancel_requested true and cancellation_request {request_id, requested_at, cleanup_deadline_at}.",
+        source="S0 start_child_workflow (request_cancellation: cooperative cleanup with an initial cancellation "
+        "identity and deadline; request_cancel closes at once); event and field names: SDK 2.12.0",
+    ),
+    _r(
+        "CANCEL-COOPERATIVE-CLEANUP",
+        MUST,
+        _A.CANCELLATION,
+        "A child asked to cancel cooperatively can still run commands (its cleanup) and close itself before the "
+        "deadline; the run ends as the child's own terminal command says.",
+        source="S0 start_child_workflow (cooperative cleanup); issue: the child can clean up and close",
+    ),
+    _r(
+        "CANCEL-COOPERATIVE-DEADLINE",
+        MUST,
+        _A.CANCELLATION,
+        "A child still open past its cleanup_deadline_at is closed by the server as cancelled (WorkflowCancelled "
+        "with reason cleanup_deadline_exceeded).",
+        source="S0 start_child_workflow (the deadline of cooperative cleanup); issue: past the deadline the "
+        "server closes it",
+    ),
+    _r(
+        "CANCEL-COOPERATIVE-OUTCOME",
+        MUST,
+        _A.CANCELLATION,
+        "However the child ends, the parent's history records ChildCancellationResolved naming the request, the "
+        "child run, its closing status (outcome) and closed_by (child or cleanup_deadline).",
+        source="issue: the parent's history records the outcome; decision: the event follows the parent's "
+        "terminal event, since the parent closed first",
+    ),
+    _r(
+        "CANCEL-COOPERATIVE-DELIVERY",
+        SHOULD,
+        _A.CANCELLATION,
+        "The lease holder of the child's workflow task can commit the delivery of the request at one call "
+        "(POST …/workflow-tasks/{id}/deliver-cancellation), recorded once as CooperativeCancellationDelivered; "
+        "a repeated delivery answers the committed one.",
+        source="SDK 2.12.0 deliver_workflow_cancellation (route, body and receipt); S0 cooperative cancellation",
+    ),
+    # ================================================================================= worker sessions
+    _r(
+        "SESSION-ADVERTISED",
+        MUST,
+        _A.SESSIONS,
+        "A server that implements worker sessions advertises worker_session_verbs (create, heartbeat, close) and "
+        "worker_sessions (the A.2 runtime contract) in cluster/info and in every worker-plane response.",
+        source="S0 Discovery capabilities (worker_session_verbs, worker_sessions); PROTOCOL.md §5.2, A.1, A.2",
+        minor=8,  # A.2 minimum_protocol_version 1.8
+    ),
+    _r(
+        "SESSION-LAZY-CREATE",
+        MUST,
+        _A.SESSIONS,
+        "The first admitted in-session activity claim creates the session, owned by the claiming worker, and the "
+        "leased task carries worker_session with status active and that lease_owner.",
+        source=_W + " (Lifecycle: creation is lazy)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-EXPLICIT-LIFECYCLE",
+        MUST,
+        _A.SESSIONS,
+        "POST /api/worker/sessions creates (201 created) or reuses (200 reused) a session for its worker; "
+        "POST …/{id}/heartbeat renews it (heartbeat_recorded); DELETE …/{id} closes it (closed, then "
+        "already_closed); an unknown id is 404 session_not_found.",
+        source=_W + "; SPEC openapi createWorkerSession / heartbeatWorkerSession / closeWorkerSession",
+        minor=8,
+    ),
+    _r(
+        "SESSION-SINGLE-OWNER",
+        MUST,
+        _A.SESSIONS,
+        "At most one worker owns a session lease at a time: while one worker holds it, another capable worker is "
+        "refused (409 session_owned_by_another_worker) and is leased none of its activities.",
+        source=_W + " (Lease And Ownership; ownership single_worker_lease_owner)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-REQUIREMENTS",
+        MUST,
+        _A.SESSIONS,
+        "A session is admitted only to a registered worker whose capabilities cover every session requirement "
+        "(otherwise 409 session_requirements_not_met with missing_requirements; a claim skips the task).",
+        source=_W + " (Admission And Routing; admission.requires_capabilities)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-ACTIVITY-HEARTBEAT-RENEWS",
+        MUST,
+        _A.SESSIONS,
+        "A recorded heartbeat of an in-session activity by the session's owner renews the session lease.",
+        source=_W + " (Renewal And Expiry; renewal.activity_heartbeat_renews_session)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-LEASE-EXPIRY",
+        MUST,
+        _A.SESSIONS,
+        "A session whose lease is not renewed in time becomes expired (failure_reason lease_expired): its old "
+        "holder's session heartbeat is refused (409 session_not_active) and a capable worker may reacquire it.",
+        source=_W + " (Renewal And Expiry; lifecycle.lease_expiry)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-REACQUIRE-DISALLOWED",
+        MUST,
+        _A.SESSIONS,
+        "A session with allow_reacquire_after_failure false that loses its lease or holder is final (status "
+        "failed): no worker reacquires it (409 session_reacquire_disallowed).",
+        source=_W + " (terminal_conditions allow_reacquire_after_failure_false); decision: status failed",
+        minor=8,
+    ),
+    _r(
+        "SESSION-STALE-HOLDER-FENCED",
+        MUST,
+        _A.SESSIONS,
+        "After another worker reacquired a session, the old holder's session heartbeat and close are refused "
+        "(409 session_owner_mismatch) and its activity heartbeats renew nothing of the session.",
+        source=_W + " (Holder Failure: replacement_worker_must_reacquire_session)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-TTL-TERMINAL",
+        MUST,
+        _A.SESSIONS,
+        "The session TTL is absolute: renewal never moves the lease past ttl_expires_at, and once it passes the "
+        "session is closed (failure_reason ttl_expired) and its id is never admitted again (409 session_closed).",
+        source=_W + " (lifecycle.ttl_expiry absolute_session_ttl_is_terminal_for_that_session_id)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-CLOSE-TERMINAL",
+        MUST,
+        _A.SESSIONS,
+        "An explicit close by the holder makes the session closed; only its holder may close it (409 "
+        "session_owner_mismatch), a second close answers already_closed, and the id is never admitted again.",
+        source=_W + " (lifecycle.close explicit_holder_close; terminal_statuses closed)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-ORPHANED",
+        MUST,
+        _A.SESSIONS,
+        "A session whose holder's registration is stale or gone becomes orphaned (failure_reason "
+        "worker_heartbeat_stale) and a capable worker may reacquire it.",
+        source=_W + " (failure_detection registered_worker_heartbeat_staleness)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-ACTIVITY-LIMIT",
+        MUST,
+        _A.SESSIONS,
+        "At most max_concurrent_activities attempts of one session are leased at once (default 1); the next "
+        "in-session task waits until one finishes.",
+        source=_W + " (limits.max_concurrent_activities session; default_max_concurrent_activities 1)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-ATTEMPT-LEASE-INDEPENDENT",
+        MUST,
+        _A.SESSIONS,
+        "Inside a session each activity attempt keeps its own lease, heartbeat and cancellation: a lapsed session "
+        "does not end a live attempt, and a session lease never hides cancel_requested.",
+        source=_W + " (lease.activity_attempt_leases_remain_independent; cancellation.*)",
+        minor=8,
+    ),
+    _r(
+        "SESSION-VISIBILITY",
+        SHOULD,
+        _A.SESSIONS,
+        "Operators can list a namespace's sessions with per-status metrics and read one session's snapshot "
+        "(holder, queue, requirements, lease and TTL expiry, active activity count, failure reason).",
+        source=_W + " (Visibility; workerSessionVisibility, workerSessionDetail); RS paths /api/worker-sessions",
+        minor=8,
     ),
 )
 

@@ -647,3 +647,55 @@ async def check_final_history(api: Api, ledger: Ledger, workflow_id: str) -> Non
         if lease.workflow_id == workflow_id:
             assert completed[0]["activity_attempt_id"] == attempt_id
             assert completed[0]["result"] == activity_result(workflow_id)
+
+
+def test_kill_9_keeps_worker_sessions_and_cooperative_requests(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """A session acknowledged before ``kill -9`` is there after the restart, with its owner, and still fences
+    another worker; a cooperative cancellation request acknowledged before it still reaches the child."""
+    db = tmp_path / "sessions.sqlite"
+    headers = {"X-Durable-Workflow-Protocol-Version": "1.20"}
+    control = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+
+    def post(url: str, path: str, body: dict[str, Any], *, worker: bool = True) -> httpx.Response:
+        return httpx.post(url + path, json=body, headers=headers if worker else control, timeout=10)
+
+    first = server_factory(db=db)
+    for wid, queue in (("holder", "sq"), ("other", "sq"), ("wf-worker", "q"), ("kid-worker", "cq")):
+        reply = post(first.url, "/api/worker/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"})
+        assert reply.status_code == 201, reply.text
+    created = post(first.url, "/api/worker/sessions", {"worker_id": "holder", "session_id": "s1", "lease_seconds": 600})
+    assert created.status_code == 201, created.text
+    started = post(
+        first.url, "/api/workflows", {"workflow_type": "p", "workflow_id": "parent", "task_queue": "q"}, worker=False
+    )
+    assert started.status_code == 201, started.text
+    task = post(first.url, "/api/worker/workflow-tasks/poll", {"worker_id": "wf-worker", "task_queue": "q"}).json()
+    kid = {
+        "type": "start_child_workflow",
+        "workflow_type": "k",
+        "queue": "cq",
+        "parent_close_policy": "request_cancellation",
+    }
+    done = post(
+        first.url,
+        f"/api/worker/workflow-tasks/{task['task']['task_id']}/complete",
+        {
+            "lease_owner": "wf-worker",
+            "workflow_task_attempt": task["task"]["workflow_task_attempt"],
+            "commands": [kid, {"type": "complete_workflow"}],
+        },
+    )
+    assert done.status_code == 200, done.text
+    first.proc.kill()  # kill -9, straight after the acknowledgements
+    first.proc.wait(10)
+
+    second = server_factory(db=db)
+    again = post(second.url, "/api/worker/sessions/s1/heartbeat", {"worker_id": "holder"})
+    assert (again.status_code, again.json()["session"]["lease_owner"]) == (200, "holder"), again.text
+    stolen = post(second.url, "/api/worker/sessions", {"worker_id": "other", "session_id": "s1"})
+    assert (stolen.status_code, stolen.json()["reason"]) == (409, "session_owned_by_another_worker")
+    child = post(second.url, "/api/worker/workflow-tasks/poll", {"worker_id": "kid-worker", "task_queue": "cq"}).json()
+    assert child["task"]["cancel_requested"] is True
+    assert child["task"]["cancellation_request"]["request_id"]

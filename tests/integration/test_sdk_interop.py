@@ -102,18 +102,16 @@ class ReferenceServer:
         return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
-    """Start ``python -m reference_server`` on a free port; its first stdout line is the URL."""
-    tmp = tmp_path_factory.mktemp("sdk-interop")
+@contextlib.contextmanager
+def reference_server_process(tmp: Path, *extra_args: str) -> Iterator[str]:
+    """``python -m reference_server`` on a free port with ``extra_args``; yields the URL (its first stdout
+    line) and on exit asserts a clean SIGTERM shutdown."""
     stderr_path = tmp / "server.stderr"
-    event_log = tmp / "events.jsonl"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    argv = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(tmp / "db.sqlite")]
-    argv += ["--event-log", str(event_log), "--query-timeout", "10"]
+    argv = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(tmp / "db.sqlite"), *extra_args]
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert proc.stdout is not None
@@ -129,7 +127,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer
                 f"the reference server did not print its URL within {SERVER_START_DEADLINE}s "
                 f"(exit code {proc.returncode}); stderr:\n{stderr_path.read_text(errors='replace')}"
             )
-        yield ReferenceServer(url=line, event_log=event_log)
+        yield line
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -143,6 +141,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer
         f"the reference server exited with {proc.returncode} on SIGTERM; stderr:\n"
         f"{stderr_path.read_text(errors='replace')}"
     )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
+    """Start ``python -m reference_server`` on a free port; its first stdout line is the URL."""
+    tmp = tmp_path_factory.mktemp("sdk-interop")
+    event_log = tmp / "events.jsonl"
+    with reference_server_process(tmp, "--event-log", str(event_log), "--query-timeout", "10") as url:
+        yield ReferenceServer(url=url, event_log=event_log)
 
 
 @pytest.fixture
@@ -312,7 +319,12 @@ def no_sdk_complaints() -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    client: Client, task_queue: str, *, workflows: list[type], activities: list[Callable[..., Any]]
+    client: Client,
+    task_queue: str,
+    *,
+    workflows: list[type],
+    activities: list[Callable[..., Any]],
+    capabilities: tuple[str, ...] = (),
 ) -> AsyncIterator[tuple[Worker, asyncio.Task[None]]]:
     """``Worker.run()`` as a task; on exit ``stop()`` (which deregisters) and the task's own outcome."""
     worker = Worker(
@@ -322,6 +334,7 @@ async def running_worker(
         activities=activities,
         poll_timeout=1,
         shutdown_timeout=15,
+        capabilities=capabilities,
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -62,6 +62,8 @@ STATE_TABLES = (
     "condition_waits",
     "poll_requests",
     "drains",
+    "worker_sessions",
+    "activity_sessions",
 )
 
 

@@ -476,7 +476,7 @@ PARENT_CLOSES: dict[str, list[dict[str, Any]]] = {
 POLICIES = {
     "abandon": ("pending", None),
     "request_cancel": ("cancelled", "WorkflowCancelled"),
-    "request_cancellation": ("cancelled", "WorkflowCancelled"),
+    # request_cancellation is cooperative (tests/server/test_cooperative_cancellation.py)
     "terminate": ("terminated", "WorkflowTerminated"),
 }
 
@@ -503,9 +503,22 @@ def test_parent_close_policies(h: Harness, close: str, policy: str) -> None:
         h.assert_empty("cw")
 
 
-def test_the_default_parent_close_policy_terminates_the_child(h: Harness) -> None:
+def test_the_default_parent_close_policy_abandons_the_child(h: Harness) -> None:
+    """An omitted policy is recorded as ``abandon`` (what the SDK's replay assumes) and the child outlives the
+    parent; an omitted child ``cancellation_policy`` is recorded as ``abandon`` too, a given one verbatim."""
     child_wid, _, _ = start_child(h, COMPLETE)
-    assert h.describe(child_wid)["status"] == "terminated"
+    [scheduled] = h.events("parent", "ChildWorkflowScheduled")
+    assert (scheduled["payload"]["parent_close_policy"], scheduled["payload"]["cancellation_policy"]) == (
+        "abandon",
+        "abandon",
+    )
+    assert h.describe(child_wid)["status"] == "pending"
+
+
+def test_a_given_child_cancellation_policy_is_recorded(h: Harness) -> None:
+    start_child(h, cancellation_policy="try_cancel")
+    [scheduled] = h.events("parent", "ChildWorkflowScheduled")
+    assert scheduled["payload"]["cancellation_policy"] == "try_cancel"
 
 
 def test_a_child_that_continues_as_new_reports_once_from_its_last_run(h: Harness) -> None:

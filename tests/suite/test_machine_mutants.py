@@ -29,6 +29,8 @@ CAUGHT: dict[str, tuple[str, frozenset[str]]] = {
     "retry-past-max-attempts": ("activities", frozenset({"RETRY-FAILED-ATTEMPTS-BOUNDED"})),
     "retry-non-retryable": ("activities", frozenset({"RETRY-NON-RETRYABLE-FLAG", "RETRY-NON-RETRYABLE-TYPE"})),
     "query-writes-history": ("queries_signals", frozenset({"QUERY-READ-ONLY"})),
+    "session-shared-lease": ("worker_sessions", frozenset({"SESSION-SINGLE-OWNER"})),
+    "session-stale-holder-renews": ("worker_sessions", frozenset({"SESSION-STALE-HOLDER-FENCED"})),
 }
 
 SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3")

@@ -130,7 +130,7 @@ def test_full_featured_commands_are_accepted() -> None:
             "start_to_close_timeout": 5,
             "schedule_to_start_timeout": 60,
             "schedule_to_close_timeout": 60,
-            "worker_session": {"id": "s"},
+            "worker_session": {"session_id": "s"},
             "some_future_field": 1,  # §0: unknown request fields MUST be ignored
         },
         {"type": "start_timer", "delay_seconds": 3600},

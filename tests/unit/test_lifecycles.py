@@ -39,9 +39,12 @@ from suite.protocol.lifecycles import (
     lease_attempt_after,
     lease_state_at,
 )
+from suite.protocol.sessions import SESSION
 
 Machine = Lifecycle[Any, Any]
-IDS = [m.name for m in ALL_LIFECYCLES]
+# The worker-session table lives beside its rules (suite.protocol.sessions) and is walked here too.
+MACHINES = (*ALL_LIFECYCLES, SESSION)
+IDS = [m.name for m in MACHINES]
 
 
 def test_exported_names_exist() -> None:
@@ -82,14 +85,14 @@ def _check_pair(machine: Machine, state: Any, event: Any) -> None:
     assert state is before  # a pure function: the input value is untouched
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_every_pair_exhaustively(machine: Machine) -> None:
     for state in machine.states:
         for event in machine.events:
             _check_pair(machine, state, event)
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_terminal_states_have_no_outgoing_transitions(machine: Machine) -> None:
     assert machine.terminal <= set(machine.states)
     assert machine.initial not in machine.terminal
@@ -98,14 +101,14 @@ def test_terminal_states_have_no_outgoing_transitions(machine: Machine) -> None:
         assert machine.is_terminal(state)
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_non_terminal_states_are_not_dead_ends(machine: Machine) -> None:
     for state in machine.states:
         if state not in machine.terminal:
             assert machine.allowed(state), f"{machine.name}: {state} has no way out and is not terminal"
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_every_state_is_reachable_from_initial(machine: Machine) -> None:
     seen = {machine.initial}
     queue = deque([machine.initial])
@@ -119,7 +122,7 @@ def test_every_state_is_reachable_from_initial(machine: Machine) -> None:
     assert seen == set(machine.states)
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_every_event_is_used(machine: Machine) -> None:
     used = {event for (_, event) in machine.table}
     if machine is WORKFLOW_TASK:
@@ -132,7 +135,7 @@ def test_every_event_is_used(machine: Machine) -> None:
         assert used == set(machine.events)
 
 
-@pytest.mark.parametrize("machine", ALL_LIFECYCLES, ids=IDS)
+@pytest.mark.parametrize("machine", MACHINES, ids=IDS)
 def test_tables_are_read_only(machine: Machine) -> None:
     state, event = next(iter(machine.table))
     with pytest.raises(TypeError):

@@ -24,6 +24,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 import schemas
+from suite.protocol.sessions import RUNTIME_CONTRACT
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_PATHS = schemas.list_json_schemas()
@@ -68,26 +69,8 @@ CAPABILITIES_A1: dict[str, Any] = {
 S0_COMMANDS = CAPABILITIES_A1["supported_workflow_task_commands"]
 TERMINAL = {"complete_workflow", "fail_workflow", "continue_as_new"}
 
-# PROTOCOL.md Appendix A.2, verbatim.
-WORKER_SESSIONS_A2: dict[str, Any] = {
-    "feature": "worker_sessions",
-    "contract_version": "1.0",
-    "minimum_protocol_version": "1.8",
-    "command_field": "worker_session",
-    "activity_options_field": "worker_session",
-    "verbs": ["create", "heartbeat", "close"],
-    "lifecycle": {
-        "creation": "lazy_create_on_first_admitted_activity_or_explicit_worker_create",
-        "renewal": "activity_heartbeat_or_explicit_session_heartbeat",
-        "close": "explicit_holder_close",
-        "lease_expiry": "session_expires_when_lease_is_not_renewed",
-        "ttl_expiry": "absolute_session_ttl_is_terminal_for_that_session_id",
-    },
-    "ownership": "single_worker_lease_owner",
-    "default_max_concurrent_activities": 1,
-    "statuses": ["active", "closed", "expired", "failed", "orphaned"],
-    "terminal_statuses": ["closed"],
-}
+# PROTOCOL.md Appendix A.2: the model's runtime contract, which the reference server advertises.
+WORKER_SESSIONS_A2: dict[str, Any] = dict(RUNTIME_CONTRACT)
 
 # PROTOCOL.md Appendix B / SDK-INTEROP.md §3: the minimal document that passes the SDK's start-up gate.
 SDK_GATE_CLUSTER_INFO: dict[str, Any] = {
@@ -846,6 +829,12 @@ ENDPOINTS = {
     ("POST", "/api/worker/activity-tasks/{task_id}/fail"),
     ("POST", "/api/worker/activity-tasks/{task_id}/heartbeat"),
     ("POST", "/api/worker/activity-tasks/{task_id}/status"),
+    ("POST", "/api/worker/workflow-tasks/{task_id}/deliver-cancellation"),
+    ("POST", "/api/worker/sessions"),
+    ("POST", "/api/worker/sessions/{session_id}/heartbeat"),
+    ("DELETE", "/api/worker/sessions/{session_id}"),
+    ("GET", "/api/worker-sessions"),
+    ("GET", "/api/worker-sessions/{session_id}"),
     ("GET", "/api/cluster/info"),
     ("POST", "/api/workflows"),
     ("GET", "/api/workflows/{workflow_id}"),
@@ -870,6 +859,12 @@ ENDPOINTS = {
 
 # Stable: the suite, reports and fuzz configuration refer to operations by these ids.
 OPERATION_IDS = {
+    "deliver_workflow_task_cancellation",
+    "create_worker_session",
+    "heartbeat_worker_session",
+    "close_worker_session",
+    "list_worker_sessions",
+    "describe_worker_session",
     "register_worker",
     "heartbeat_worker",
     "deregister_worker",

@@ -63,7 +63,8 @@ class Routes:
         if errors:
             raise validation_error(errors)
         run = command_target(self.core.read(), ctx.namespace, ctx.params)
-        input_blob = payload_blob(self.core.settings, body.get("input"), "input")
+        # Decided rule (README): like signal and query arguments, an update's input is the argument array.
+        input_blob = payload_blob(self.core.settings, body.get("input"), "input", require_array=True)
         request_id = _request_id(body)
         update_id = self.core.run_tx(lambda t: accept_update(t, run["run_id"], name, input_blob, request_id))
         base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "update_name": name, "update_id": update_id}

@@ -1,0 +1,27 @@
+"""Control plane, worker-session visibility (A.2 visibility; workerSessionVisibility / workerSessionDetail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...app import Ctx, route
+from ...ports import Core
+from ...sessions import describe_session, list_sessions
+
+__all__ = ["Routes"]
+
+
+@dataclass(frozen=True)
+class Routes:
+    core: Core
+
+    @route("GET", "/api/worker-sessions")
+    async def list_sessions(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        status = ctx.request.query.get("status")
+        return 200, self.core.run_tx(lambda t: list_sessions(t, ctx.namespace, status))
+
+    @route("GET", "/api/worker-sessions/{session_id}")
+    async def describe_session(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        sid = ctx.params["session_id"]
+        return 200, self.core.run_tx(lambda t: describe_session(t, ctx.namespace, sid))

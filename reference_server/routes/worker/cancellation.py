@@ -1,0 +1,22 @@
+"""Worker plane, cooperative cancellation: commit a delivery at one call (SDK 2.12.0 deliver_workflow_cancellation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...app import Ctx, route
+from ...cancellation import deliver
+from ...ports import Core
+
+__all__ = ["Routes"]
+
+
+@dataclass(frozen=True)
+class Routes:
+    core: Core
+
+    @route("POST", "/api/worker/workflow-tasks/{task_id}/deliver-cancellation")
+    async def deliver(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        body, task_id = ctx.obj(), ctx.params["task_id"]
+        return 200, self.core.run_tx(lambda t: deliver(t, ctx.namespace, task_id, body))

@@ -1,0 +1,249 @@
+"""Child workflows: what ChildWorkflowScheduled records for the policies the SDK compares on replay
+(requirements ``CHILD-*``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.context import CheckContext
+from suite.outcomes import CheckFailure, Indeterminate
+from suite.protocol.fencing import parse_rfc3339
+from suite.registry import check
+
+__all__: list[str] = []
+
+
+async def start_parent_with_child(ctx: CheckContext, **fields: Any) -> tuple[str, str, dict[str, Any], str]:
+    """A parent whose first task starts one child on its own queue; returns (parent id, run id, the parent's
+    ChildWorkflowScheduled event, the child's queue)."""
+    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+    worker = await ctx.register(queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await ctx.lease_wf(worker, queue)
+    command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue, **fields}
+    ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow")
+    events = await ctx.history(workflow_id, run_id)
+    scheduled = [e for e in events if e.get("event_type") == "ChildWorkflowScheduled"]
+    ctx.require(len(scheduled) == 1, "one ChildWorkflowScheduled", received=[e.get("event_type") for e in events])
+    return workflow_id, run_id, scheduled[0], child_queue
+
+
+def payload(event: dict[str, Any]) -> dict[str, Any]:
+    value = event.get("payload")
+    return value if isinstance(value, dict) else {}
+
+
+@check("CHILD-PARENT-CLOSE-DEFAULT")
+async def child_default_parent_close_policy(ctx: CheckContext) -> None:
+    """An omitted parent_close_policy is recorded as abandon, and the child lives on after its parent completes."""
+    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+    worker = await ctx.register(queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await ctx.lease_wf(worker, queue)
+    command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue}
+    ctx.expect(await ctx.complete(task, [command, {"type": "complete_workflow"}]), 200)
+    events = await ctx.history(workflow_id, run_id)
+    [scheduled] = [e for e in events if e.get("event_type") == "ChildWorkflowScheduled"] or [{}]
+    recorded = payload(scheduled).get("parent_close_policy")
+    ctx.require(
+        recorded == "abandon",
+        "an omitted parent_close_policy is recorded as abandon (what the SDK assumes on replay)",
+        expected="abandon",
+        received=recorded,
+    )
+    child_id = payload(scheduled).get("child_workflow_id")
+    if isinstance(child_id, str):
+        child = await ctx.describe(child_id)
+        ctx.require(
+            child.get("status") not in ("terminated", "cancelled"),
+            "the abandoned child outlives its parent's close",
+            expected="an open child",
+            received=child.get("status"),
+        )
+
+
+@check("CHILD-POLICY-RECORDED")
+async def child_policies_recorded(ctx: CheckContext) -> None:
+    """Given policies are recorded verbatim; an omitted child cancellation_policy is recorded as abandon."""
+    _, _, given, _ = await start_parent_with_child(
+        ctx, parent_close_policy="terminate", cancellation_policy="try_cancel"
+    )
+    _, _, omitted, _ = await start_parent_with_child(ctx)
+    got = (
+        payload(given).get("parent_close_policy"),
+        payload(given).get("cancellation_policy"),
+        payload(omitted).get("cancellation_policy", "abandon"),
+    )
+    ctx.require(
+        got == ("terminate", "try_cancel", "abandon"),
+        "ChildWorkflowScheduled records the policies the command gave, and abandon for an omitted one",
+        expected=("terminate", "try_cancel", "abandon"),
+        received=got,
+    )
+
+
+# -- cooperative cancellation (parent_close_policy request_cancellation) ------------------------------------
+
+
+async def cooperative_child(ctx: CheckContext) -> tuple[str, str, str, str, str]:
+    """A parent that starts a child under request_cancellation and completes in the same task. Returns
+    (parent id, parent run, child id, child queue, child worker)."""
+    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+    worker = await ctx.register(queue)
+    child_worker = await ctx.register(child_queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await ctx.lease_wf(worker, queue)
+    command = {
+        "type": "start_child_workflow",
+        "workflow_type": "conformance.Child",
+        "queue": child_queue,
+        "parent_close_policy": "request_cancellation",
+    }
+    ctx.expect(await ctx.complete(task, [command, {"type": "complete_workflow"}]), 200)
+    events = await ctx.history(workflow_id, run_id)
+    [scheduled] = [e for e in events if e.get("event_type") == "ChildWorkflowScheduled"] or [{}]
+    child_id = payload(scheduled).get("child_workflow_id")
+    ctx.require(isinstance(child_id, str), "ChildWorkflowScheduled names the child", received=scheduled)
+    assert isinstance(child_id, str)
+    return workflow_id, run_id, child_id, child_queue, child_worker
+
+
+async def events_of(ctx: CheckContext, workflow_id: str, event_type: str) -> list[dict[str, Any]]:
+    described = await ctx.describe(workflow_id)
+    return [
+        e for e in await ctx.history(workflow_id, str(described.get("run_id"))) if e.get("event_type") == event_type
+    ]
+
+
+async def parent_resolution(ctx: CheckContext, workflow_id: str, within: float) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        found = await events_of(ctx, workflow_id, "ChildCancellationResolved")
+        return payload(found[0]) if found else None
+
+    return await ctx.wait_until(probe, timeout=within, what="ChildCancellationResolved in the parent's history")
+
+
+async def closed_by_deadline(ctx: CheckContext, child_id: str) -> bool:
+    cancelled = await events_of(ctx, child_id, "WorkflowCancelled")
+    return any(payload(e).get("reason") == "cleanup_deadline_exceeded" for e in cancelled)
+
+
+@check("CANCEL-COOPERATIVE-REQUEST", "CANCEL-COOPERATIVE-CLEANUP", "CANCEL-COOPERATIVE-OUTCOME")
+async def child_cancellation_is_cooperative(ctx: CheckContext) -> None:
+    """The child is asked (identity and deadline in its history and task), cleans up, closes itself; the
+    parent's history records how it ended."""
+    parent_id, _, child_id, child_queue, child_worker = await cooperative_child(ctx)
+    try:
+        await _cooperative_cleanup(ctx, parent_id, child_id, child_queue, child_worker)
+    except CheckFailure:
+        if await closed_by_deadline(ctx, child_id):
+            # Delays outlasted the target's cleanup deadline: the server closed the child, as it must.
+            raise Indeterminate("the child's cleanup deadline passed before the check could clean up") from None
+        raise
+
+
+async def _cooperative_cleanup(
+    ctx: CheckContext, parent_id: str, child_id: str, child_queue: str, child_worker: str
+) -> None:
+    child = await ctx.describe(child_id)
+    ctx.require(
+        child.get("status") not in ("cancelled", "terminated", "completed", "failed"),
+        "request_cancellation does not close the child at once",
+        expected="an open child",
+        received=child.get("status"),
+    )
+    [requested] = await events_of(ctx, child_id, "CooperativeCancellationRequested") or [{}]
+    req = payload(requested)
+    request_id, deadline, at = req.get("workflow_command_id"), req.get("cleanup_deadline_at"), req.get("requested_at")
+    ctx.require(
+        isinstance(request_id, str)
+        and bool(request_id)
+        and isinstance(deadline, str)
+        and isinstance(at, str)
+        and parse_rfc3339(deadline) > parse_rfc3339(at),
+        "the child's history records the request with its identity and a deadline after it",
+        expected="CooperativeCancellationRequested{workflow_command_id, requested_at < cleanup_deadline_at}",
+        received=req or None,
+    )
+    task = await ctx.lease_wf(child_worker, child_queue)
+    observed = task.get("cancellation_request")
+    ctx.require(
+        task.get("cancel_requested") is True
+        and isinstance(observed, dict)
+        and observed.get("request_id") == request_id
+        and observed.get("cleanup_deadline_at") == deadline,
+        "the child's workflow task carries cancel_requested and the request's identity and deadline",
+        expected={"cancel_requested": True, "request_id": request_id, "cleanup_deadline_at": deadline},
+        received={"cancel_requested": task.get("cancel_requested"), "cancellation_request": observed},
+    )
+    cleanup = {"type": "record_side_effect", "result": ctx.envelope("cleaned")["blob"]}
+    reply = await ctx.complete(task, [cleanup, {"type": "complete_workflow"}])
+    ctx.expect(reply, 200, what="the child's cleanup and close", requirement="CANCEL-COOPERATIVE-CLEANUP")
+    child = await ctx.describe(child_id)
+    ctx.require(
+        child.get("status") == "completed",
+        "the child closed as its own terminal command said",
+        expected="completed",
+        received=child.get("status"),
+        requirement="CANCEL-COOPERATIVE-CLEANUP",
+    )
+    out = await parent_resolution(ctx, parent_id, 10.0)
+    ctx.require(
+        (out.get("request_id"), out.get("outcome"), out.get("closed_by")) == (request_id, "completed", "child"),
+        "the parent's history records the outcome of its request",
+        expected=(request_id, "completed", "child"),
+        received=(out.get("request_id"), out.get("outcome"), out.get("closed_by")),
+        requirement="CANCEL-COOPERATIVE-OUTCOME",
+    )
+
+
+@check("CANCEL-COOPERATIVE-DEADLINE", "CANCEL-COOPERATIVE-OUTCOME")
+async def child_closed_past_its_cleanup_deadline(ctx: CheckContext) -> None:
+    """A child that does not close is closed as cancelled once its cleanup deadline passes."""
+    seconds = ctx.target.test_profile.get("cancellation_cleanup_seconds")
+    ctx.needs_short(seconds if isinstance(seconds, (int, float)) else None, "cooperative cleanup", "its deadline")
+    parent_id, _, child_id, _, _ = await cooperative_child(ctx)
+
+    async def closed() -> dict[str, Any] | None:
+        child = await ctx.describe(child_id)
+        return child if child.get("status") in ("cancelled", "terminated", "completed", "failed") else None
+
+    child = await ctx.wait_until(closed, timeout=float(seconds or 0) + 10.0, what="the child to be closed")
+    ctx.require(child.get("status") == "cancelled", "closed as cancelled", expected="cancelled", received=child)
+    [event] = await events_of(ctx, child_id, "WorkflowCancelled") or [{}]
+    ctx.require(
+        payload(event).get("reason") == "cleanup_deadline_exceeded",
+        "WorkflowCancelled names the exceeded cleanup deadline",
+        expected="cleanup_deadline_exceeded",
+        received=payload(event).get("reason"),
+    )
+    out = await parent_resolution(ctx, parent_id, 10.0)
+    ctx.require(
+        (out.get("outcome"), out.get("closed_by")) == ("cancelled", "cleanup_deadline"),
+        "the parent's history records the deadline outcome",
+        expected=("cancelled", "cleanup_deadline"),
+        received=(out.get("outcome"), out.get("closed_by")),
+        requirement="CANCEL-COOPERATIVE-OUTCOME",
+    )
+
+
+@check("CANCEL-COOPERATIVE-DELIVERY", capability="cooperative_cancellation")
+async def child_cancellation_delivery_recorded_once(ctx: CheckContext) -> None:
+    """The child's lease holder commits the delivery at one call; a second delivery answers the first."""
+    _, _, child_id, child_queue, child_worker = await cooperative_child(ctx)
+    task = await ctx.lease_wf(child_worker, child_queue)
+    observed = task.get("cancellation_request") or {}
+    body = {"request_id": observed.get("request_id"), "sequence": 1, "call_kind": "condition"}
+    first = ctx.expect(await ctx.wf_call(task, "deliver-cancellation", body), 200, what="delivery")
+    second = await ctx.wf_call(task, "deliver-cancellation", {**body, "sequence": 2, "call_kind": "timer"})
+    again = ctx.expect(second, 200, what="a repeated delivery")
+    delivered = await events_of(ctx, child_id, "CooperativeCancellationDelivered")
+    ctx.require(
+        first.get("delivered") is True
+        and (again.get("sequence"), again.get("call_kind")) == (1, "condition")
+        and len(delivered) == 1,
+        "one CooperativeCancellationDelivered; a repeated delivery answers the committed one",
+        expected="delivered once at sequence 1 (condition)",
+        received={"again": (again.get("sequence"), again.get("call_kind")), "events": len(delivered)},
+        replies=[second],
+    )

@@ -1,0 +1,235 @@
+"""The worker-session machine: create, heartbeat and close sessions from several registered workers, race
+two workers for one session, and lose a holder (deregistration) so another worker may reacquire.
+
+The model is :mod:`suite.protocol.sessions`: for every step it computes the answer the rules allow —
+:func:`~suite.protocol.sessions.admit`, :func:`~suite.protocol.sessions.heartbeat_decision`,
+:func:`~suite.protocol.sessions.close_decision` over a shadow :class:`SessionView` — and steps the shadow
+through the ``SESSION`` lifecycle table, before it reads what the target answered. Leases are long (an hour)
+so no session lapses on its own inside an example: expiry is the plain checks' business, and the machine
+stays deterministic under shrinking. A step whose answer never arrived leaves its session *maybe applied*:
+the machine stops judging that session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule
+
+from suite.client import Reply
+from suite.outcomes import NotCovered
+from suite.protocol import sessions as model
+from suite.protocol.sessions import SESSION, SessionOptions, SessionStatus, SessionView, WorkerFacts
+
+from .base import MachineBase, note, race
+
+__all__ = ["SessionMachine"]
+
+WORKERS = 3
+SESSIONS = 3
+LEASE = 3600
+
+
+@dataclass
+class ShadowSession:
+    session_id: str
+    status: SessionStatus = SessionStatus.NONE
+    owner: str | None = None
+    allow_reacquire: bool = True
+    unsure: bool = False  # an answer was lost: the machine no longer judges this session
+
+    def view(self) -> SessionView:
+        far = datetime.now(UTC) + timedelta(seconds=LEASE)
+        return SessionView(self.status, self.owner, far, far, self.allow_reacquire)
+
+
+class SessionMachine(MachineBase):
+    name = "worker_sessions"
+    # requirement -> the ledger state a run must reach before the machine may call it passed
+    REQUIREMENTS: ClassVar[dict[str, str | None]] = {
+        "SESSION-EXPLICIT-LIFECYCLE": "created",
+        "SESSION-SINGLE-OWNER": "refused_owned",
+        "SESSION-CLOSE-TERMINAL": "already_closed",
+        "SESSION-STALE-HOLDER-FENCED": "stale_holder_fenced",
+        "SESSION-ORPHANED": "reacquired",
+        "SESSION-REACQUIRE-DISALLOWED": "reacquire_disallowed",
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = self.ctx.uid("sq")
+        self.workers: list[str] = []
+        self.gone: set[str] = set()  # deregistered: never registered again, so staleness stays certain
+        self.sessions = [ShadowSession(self.ctx.uid("s")) for _ in range(SESSIONS)]
+
+    @initialize()
+    def setup(self) -> None:
+        if not self.target or not self.target.server_capabilities.get("worker_sessions"):
+            raise NotCovered("the target does not advertise worker_sessions")
+        self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(WORKERS)]
+
+    # -- the model ---------------------------------------------------------------------------------------
+
+    def facts(self, worker: str, session: ShadowSession) -> WorkerFacts | None:
+        if worker in self.gone:
+            return None
+        held = sum(
+            1 for s in self.sessions if s is not session and s.owner == worker and s.status is SessionStatus.ACTIVE
+        )
+        return WorkerFacts(worker, self.queue, frozenset(), held, None)
+
+    def settle(self, session: ShadowSession) -> None:
+        """The holder-loss event the target applies before answering (a deregistered holder is stale)."""
+        due = model.due_event(session.view(), datetime.now(UTC), holder_stale=session.owner in self.gone)
+        if due is not None:
+            session.status = SESSION.step(session.status, due[0])
+            self.reached("orphaned" if session.status is SessionStatus.ORPHANED else "failed")
+
+    def judge(self, session: ShadowSession, reply: Reply | None, decision: model.Admission, verb: str) -> None:
+        if reply is None:
+            session.unsure = True
+            return
+        body = reply.json()
+        requirement = {
+            "session_owned_by_another_worker": "SESSION-SINGLE-OWNER",
+            "session_reacquire_disallowed": "SESSION-REACQUIRE-DISALLOWED",
+            "session_owner_mismatch": "SESSION-STALE-HOLDER-FENCED",
+            "session_closed": "SESSION-CLOSE-TERMINAL",
+        }.get(decision.reason or "", "SESSION-EXPLICIT-LIFECYCLE")
+        if decision.admitted:
+            ok = reply.status in (200, 201) and body.get("outcome") == decision.outcome
+            expected: Any = f"2xx outcome {decision.outcome}"
+        else:
+            ok = reply.status == decision.status and reply.reason == decision.reason
+            expected = f"{decision.status} {decision.reason}"
+        if not ok:
+            raise self.violation(
+                requirement,
+                f"session {verb}: the answer the session rules allow",
+                expected=expected,
+                received=f"{reply.status} {reply.reason or body.get('outcome')}",
+                replies=[reply],
+            )
+
+    # -- rules -------------------------------------------------------------------------------------------
+
+    def pick(self, i: int) -> ShadowSession | None:
+        session = self.sessions[i % SESSIONS]
+        return None if session.unsure else session
+
+    @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1), allow=st.booleans())
+    def create(self, w: int, s: int, allow: bool) -> None:
+        session, worker = self.pick(s), self.workers[w]
+        if session is None:
+            return
+        self.settle(session)
+        options = SessionOptions(session.session_id, lease_seconds=LEASE, allow_reacquire_after_failure=allow)
+        decision = model.admit(session.view(), options, self.facts(worker, session), explicit=True)
+        body = {"worker_id": worker, **options.to_json()}
+        body = {k: v for k, v in body.items() if v is not None}
+        reply = self.call(self.ctx.client.worker("/sessions", body))
+        self.judge(session, reply, decision, "create")
+        if reply is None or not decision.admitted:
+            self.reached_refusal(decision)
+            return
+        if decision.event is not None:
+            if session.status is SessionStatus.NONE:
+                session.allow_reacquire = allow  # the options of the creating call stay with the session
+            session.status, session.owner = SESSION.step(session.status, decision.event), worker
+        self.reached(str(decision.outcome))
+
+    @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
+    def heartbeat(self, w: int, s: int) -> None:
+        session, worker = self.pick(s), self.workers[w]
+        if session is None or session.status is SessionStatus.NONE:
+            return
+        self.settle(session)
+        decision = model.heartbeat_decision(session.view(), worker)
+        path = f"/sessions/{session.session_id}/heartbeat"
+        reply = self.call(self.ctx.client.worker(path, {"worker_id": worker, "lease_seconds": LEASE}))
+        self.judge(session, reply, decision, "heartbeat")
+        if reply is not None:
+            self.reached("heartbeat_recorded" if decision.admitted else str(decision.reason))
+            if decision.reason == "session_owner_mismatch":
+                self.reached("stale_holder_fenced")
+
+    @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
+    def close(self, w: int, s: int) -> None:
+        session, worker = self.pick(s), self.workers[w]
+        if session is None or session.status is SessionStatus.NONE:
+            return
+        self.settle(session)
+        decision = model.close_decision(session.view(), worker)
+        body = {"worker_id": worker, "reason": "worker_shutdown"}
+        reply = self.call(self.ctx.client.worker(f"/sessions/{session.session_id}", body, method="DELETE"))
+        self.judge(session, reply, decision, "close")
+        if reply is None or not decision.admitted:
+            if reply is not None and decision.reason == "session_owner_mismatch":
+                self.reached("stale_holder_fenced")
+            return
+        if decision.event is not None:
+            session.status = SESSION.step(session.status, decision.event)
+        self.reached(str(decision.outcome))
+
+    @precondition(lambda self: any(s.status is SessionStatus.NONE and not s.unsure for s in self.sessions))
+    @rule()
+    def race_two_workers(self) -> None:
+        """Two workers create one new session together: exactly one is admitted."""
+        session = next(s for s in self.sessions if s.status is SessionStatus.NONE and not s.unsure)
+        contenders = [w for w in self.workers if w not in self.gone][:2]
+        if len(contenders) < 2:
+            return
+        body = {"session_id": session.session_id, "lease_seconds": LEASE}
+
+        async def one(i: int) -> Reply:
+            return await self.ctx.client.worker("/sessions", {"worker_id": contenders[i], **body})
+
+        outcomes = self.run(race(2, one))
+        replies = [r for r in outcomes if isinstance(r, Reply)]
+        if len(replies) < 2:
+            session.unsure = True
+            return
+        for reply in replies:
+            note(reply.exchange.summary())
+        won = [r for r in replies if r.status in (200, 201)]
+        lost = [r for r in replies if r.status == 409 and r.reason == "session_owned_by_another_worker"]
+        if len(won) != 1 or len(lost) != 1:
+            raise self.violation(
+                "SESSION-SINGLE-OWNER",
+                "two workers racing to create one session: exactly one holds it",
+                expected="one 201 created, one 409 session_owned_by_another_worker",
+                received=[f"{r.status} {r.reason or r.json().get('outcome')}" for r in replies],
+                replies=replies,
+            )
+        session.status = SESSION.step(session.status, model.SessionEvent.CREATE)
+        session.owner = contenders[replies.index(won[0])]
+        self.reached("refused_owned")
+
+    @precondition(lambda self: any(s.owner and s.status is SessionStatus.ACTIVE for s in self.sessions))
+    @rule(s=st.integers(0, SESSIONS - 1))
+    def holder_leaves(self, s: int) -> None:
+        """The holder of a session deregisters; a fresh worker joins the pool in its place."""
+        held = [x for x in self.sessions if x.owner and x.status is SessionStatus.ACTIVE and not x.unsure]
+        if not held:
+            return
+        holder = held[s % len(held)].owner
+        assert holder is not None
+        reply = self.call(self.ctx.client.worker(f"/registrations/{holder}", method="DELETE"))
+        if reply is None or reply.status != 200:
+            for x in self.sessions:
+                if x.owner == holder:
+                    x.unsure = True
+            return
+        self.gone.add(holder)
+        self.workers[self.workers.index(holder)] = self.run(self.ctx.register(self.queue))
+
+    def reached_refusal(self, decision: model.Admission) -> None:
+        if decision.reason == "session_owned_by_another_worker":
+            self.reached("refused_owned")
+        elif decision.reason == "session_reacquire_disallowed":
+            self.reached("reacquire_disallowed")
+        elif decision.reason:
+            self.reached(decision.reason)

@@ -1,0 +1,271 @@
+"""The official SDK 2.12.0 against the capabilities the seed names beyond the basics: a child started without
+a parent-close policy, activities in a worker session through the SDK's own session API, and one token for
+both planes.
+
+One reference server for the module, started with role tokens **and** the full-access token
+(``--auth-token``); every SDK client here is configured with the single full-access token
+(``Client(url, token=…)``, which the SDK sends on both planes), except the test that shows the role tokens
+still work beside it. Waits poll durable state with deadlines, as in ``test_sdk_interop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+durable_workflow = pytest.importorskip("durable_workflow")
+
+from durable_workflow import Client, WorkflowCancelled, activity, workflow  # noqa: E402
+from durable_workflow.cancellation import ParentClosePolicy  # noqa: E402
+from durable_workflow.worker_session import WorkerSessionOptions  # noqa: E402
+
+from tests.integration.test_sdk_interop import (  # noqa: E402
+    WAIT_DEADLINE,
+    history_events,
+    no_sdk_complaints,
+    reference_server_process,
+    run,
+    running_worker,
+    unique,
+    wait_for_event,
+)
+
+__all__ = ["no_sdk_complaints"]  # the autouse fixture: every SDK warning fails the test
+
+pytestmark = [pytest.mark.sdk, pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class AuthServer:
+    url: str
+    full_token: str
+    worker_token: str
+    operator_token: str
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+    tokens = {name: secrets.token_urlsafe(18) for name in ("auth", "worker", "operator", "admin")}
+    args = [f"--{name}-token={token}" for name, token in tokens.items()]
+    with reference_server_process(tmp_path_factory.mktemp("sdk-capabilities"), *args) as url:
+        yield AuthServer(url, tokens["auth"], tokens["worker"], tokens["operator"])
+
+
+# -- activities and workflows -------------------------------------------------------------------------------
+
+# What each in-session activity saw: (session key, the process-local state it found, its attempt number).
+SESSION_CALLS: list[tuple[str, int]] = []
+LOCAL_STATE: dict[str, int] = {}
+
+
+@activity.defn(name="caps.warm")
+def warm(key: str) -> int:
+    """Process-local state that only a worker holding the session can rely on."""
+    LOCAL_STATE[key] = LOCAL_STATE.get(key, 0) + 1
+    SESSION_CALLS.append((key, LOCAL_STATE[key]))
+    return LOCAL_STATE[key]
+
+
+@activity.defn(name="caps.echo")
+def echo(value: str) -> str:
+    return value
+
+
+@workflow.defn(name="caps.kid")
+class KidWorkflow:
+    def run(self, ctx: Any, name: str) -> Any:
+        greeting = yield ctx.schedule_activity("caps.echo", [f"kid {name}"])
+        return greeting
+
+
+@workflow.defn(name="caps.parent")
+class ParentWorkflow:
+    """Starts a child with no parent_close_policy (the SDK assumes ``abandon``) and returns its result."""
+
+    def run(self, ctx: Any, name: str) -> Any:
+        result = yield ctx.start_child_workflow("caps.kid", [name])
+        return {"child": result}
+
+
+@workflow.defn(name="caps.cooperative-kid")
+class CooperativeKidWorkflow:
+    """Waits for a signal that never comes; asked to cancel, it cleans up with an activity and completes."""
+
+    def __init__(self) -> None:
+        self.released = False
+
+    @workflow.signal("release")
+    def release(self) -> None:
+        self.released = True
+
+    def run(self, ctx: Any) -> Any:
+        try:
+            yield ctx.wait_condition(lambda: self.released, key="release")
+        except WorkflowCancelled:
+            cleaned = yield ctx.schedule_activity("caps.echo", ["cleaned up"])
+            return {"cancelled": True, "cleanup": cleaned}
+        return {"cancelled": False}
+
+
+@workflow.defn(name="caps.cooperative-parent")
+class CooperativeParentWorkflow:
+    """Starts the child under request_cancellation and waits for it (the test cancels this parent)."""
+
+    def run(self, ctx: Any) -> Any:
+        result = yield ctx.start_child_workflow(
+            "caps.cooperative-kid", [], parent_close_policy=ParentClosePolicy.REQUEST_CANCELLATION
+        )
+        return result
+
+
+@workflow.defn(name="caps.session")
+class SessionWorkflow:
+    """Three activities in one worker session that requires a capability."""
+
+    def run(self, ctx: Any, session_id: str) -> Any:
+        options = WorkerSessionOptions(session_id=session_id, requirements=("gpu:test",), lease_seconds=30)
+        seen = []
+        for _ in range(3):
+            count = yield ctx.schedule_activity("caps.warm", [session_id], worker_session=options)
+            seen.append(count)
+        return seen
+
+
+async def registered(client: Client, worker_id: str, worker_task: asyncio.Task[None]) -> None:
+    """Wait until the Worker's registration is visible (``run()`` registers before it polls)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_DEADLINE
+    while True:
+        if worker_task.done():
+            worker_task.result()
+            pytest.fail("the worker stopped on its own")
+        info = await client.get_cluster_info()
+        if worker_id in {w["worker_id"] for w in info["worker_fleet"]["workers"]}:
+            return
+        if loop.time() > deadline:
+            pytest.fail(f"worker {worker_id} did not register within {WAIT_DEADLINE}s")
+        await asyncio.sleep(0.05)
+
+
+def one_token_client(server: AuthServer) -> Client:
+    return Client(server.url, token=server.full_token, namespace="default")
+
+
+# -- tests ----------------------------------------------------------------------------------------------
+
+
+def test_child_without_a_parent_close_policy(auth_server: AuthServer) -> None:
+    """The SDK replays the parent after the child completes: the recorded policy must be the one it assumes."""
+
+    async def scenario() -> None:
+        queue = unique("caps-child-q")
+        async with (
+            one_token_client(auth_server) as client,
+            running_worker(client, queue, workflows=[ParentWorkflow, KidWorkflow], activities=[echo]),
+        ):
+            handle = await client.start_workflow(
+                workflow_type="caps.parent", task_queue=queue, workflow_id=unique("caps-parent"), input=["ada"]
+            )
+            assert await handle.result(timeout=WAIT_DEADLINE) == {"child": "kid ada"}
+            [scheduled] = [e for e in await history_events(handle) if e["event_type"] == "ChildWorkflowScheduled"]
+            assert scheduled["payload"]["parent_close_policy"] == "abandon"
+
+    run(scenario())
+
+
+def test_activities_in_a_worker_session_through_the_sdk_session_api(auth_server: AuthServer) -> None:
+    """An explicit create through ``Worker.worker_session(...).create()``, three in-session activities on the
+    holder (its process-local state carries over), and the close the Worker sends on stop."""
+
+    async def scenario() -> None:
+        queue, session_id = unique("caps-session-q"), unique("gpu-session")
+        async with one_token_client(auth_server) as client:
+            async with running_worker(
+                client, queue, workflows=[SessionWorkflow], activities=[warm], capabilities=("gpu:test",)
+            ) as (worker, worker_task):
+                await registered(client, worker.worker_id, worker_task)
+                handle_session = worker.worker_session(
+                    WorkerSessionOptions(session_id=session_id, requirements=("gpu:test",), lease_seconds=30)
+                )
+                created = await handle_session.create()
+                assert created["outcome"] == "created"
+                assert created["session"]["lease_owner"] == worker.worker_id
+                handle = await client.start_workflow(
+                    workflow_type="caps.session",
+                    task_queue=queue,
+                    workflow_id=unique("caps-session"),
+                    input=[session_id],
+                )
+                assert await handle.result(timeout=WAIT_DEADLINE) == [1, 2, 3]
+                renewed = await handle_session.renew()
+                assert renewed["outcome"] == "heartbeat_recorded"
+                events = await history_events(handle)
+                scheduled = [e for e in events if e["event_type"] == "ActivityScheduled"]
+                assert {e["payload"]["worker_session"]["session_id"] for e in scheduled} == {session_id}
+            # Worker.stop() closed the session it held (planned shutdown closes sessions).
+            info = await client._request("GET", f"/worker-sessions/{session_id}")
+            assert info["session"]["status"] == "closed"
+
+    run(scenario())
+
+
+def test_a_child_cancelled_cooperatively(auth_server: AuthServer) -> None:
+    """The parent is cancelled; its request_cancellation child, on a worker that negotiated the SDK's
+    cooperative cancellation, receives the request, commits its delivery at the wait, cleans up with an
+    activity and completes; the parent's history records that outcome."""
+
+    async def scenario() -> None:
+        queue = unique("caps-coop-q")
+        async with (
+            one_token_client(auth_server) as client,
+            running_worker(
+                client,
+                queue,
+                workflows=[CooperativeParentWorkflow, CooperativeKidWorkflow],
+                activities=[echo],
+                capabilities=("cooperative_cancellation",),
+            ) as (_, worker_task),
+        ):
+            parent = await client.start_workflow(
+                workflow_type="caps.cooperative-parent", task_queue=queue, workflow_id=unique("caps-coop")
+            )
+            events = await wait_for_event(parent, worker_task, "ChildRunStarted")
+            [scheduled] = [e for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+            [started] = [e for e in events if e["event_type"] == "ChildRunStarted"]
+            child = client.get_workflow_handle(
+                scheduled["payload"]["child_workflow_id"], run_id=started["payload"]["child_workflow_run_id"]
+            )
+            await wait_for_event(child, worker_task, "ConditionWaitOpened")
+            await parent.cancel()
+            assert await child.result(timeout=WAIT_DEADLINE) == {"cancelled": True, "cleanup": "cleaned up"}
+            child_types = [e["event_type"] for e in await history_events(child)]
+            assert "CooperativeCancellationRequested" in child_types
+            assert "CooperativeCancellationDelivered" in child_types
+            resolved = await wait_for_event(parent, worker_task, "ChildCancellationResolved")
+            [outcome] = [e["payload"] for e in resolved if e["event_type"] == "ChildCancellationResolved"]
+            assert (outcome["outcome"], outcome["closed_by"]) == ("completed", "child")
+
+    run(scenario())
+
+
+def test_role_tokens_still_work_beside_the_full_access_token(auth_server: AuthServer) -> None:
+    async def scenario() -> None:
+        queue = unique("caps-roles-q")
+        client = Client(
+            auth_server.url,
+            worker_token=auth_server.worker_token,
+            control_token=auth_server.operator_token,
+            namespace="default",
+        )
+        async with client, running_worker(client, queue, workflows=[KidWorkflow], activities=[echo]):
+            handle = await client.start_workflow(
+                workflow_type="caps.kid", task_queue=queue, workflow_id=unique("caps-roles"), input=["bo"]
+            )
+            assert await handle.result(timeout=WAIT_DEADLINE) == "kid bo"
+
+    run(scenario())

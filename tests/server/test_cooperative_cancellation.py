@@ -1,0 +1,105 @@
+"""Cooperative cancellation of a child (parent_close_policy request_cancellation) through the handler with a
+fake clock: the request with its identity and deadline, cleanup by the child, the delivery route, the deadline,
+and the outcome in the parent's history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.protocol.fencing import parse_rfc3339
+from tests.server.harness import Harness, HarnessFactory, h, make
+
+__all__ = ["h", "make"]  # the fixtures
+
+COMPLETE = {"type": "complete_workflow"}
+
+
+def parent_closes_with_cooperative_child(h: Harness) -> tuple[str, str]:
+    """Parent ``parent`` starts a child (request_cancellation) and completes; returns (child id, child run)."""
+    h.register("cw", queue="cq")
+    h.start("parent")
+    kid = {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq"}
+    out = h.completed(h.lease(), {**kid, "parent_close_policy": "request_cancellation"}, COMPLETE)
+    child_run = out["created_task_ids"][0]
+    [scheduled] = h.events("parent", "ChildWorkflowScheduled")
+    return scheduled["payload"]["child_workflow_id"], child_run
+
+
+def resolved(h: Harness) -> dict[str, Any]:
+    [event] = h.events("parent", "ChildCancellationResolved")
+    payload: dict[str, Any] = event["payload"]
+    return payload
+
+
+def test_the_child_is_asked_not_closed(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=30)
+    child_wid, child_run = parent_closes_with_cooperative_child(h)
+    assert h.describe(child_wid)["status"] == "pending"
+    [requested] = h.events(child_wid, "CooperativeCancellationRequested")
+    payload = requested["payload"]
+    assert payload["workflow_run_id"] == child_run
+    deadline = parse_rfc3339(payload["cleanup_deadline_at"])
+    assert (deadline - parse_rfc3339(payload["requested_at"])).total_seconds() == 30
+    task = h.lease("cw")
+    assert task["cancel_requested"] is True
+    observed = task["cancellation_request"]
+    assert observed["request_id"] == payload["workflow_command_id"]
+    assert observed["cleanup_deadline_at"] == payload["cleanup_deadline_at"]
+    assert h.events("parent", "ChildCancellationResolved") == []
+
+
+def test_the_child_cleans_up_and_closes_itself(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=30)
+    child_wid, _ = parent_closes_with_cooperative_child(h)
+    task = h.lease("cw")
+    status, doc = h.task_call(
+        "deliver-cancellation",
+        task,
+        request_id=task["cancellation_request"]["request_id"],
+        sequence=1,
+        call_kind="condition",
+    )
+    assert (status, doc["delivered"], doc["sequence"], doc["call_kind"]) == (200, True, 1, "condition"), doc
+    again = h.task_call("deliver-cancellation", task, request_id=doc["request_id"], sequence=2, call_kind="timer")[1]
+    assert (again["sequence"], again["call_kind"]) == (1, "condition")  # the committed delivery, once
+    assert len(h.events(child_wid, "CooperativeCancellationDelivered")) == 1
+    h.completed(task, {"type": "start_timer", "delay_seconds": 1})  # cleanup work before closing
+    h.clock.advance(2)
+    h.maintain()
+    h.completed(h.lease("cw"), COMPLETE)
+    assert h.describe(child_wid)["status"] == "completed"
+    out = resolved(h)
+    assert (out["outcome"], out["closed_by"]) == ("completed", "child")
+
+
+def test_past_the_deadline_the_server_closes_the_child(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=5)
+    child_wid, _ = parent_closes_with_cooperative_child(h)
+    h.clock.advance(4)
+    h.maintain()
+    assert h.describe(child_wid)["status"] == "pending"
+    h.clock.advance(2)
+    h.maintain()
+    assert h.describe(child_wid)["status"] == "cancelled"
+    [closed] = h.events(child_wid, "WorkflowCancelled")
+    assert closed["payload"]["reason"] == "cleanup_deadline_exceeded"
+    out = resolved(h)
+    assert (out["outcome"], out["closed_by"]) == ("cancelled", "cleanup_deadline")
+
+
+def test_delivery_is_fenced_and_names_the_open_request(h: Harness) -> None:
+    parent_closes_with_cooperative_child(h)
+    task = h.lease("cw")
+    status, doc = h.task_call("deliver-cancellation", task, request_id="other", sequence=1, call_kind="condition")
+    assert (status, doc["reason"]) == (409, "cancellation_request_not_found")
+    status, doc = h.task_call(
+        "deliver-cancellation", task, owner="someone", request_id="x", sequence=1, call_kind="condition"
+    )
+    assert status == 409, doc
+    status, doc = h.task_call("deliver-cancellation", task, request_id="x", sequence=0, call_kind="nope")
+    assert (status, doc["reason"]) == (422, "validation_failed")
+
+
+def test_cooperative_cancellation_is_advertised(h: Harness) -> None:
+    _, info = h.call("GET", "/api/cluster/info")
+    assert info["worker_protocol"]["server_capabilities"]["cooperative_cancellation"] is True
