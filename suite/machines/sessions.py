@@ -208,21 +208,27 @@ class SessionMachine(MachineBase):
         session.owner = contenders[replies.index(won[0])]
         self.reached("refused_owned")
 
-    @precondition(lambda self: any(s.owner and s.status is SessionStatus.ACTIVE for s in self.sessions))
+    def held(self) -> list[ShadowSession]:
+        """Active sessions whose holder is still in the pool (a holder that left is replaced there)."""
+        return [
+            x for x in self.sessions if x.owner in self.workers and x.status is SessionStatus.ACTIVE and not x.unsure
+        ]
+
+    @precondition(lambda self: bool(self.held()))
     @rule(s=st.integers(0, SESSIONS - 1))
     def holder_leaves(self, s: int) -> None:
         """The holder of a session deregisters; a fresh worker joins the pool in its place."""
-        held = [x for x in self.sessions if x.owner and x.status is SessionStatus.ACTIVE and not x.unsure]
+        held = self.held()
         if not held:
             return
         holder = held[s % len(held)].owner
         assert holder is not None
         reply = self.call(self.ctx.client.worker(f"/registrations/{holder}", method="DELETE"))
         if reply is None or reply.status != 200:
+            # Maybe deregistered: the holder's sessions may be orphaned or not, and the worker may be gone.
             for x in self.sessions:
                 if x.owner == holder:
                     x.unsure = True
-            return
         self.gone.add(holder)
         self.workers[self.workers.index(holder)] = self.run(self.ctx.register(self.queue))
 
