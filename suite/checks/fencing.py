@@ -22,6 +22,8 @@ from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext
 from suite.protocol.commands import LEGACY_START_FIELDS
 from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.history import RUN_TERMINAL_EVENTS
+from suite.protocol.lifecycles import RUN_LIVE_STATUSES
 from suite.registry import check
 
 # Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
@@ -30,15 +32,7 @@ SLACK = 10.0
 CLOCK_SKEW = 2.0
 # The four workflow-task verbs fenced by §8.9.
 VERBS = ("heartbeat", "complete", "fail", "history")
-TERMINAL_EVENTS = (
-    "WorkflowCompleted",
-    "WorkflowFailed",
-    "WorkflowCancelled",
-    "WorkflowTerminated",
-    "WorkflowContinuedAsNew",
-    "WorkflowTimedOut",
-)
-LIVE_RUN_STATUSES = ("pending", "running", "waiting")
+LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
 
 WF_LEASE = (
     "workflow_task_lease_seconds",
@@ -564,7 +558,7 @@ async def fence_after_task_fail(ctx: CheckContext) -> None:
         )
     described = await _run_status(ctx, wid)
     events = await _events(ctx, wid, run_id)
-    closed = [e for e in _types(events) if e in TERMINAL_EVENTS]
+    closed = [e for e in _types(events) if e in RUN_TERMINAL_EVENTS]
     ctx.require(
         described.get("status") in LIVE_RUN_STATUSES and not closed,
         "a workflow-task failure does not close the run",

@@ -12,21 +12,9 @@ from typing import Any
 from suite.client import Reply
 from suite.context import CheckContext
 from suite.outcomes import NotCovered
-from suite.protocol.history import check_sequences, decompress_events
+from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
 from suite.registry import check
 
-# §8.2 and §12.3: the events that close a run, and those that close an activity attempt (§11).
-RUN_TERMINAL_EVENTS = frozenset(
-    {
-        "WorkflowCompleted",
-        "WorkflowFailed",
-        "WorkflowCancelled",
-        "WorkflowTerminated",
-        "WorkflowContinuedAsNew",
-        "WorkflowTimedOut",
-    }
-)
-ACTIVITY_TERMINAL_EVENTS = frozenset({"ActivityCompleted", "ActivityFailed", "ActivityCancelled", "ActivityTimedOut"})
 _STATUS_OF = {
     "WorkflowCompleted": "completed",
     "WorkflowFailed": "failed",
@@ -557,7 +545,7 @@ async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
     replies += await asyncio.gather(call(tasks[1], "complete"), call(tasks[1], "fail"))
     replies += await asyncio.gather(call(tasks[2], "fail"), call(tasks[2], "fail"))
     events = await ctx.history(run.workflow_id, run.run_id)
-    terminal = [e for e in events if e.get("event_type") in ACTIVITY_TERMINAL_EVENTS]
+    terminal = [e for e in events if e.get("event_type") in ACTIVITY_OUTCOME_EVENTS]
     summary = [(e.get("event_type"), (e.get("payload") or {}).get("activity_attempt_id")) for e in terminal]
     ctx.require(
         len(terminal) == 3,

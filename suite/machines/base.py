@@ -1,20 +1,39 @@
 """What every protocol state machine shares: a target, a recording client on its own event loop, a
-per-example world, a step log, the coverage ledger and the "maybe applied" rule.
+per-example world, a step log, the coverage ledger, the "maybe applied" rule, and the judging every machine
+does the same way.
 
 Hypothesis rules are synchronous; each machine owns one event loop and runs every request (and every
 race, released together behind an :class:`asyncio.Barrier`) on it with :meth:`MachineBase.run`. The
 verdict always comes from the pure model (``suite.protocol``): a rule computes what the protocol allows
 before it looks at what the target answered.
+
+The shared world, for a machine that subclasses :class:`MachineBase`:
+
+- :meth:`~MachineBase.call` one request (``None``: no answer, maybe applied); :meth:`~MachineBase.judged`
+  turns a :class:`~suite.protocol.errors.Violation` a pure judge raised into the machine's failure;
+- :meth:`~MachineBase.poll_once` and :meth:`~MachineBase.poll_race` poll (one, or several released together),
+  check every answer's shape (:meth:`~MachineBase.check_poll_shape`) and call the machine's
+  :meth:`~MachineBase.lost_poll` for every poll whose answer was lost or resent (it may have leased behind the
+  model's back); :meth:`~MachineBase.granted_once` says a (task, attempt) was granted to one poll only;
+- :meth:`~MachineBase.close_by_control` cancels or terminates a run from the control plane and steps its shadow;
+- :meth:`~MachineBase.check_touched_histories` reads back the control-plane history of every run the machine
+  touched since the last step (gap-free, one terminal event at most and exactly one once closed), then hands
+  it to the machine's own judge;
+- :meth:`~MachineBase.workflow_outcomes` what §8.9 allows for a workflow-task call around a moment.
+
+Shadows of runs and workflow tasks live in :mod:`suite.machines.world`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis import note as _hypothesis_note
@@ -24,10 +43,16 @@ from hypothesis.stateful import RuleBasedStateMachine
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
+from suite.protocol.errors import Rejection, Violation
+from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
+from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 
-__all__ = ["FOUND", "LEDGER", "UNKNOWN", "MachineBase", "note", "race"]
+from .world import CLOSE_EVENTS, RunShadow
+
+__all__ = ["FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
 
 R = TypeVar("R")
+RunT = TypeVar("RunT", bound=RunShadow)
 
 # How often each hard state was reached in this process, per machine (the coverage ledger).
 LEDGER: dict[str, Counter[str]] = {}
@@ -59,11 +84,29 @@ async def race(n: int, make: Callable[[int], Awaitable[R]]) -> list[R | BaseExce
     return list(await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True))
 
 
+@dataclass(frozen=True)
+class Polled:
+    """One poll's answer (``reply`` None: lost), its body once its shape was checked, and when it left and
+    arrived (client clock; ``sent`` is the resend's departure when the answer came to a resend)."""
+
+    reply: Reply | None
+    body: dict[str, Any]
+    sent: datetime
+    received: datetime
+
+    @property
+    def task(self) -> dict[str, Any] | None:
+        task = self.body.get("task")
+        return task if isinstance(task, dict) else None
+
+
 class MachineBase(RuleBasedStateMachine):
     """Base of the protocol machines. ``target`` is bound by the runner (or a replay script)."""
 
     target: ClassVar[TargetInfo | None] = None
     name: ClassVar[str] = "machine"
+    # A workflow-task call within this many seconds of a lease expiry may land on either side.
+    MARGIN: ClassVar[float] = 1.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,11 +124,15 @@ class MachineBase(RuleBasedStateMachine):
         )
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
         self.ledger = LEDGER.setdefault(self.name, Counter())
+        self.touched: set[str] = set()  # run ids whose history changed since the last history check
 
     @classmethod
     def bound(cls, target: TargetInfo) -> type[MachineBase]:
         """A subclass of this machine bound to ``target`` (what a replay script uses)."""
         return type(cls.__name__, (cls,), {"target": target})
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
 
     # -- running requests ----------------------------------------------------------------------------
 
@@ -117,6 +164,13 @@ class MachineBase(RuleBasedStateMachine):
             return max(sent, datetime.fromtimestamp(reply.exchange.started_at, UTC))
         return sent
 
+    @staticmethod
+    def outcome(reply: Reply) -> str:
+        """'ok' for a 200, else the reason (``http_<status>`` when the body names none)."""
+        return "ok" if reply.status == 200 else (reply.reason or f"http_{reply.status}")
+
+    # -- verdicts ------------------------------------------------------------------------------------
+
     def reached(self, state: str) -> None:
         self.ledger[state] += 1
 
@@ -138,6 +192,187 @@ class MachineBase(RuleBasedStateMachine):
         )
         FOUND.append(failure)
         return failure
+
+    def expect_status(self, reply: Reply, status: int, requirement: str, message: str, expected: Any = None) -> None:
+        """``reply`` answers ``status``, or the machine fails ``requirement``."""
+        if reply.status != status:
+            raise self.violation(
+                requirement,
+                message,
+                expected=status if expected is None else expected,
+                received=f"{reply.status} {reply.reason}",
+                replies=[reply],
+            )
+
+    @contextlib.contextmanager
+    def judged(self, *replies: Reply) -> Iterator[None]:
+        """Turn a :class:`Violation` raised by a pure judge inside the block into this machine's failure, with
+        ``replies`` (or the latest exchanges) as the evidence."""
+        try:
+            yield
+        except Violation as v:
+            raise self.violation(
+                v.requirement, v.message, expected=v.expected, received=v.received, replies=list(replies)
+            ) from None
+
+    # -- polls ---------------------------------------------------------------------------------------
+
+    def lost_poll(self) -> None:
+        """A poll whose answer was lost, or came to a resend, may have leased a task the model does not know
+        of: the machine marks what that poll could have leased as uncertain."""
+        raise NotImplementedError
+
+    def check_poll_shape(self, reply: Reply, what: str = "workflow-task") -> dict[str, Any]:
+        """§7.4 and §16.17: a poll of a registered worker answers 200 with ``poll_status``, and ``task`` is
+        non-null exactly when ``poll_status`` is ``leased``. Returns the body."""
+        body = reply.json()
+        if reply.status != 200 or "poll_status" not in body:
+            raise self.violation(
+                "POLL-STATUS-PRESENT",
+                f"a {what} poll of a registered worker answers 200 with poll_status",
+                expected="200 with poll_status",
+                received=f"{reply.status} {reply.reason} keys={sorted(body)}",
+                replies=[reply],
+            )
+        if (body.get("task") is not None) != (body.get("poll_status") == "leased"):
+            raise self.violation(
+                "POLL-STATUS-TASK-IFF-LEASED",
+                "task != null iff poll_status == leased",
+                expected="consistent",
+                received=body.get("poll_status"),
+                replies=[reply],
+            )
+        return body
+
+    def poll_once(self, send: Coroutine[Any, Any, Reply], what: str = "workflow-task") -> Polled:
+        """One poll, shape-checked; a lost or resent answer calls :meth:`lost_poll`."""
+        sent = self.now()
+        reply = self.call(send)
+        if reply is None or reply.resent:
+            self.lost_poll()
+        received = self.now()
+        if reply is None:
+            return Polled(None, {}, sent, received)
+        return Polled(reply, self.check_poll_shape(reply, what), self.sent_of(reply, sent), received)
+
+    def poll_race(
+        self, n: int, make: Callable[[int], Coroutine[Any, Any, Reply]], what: str = "workflow-task"
+    ) -> list[tuple[int, Polled]]:
+        """``n`` polls released together; the answered ones as (index, poll), each shape-checked. A lost or
+        resent answer calls :meth:`lost_poll`."""
+        sent = self.now()
+        results = self.run(race(n, make))
+        received = self.now()
+        answered: list[tuple[int, Polled]] = []
+        for i, res in enumerate(results):
+            if isinstance(res, HarnessError):
+                self.reached("response_lost")
+                note(f"race poll {i}: no response (maybe applied): {res!r}")
+                self.lost_poll()
+                continue
+            if isinstance(res, BaseException):
+                raise res
+            if res.resent:
+                self.lost_poll()
+            note(res.exchange.summary())
+            answered.append((i, Polled(res, self.check_poll_shape(res, what), self.sent_of(res, sent), received)))
+        return answered
+
+    def granted_once(self, polls: list[tuple[int, Polled]], key: Callable[[dict[str, Any]], Any], req: str) -> None:
+        """Seed 003 "one valid lease": no two polls of one race were granted the same ``key(task)``."""
+        granted: dict[Any, list[Reply]] = {}
+        for _, p in polls:
+            if p.task is not None and p.reply is not None:
+                granted.setdefault(key(p.task), []).append(p.reply)
+        for k, replies in granted.items():
+            if len(replies) > 1:
+                raise self.violation(
+                    req,
+                    f"{len(replies)} concurrent polls were granted {k}",
+                    expected="exactly one lease",
+                    received=len(replies),
+                    replies=replies,
+                )
+
+    def leased_run(self, task: dict[str, Any], worker: str, runs: Mapping[str, RunT], reply: Reply) -> RunT:
+        """The run a granted workflow-task lease belongs to: one this example started on its queue, leased to
+        the poller (§16.22 "lease_owner == the poller's worker_id")."""
+        run = runs.get(str(task.get("run_id")))
+        if run is None:
+            raise self.violation(
+                "LEASE-OWNER-IS-POLLER",
+                "leased a task of a run this queue never started",
+                expected="a run started on this example's queue",
+                received=task.get("run_id"),
+                replies=[reply],
+            )
+        if task.get("lease_owner") != worker:
+            raise self.violation(
+                "LEASE-OWNER-IS-POLLER",
+                "lease_owner is the poller",
+                expected=worker,
+                received=task.get("lease_owner"),
+                replies=[reply],
+            )
+        return run
+
+    # -- runs ----------------------------------------------------------------------------------------
+
+    def close_by_control(self, run: RunShadow, kind: str, reason: str = "conformance") -> Reply | None:
+        """Cancel or terminate ``run`` (§12.2): an open run answers 200 and its shadow steps to cancelled or
+        terminated, a closed one refuses (409). Returns the answer when the model could judge it, else None
+        (no answer, or the run was already uncertain)."""
+        reply = self.call(self.client.control("POST", f"/workflows/{run.workflow_id}/{kind}", {"reason": reason}))
+        if reply is None:
+            run.uncertain = True
+            return None
+        self.touched.add(run.run_id)
+        if run.uncertain:
+            return None
+        if run.open:
+            self.expect_status(reply, 200, "CONTROL-CANCEL-CLOSES-RUN", f"{kind} of an open run")
+            run.step(CLOSE_EVENTS[kind])
+        else:
+            self.expect_status(reply, 409, "CONTROL-CANCEL-CLOSES-RUN", f"{kind} of a closed run is refused")
+        return reply
+
+    def check_touched_histories(
+        self, runs: Mapping[str, RunShadow], judge: Callable[[Any, list[dict[str, Any]]], None] | None = None
+    ) -> None:
+        """Read the control-plane history of every touched run: gap-free (§16.41), at most one terminal run
+        event and exactly one once the model knows the run closed (§16.69); then ``judge(run, events)``."""
+        for run_id in sorted(self.touched):
+            run = runs[run_id]
+            events = self.run(self.ctx.history(run.workflow_id, run.run_id))
+            problem = check_sequences([e.get("sequence") for e in events])
+            if problem:
+                raise self.violation("HISTORY-SEQUENCE-CONTIGUOUS", f"run {run_id}: {problem}")
+            terminal = [str(e.get("event_type")) for e in events if e.get("event_type") in RUN_TERMINAL_EVENTS]
+            if len(terminal) > 1 or (not run.uncertain and not run.open and len(terminal) != 1):
+                raise self.violation(
+                    "HISTORY-ONE-TERMINAL-PER-RUN",
+                    f"run {run_id} ({run.status.value}) has terminal events {terminal}",
+                    expected="exactly one once closed, none before",
+                    received=terminal,
+                )
+            if judge is not None:
+                judge(run, events)
+        note(f"checked {len(self.touched)} run histories")
+        self.touched.clear()
+
+    # -- workflow tasks ------------------------------------------------------------------------------
+
+    def workflow_outcomes(self, view: WorkflowTaskView, owner: str, attempt: int, at: datetime) -> set[str]:
+        """The outcomes §8.9 allows ('ok' or a reason) for ``owner``'s call with ``attempt`` at ``at`` ±
+        :attr:`MARGIN` (an expiry that close may land on either side)."""
+        outs = set()
+        for moment in (at - timedelta(seconds=self.MARGIN), at + timedelta(seconds=self.MARGIN)):
+            try:
+                guard_workflow_task(view, task_id=view.task_id, lease_owner=owner, attempt=attempt, now=moment)
+                outs.add("ok")
+            except Rejection as rej:
+                outs.add(rej.reason)
+        return outs
 
     def teardown(self) -> None:
         try:

@@ -13,33 +13,24 @@ seconds of an expiry may legitimately land on either side, so both outcomes are 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, multiple, precondition, rule
 
 from suite.client import Reply
-from suite.protocol.errors import Rejection
-from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, parse_rfc3339
+from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import check_sequences
-from suite.protocol.lifecycles import RunStatus, TaskStatus
+from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 
-from .base import MachineBase, note, race
+from .base import MachineBase, Polled
+from .world import RunShadow, TaskShadow, workflow_view
 
 __all__ = ["WorkflowLeaseMachine"]
 
-MARGIN = 1.0  # seconds around a lease expiry where either outcome is correct
 WORKERS = 6
-TERMINAL_EVENTS = {
-    "WorkflowCompleted",
-    "WorkflowFailed",
-    "WorkflowCancelled",
-    "WorkflowTerminated",
-    "WorkflowContinuedAsNew",
-    "WorkflowTimedOut",
-}
 
 # Which requirement a wrong answer breaks, by the reason the model expected.
 REQUIREMENT_FOR = {
@@ -52,34 +43,17 @@ REQUIREMENT_FOR = {
     "invalid_commands": "COMMANDS-ONE-TERMINAL",
     "validation_failed": "COMMANDS-NON-EMPTY",
 }
+# A batch the model accepts -> how it moves the run (§8.7, §8.7.1).
+BATCH_EVENTS = {
+    "timer": RunEvent.BATCH_OPEN_WAITS,
+    "complete": RunEvent.BATCH_COMPLETE,
+    "fail_workflow": RunEvent.BATCH_FAIL,
+}
 
 
-@dataclass
-class RunM:
-    workflow_id: str
-    run_id: str
-    status: RunStatus = RunStatus.PENDING
-    closed_reason: str | None = None
-    uncertain: bool = False  # a command on it got no answer: maybe applied
-
-    @property
-    def open(self) -> bool:
-        return self.status in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
-
-
-@dataclass
-class TaskM:
-    task_id: str
-    run: RunM
-    status: TaskStatus = TaskStatus.LEASED
-    attempt: int = 1
-    owner: str | None = None
-    expires: datetime | None = None
-    uncertain: bool = False
-    past_holders: list[tuple[str, int]] = field(default_factory=list)
-
-    def __repr__(self) -> str:  # shown in Hypothesis' step listing
-        return f"TaskM({self.task_id!r})"
+@dataclass(eq=False, kw_only=True)
+class TaskM(TaskShadow):
+    run: RunShadow
 
 
 @dataclass(frozen=True)
@@ -123,8 +97,7 @@ class WorkflowLeaseMachine(MachineBase):
         self.queue = self.ctx.uid("q")
         self.workers: list[str] = []
         self.task_by_id: dict[str, TaskM] = {}
-        self.run_by_id: dict[str, RunM] = {}
-        self.touched: set[str] = set()
+        self.run_by_id: dict[str, RunShadow] = {}
         profile = self.target.test_profile if self.target else {}
         lease = profile.get("workflow_task_lease_seconds")
         self.lease_seconds: float | None = float(lease) if isinstance(lease, int | float) else None
@@ -135,11 +108,7 @@ class WorkflowLeaseMachine(MachineBase):
     def ready_work(self) -> int:
         """Runs the model knows have a claimable workflow task (polling an empty queue holds ≥ 1 s)."""
         now = self.now()
-        leased = {
-            t.run.run_id
-            for t in self.task_by_id.values()
-            if t.status is TaskStatus.LEASED and t.expires is not None and t.expires > now
-        }
+        leased = {t.run.run_id for t in self.task_by_id.values() if t.status is TaskStatus.LEASED and t.expires > now}
         return sum(
             1
             for r in self.run_by_id.values()
@@ -151,43 +120,12 @@ class WorkflowLeaseMachine(MachineBase):
         return [
             t
             for t in self.task_by_id.values()
-            if t.status is TaskStatus.LEASED
-            and t.run.open
-            and not (t.uncertain or t.run.uncertain)
-            and t.expires is not None
-            and t.expires > now
+            if t.status is TaskStatus.LEASED and t.run.open and not (t.uncertain or t.run.uncertain) and t.expires > now
         ]
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def view(self, task: TaskM) -> WorkflowTaskView:
-        return WorkflowTaskView(
-            task.task_id,
-            task.status,
-            task.attempt,
-            task.owner,
-            task.expires,
-            task.run.status,
-            task.run.closed_reason,
-            None,
-        )
 
     def expected(self, task: TaskM, owner: str, attempt: int, at: datetime) -> set[str]:
         """The outcomes the protocol allows ('ok' or a reason), accounting for expiry near ``at``."""
-        outs = set()
-        for moment in (at - timedelta(seconds=MARGIN), at + timedelta(seconds=MARGIN)):
-            try:
-                guard_workflow_task(
-                    self.view(task), task_id=task.task_id, lease_owner=owner, attempt=attempt, now=moment
-                )
-                outs.add("ok")
-            except Rejection as rej:
-                outs.add(rej.reason)
-        return outs
-
-    def outcome(self, reply: Reply) -> str:
-        return "ok" if reply.status == 200 else (reply.reason or f"http_{reply.status}")
+        return self.workflow_outcomes(workflow_view(task, task.run), owner, attempt, at)
 
     def judge(self, task: TaskM, allowed: set[str], reply: Reply, verb: str) -> str:
         got = self.outcome(reply)
@@ -223,7 +161,7 @@ class WorkflowLeaseMachine(MachineBase):
         return got
 
     def actor(self, task: TaskM, who: str) -> tuple[str, int]:
-        owner = task.owner or self.workers[0]
+        owner = task.owner
         if who == "owner":
             return owner, task.attempt
         if who == "other":
@@ -232,31 +170,15 @@ class WorkflowLeaseMachine(MachineBase):
             return owner, task.attempt + 1
         return owner, max(1, task.attempt - 1)  # "previous_attempt"
 
-    def adopt(self, body: dict[str, Any], worker: str, received_at: datetime, reply: Reply) -> TaskM | None:
+    def adopt(self, polled: Polled, worker: str, received_at: datetime) -> TaskM | None:
         """Judge a granted lease against the model, then record it. ``received_at`` bounds the grant: a
         long poll may be granted at any moment of its hold, but never after its answer arrived."""
-        task_obj = body.get("task")
-        if not isinstance(task_obj, dict):
+        task_obj, reply = polled.task, polled.reply
+        if task_obj is None or reply is None:
             return None
+        run = self.leased_run(task_obj, worker, self.run_by_id, reply)
         task_id = str(task_obj.get("task_id"))
         attempt = task_obj.get("workflow_task_attempt")
-        run = self.run_by_id.get(str(task_obj.get("run_id")))
-        if run is None:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "leased a task of a run this queue never started",
-                expected="a run started on this example's queue",
-                received=task_obj.get("run_id"),
-                replies=[reply],
-            )
-        if task_obj.get("lease_owner") != worker:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "lease_owner is the poller",
-                expected=worker,
-                received=task_obj.get("lease_owner"),
-                replies=[reply],
-            )
         known = self.task_by_id.get(task_id)
         if not run.open and not run.uncertain:
             raise self.violation(
@@ -271,95 +193,62 @@ class WorkflowLeaseMachine(MachineBase):
                 raise self.violation(
                     "LEASE-FIRST-ATTEMPT", "first delivery is attempt 1", expected=1, received=attempt, replies=[reply]
                 )
-            known = TaskM(task_id, run)
-            self.task_by_id[task_id] = known
         elif not (known.uncertain or run.uncertain):
-            if known.status is not TaskStatus.LEASED:
-                raise self.violation(
-                    "FENCE-AFTER-COMPLETE",
-                    f"a {known.status.value} task was leased again",
-                    expected="no lease",
-                    received=task_id,
-                    replies=[reply],
-                )
-            assert known.expires is not None
-            if known.expires > received_at + timedelta(seconds=MARGIN):
-                raise self.violation(
-                    "LEASE-NOT-SHARED-WHILE-LIVE",
-                    f"task {task_id} was leased again while {known.owner}'s lease runs until "
-                    f"{known.expires.isoformat()}",
-                    expected="no lease",
-                    received=worker,
-                    replies=[reply],
-                )
-            if attempt != known.attempt + 1:
-                raise self.violation(
-                    "EXPIRY-REDELIVER-SAME-TASK",
-                    "a redelivery is the previous attempt + 1",
-                    expected=known.attempt + 1,
-                    received=attempt,
-                    replies=[reply],
-                )
+            self.judge_redelivery(known, attempt, worker, received_at, reply)
             self.reached("lease_expired_redelivered")
-            assert known.owner is not None
-            known.past_holders.append((known.owner, known.attempt))
         self.reached("lease_granted")
-        known.status = TaskStatus.LEASED
-        known.attempt = int(attempt) if isinstance(attempt, int) else known.attempt + 1
-        known.owner = worker
-        known.expires = parse_rfc3339(task_obj.get("lease_expires_at"))
+        expires = parse_rfc3339(task_obj.get("lease_expires_at"))
+        if known is None:
+            number = int(attempt) if isinstance(attempt, int) else 1
+            known = TaskM(task_id=task_id, run=run, owner=worker, attempt=number, expires=expires)
+            self.task_by_id[task_id] = known
+        else:
+            known.claim(worker, int(attempt) if isinstance(attempt, int) else known.attempt + 1, expires)
         if known.run.status is RunStatus.WAITING:
-            known.run.status = RunStatus.RUNNING
+            known.run.step(RunEvent.WAKE)  # a task was created for the waiting run
         self.touched.add(run.run_id)
         return known
 
-    def poll_once(self, worker: str, timeout: int = 1) -> tuple[Reply | None, datetime]:
-        reply = self.call(self.ctx.poll_wf(worker, self.queue, timeout))
-        if reply is None or reply.resent:
-            self.lost_poll()
-        return reply, self.now()
+    def judge_redelivery(self, known: TaskM, attempt: Any, worker: str, received_at: datetime, reply: Reply) -> None:
+        """A known task leased again: only once its lease expired, as the previous attempt + 1 (§9)."""
+        if known.status is not TaskStatus.LEASED:
+            raise self.violation(
+                "FENCE-AFTER-COMPLETE",
+                f"a {known.status.value} task was leased again",
+                expected="no lease",
+                received=known.task_id,
+                replies=[reply],
+            )
+        if known.expires > received_at + timedelta(seconds=self.MARGIN):
+            raise self.violation(
+                "LEASE-NOT-SHARED-WHILE-LIVE",
+                f"task {known.task_id} was leased again while {known.owner}'s lease runs until "
+                f"{known.expires.isoformat()}",
+                expected="no lease",
+                received=worker,
+                replies=[reply],
+            )
+        if attempt != known.attempt + 1:
+            raise self.violation(
+                "EXPIRY-REDELIVER-SAME-TASK",
+                "a redelivery is the previous attempt + 1",
+                expected=known.attempt + 1,
+                received=attempt,
+                replies=[reply],
+            )
+
+    def poll_wf(self, worker: str, timeout: int = 1) -> Polled:
+        return self.poll_once(self.ctx.poll_wf(worker, self.queue, timeout))
 
     def lost_poll(self) -> None:
         """A poll without an answer (or resent after one was lost) may have leased a ready task the model does
         not know of: the open runs without a known live lease become uncertain."""
         self.reached("response_lost")
         live = self.now() + timedelta(seconds=1)
-        held = {
-            t.run.run_id
-            for t in self.task_by_id.values()
-            if t.status is TaskStatus.LEASED and t.expires is not None and t.expires > live
-        }
+        held = {t.run.run_id for t in self.task_by_id.values() if t.status is TaskStatus.LEASED and t.expires > live}
         for run in self.run_by_id.values():
             if run.open and run.run_id not in held:
                 run.uncertain = True
-
-    def check_poll_shape(self, reply: Reply) -> dict[str, Any]:
-        body = reply.json()
-        if reply.status != 200:
-            raise self.violation(
-                "POLL-STATUS-PRESENT",
-                "a poll of a registered worker answers 200",
-                expected=200,
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
-        if "poll_status" not in body:
-            raise self.violation(
-                "POLL-STATUS-PRESENT",
-                "every poll response has poll_status",
-                expected="poll_status",
-                received=sorted(body),
-                replies=[reply],
-            )
-        if (body.get("task") is not None) != (body.get("poll_status") == "leased"):
-            raise self.violation(
-                "POLL-STATUS-TASK-IFF-LEASED",
-                "task != null iff poll_status == leased",
-                expected="consistent",
-                received=body.get("poll_status"),
-                replies=[reply],
-            )
-        return body
 
     # -- rules ---------------------------------------------------------------------------------------
 
@@ -369,19 +258,17 @@ class WorkflowLeaseMachine(MachineBase):
             self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"w{i}"))))
 
     @rule(target=runs)
-    def start(self) -> RunM:
+    def start(self) -> RunShadow:
         wid, run_id = self.run(self.ctx.start(self.queue))
-        run = RunM(wid, run_id)
+        run = RunShadow(workflow_id=wid, run_id=run_id)
         self.run_by_id[run_id] = run
         return run
 
     @precondition(lambda self: self.ready_work() > 0)
     @rule(target=tasks, worker=st.integers(0, WORKERS - 1))
     def poll(self, worker: int) -> Any:
-        reply, sent = self.poll_once(self.workers[worker])
-        if reply is None:
-            return multiple()
-        task = self.adopt(self.check_poll_shape(reply), self.workers[worker], sent, reply)
+        polled = self.poll_wf(self.workers[worker])
+        task = self.adopt(polled, self.workers[worker], polled.received)
         return multiple(task) if task is not None else multiple()
 
     @precondition(lambda self: self.ready_work() > 0)
@@ -391,34 +278,10 @@ class WorkflowLeaseMachine(MachineBase):
         ready = sum(1 for r in self.run_by_id.values() if r.open) - sum(
             1 for t in self.task_by_id.values() if t.status is TaskStatus.LEASED and t.run.open
         )
-        results = self.run(race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1)))
-        received = self.now()
-        granted: dict[str, list[Reply]] = {}
-        adopted: list[TaskM] = []
-        for i, res in enumerate(results):
-            if isinstance(res, BaseException) or res.resent:
-                self.lost_poll()
-            if isinstance(res, BaseException):
-                continue
-            body = self.check_poll_shape(res)
-            task_obj = body.get("task")
-            if isinstance(task_obj, dict):
-                key = f"{task_obj.get('task_id')}#{task_obj.get('workflow_task_attempt')}"
-                granted.setdefault(key, []).append(res)
-                if len(granted[key]) == 1:
-                    t = self.adopt(body, self.workers[i], received, res)
-                    if t is not None:
-                        adopted.append(t)
-        for key, replies in granted.items():
-            if len(replies) > 1:
-                raise self.violation(
-                    "LEASE-EXCLUSIVE",
-                    f"{len(replies)} concurrent polls were granted {key}",
-                    expected="exactly one lease",
-                    received=len(replies),
-                    replies=replies,
-                )
-        if granted and n > max(ready, 0):
+        polls = self.poll_race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1))
+        self.granted_once(polls, lambda t: f"{t.get('task_id')}#{t.get('workflow_task_attempt')}", "LEASE-EXCLUSIVE")
+        adopted = [t for i, p in polls if (t := self.adopt(p, self.workers[i], p.received)) is not None]
+        if adopted and n > max(ready, 0):
             self.reached("duplicate_claim_raced")
         return multiple(*adopted)
 
@@ -502,52 +365,24 @@ class WorkflowLeaseMachine(MachineBase):
             if invalid and got in ("invalid_commands", "validation_failed"):
                 self.reached("invalid_batch_rejected")
             return
-        task.status = TaskStatus.COMPLETED
-        if batch == "complete":
-            task.run.status, task.run.closed_reason = RunStatus.COMPLETED, "completed"
-        elif batch == "fail_workflow":
-            task.run.status, task.run.closed_reason = RunStatus.FAILED, "failed"
-        else:
-            task.run.status = RunStatus.WAITING
+        unsure = task.uncertain or task.run.uncertain
+        task.step(TaskEvent.COMPLETE, unsure=unsure)
+        task.run.step(BATCH_EVENTS[batch], unsure=unsure)
 
     @rule(task=tasks, who=st.sampled_from(["owner", "other", "next_attempt"]))
     def fail(self, task: TaskM, who: str) -> None:
         res = self._fenced_call(task, who, "fail", {"failure": {"message": "replay failed (conformance)"}})
         if res is not None and res[0] == "ok":
-            task.status = TaskStatus.FAILED
+            task.step(TaskEvent.FAIL, unsure=task.run.uncertain)
             # §8.8: the run stays open; the machine forgets it for new leases (the server MAY retry it).
             task.run.uncertain = True
 
     @rule(run=runs, kind=st.sampled_from(["cancel", "terminate"]))
-    def close_run(self, run: RunM, kind: str) -> None:
-        reply = self.call(self.ctx.client.control("POST", f"/workflows/{run.workflow_id}/{kind}", {"reason": "x"}))
-        if reply is None:
-            run.uncertain = True
-            return
-        self.touched.add(run.run_id)
-        if run.uncertain:
-            return
-        if run.open:
-            if reply.status != 200:
-                raise self.violation(
-                    "CONTROL-CANCEL-CLOSES-RUN",
-                    f"{kind} of an open run",
-                    expected=200,
-                    received=f"{reply.status} {reply.reason}",
-                    replies=[reply],
-                )
-            run.status = RunStatus.CANCELLED if kind == "cancel" else RunStatus.TERMINATED
-            run.closed_reason = run.status.value
-            if any(t.run is run and t.status is TaskStatus.LEASED for t in self.task_by_id.values()):
-                self.reached("closed_while_leased")
-        elif reply.status != 409:
-            raise self.violation(
-                "CONTROL-CANCEL-CLOSES-RUN",
-                f"{kind} of a closed run is refused",
-                expected=409,
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+    def close_run(self, run: RunShadow, kind: str) -> None:
+        was_open = run.open
+        closed = self.close_by_control(run, kind, "x") is not None and was_open
+        if closed and any(t.run is run and t.status is TaskStatus.LEASED for t in self.task_by_id.values()):
+            self.reached("closed_while_leased")
 
     def _expiry_fits(self) -> bool:
         return bool(self.live_leases()) and (
@@ -562,21 +397,19 @@ class WorkflowLeaseMachine(MachineBase):
         """The holder "crashes": another worker takes the task over once the lease expires (seed 003)."""
         if task.status is not TaskStatus.LEASED or not task.run.open or task.uncertain or task.run.uncertain:
             return multiple()
-        assert task.expires is not None
         assert self.lease_seconds is not None
         self.expiry_waits += 1
-        old_owner, old_attempt = task.owner or "", task.attempt
+        old_owner, old_attempt = task.owner, task.attempt
         taker = next(w for w in self.workers if w != old_owner)
         deadline = time.monotonic() + max(0.0, (task.expires - self.now()).total_seconds()) + self.lease_seconds + 5
         started_before_expiry = self.now() < task.expires
         while time.monotonic() < deadline:
             hold = max(1, min(10, int(deadline - time.monotonic())))
-            reply, sent = self.poll_once(taker, hold)
-            if reply is None:
+            polled = self.poll_wf(taker, hold)
+            if polled.reply is None:
                 task.uncertain = True
                 return multiple()
-            got = self.adopt(self.check_poll_shape(reply), taker, sent, reply)
-            if got is task:
+            if self.adopt(polled, taker, polled.received) is task:
                 if started_before_expiry:
                     self.reached("long_poll_woken_by_expiry")
                 return multiple(Stale(task, old_owner, old_attempt))
@@ -620,26 +453,4 @@ class WorkflowLeaseMachine(MachineBase):
     @invariant()
     def histories_are_sound(self) -> None:
         """Every touched run's history is gap-free with at most one terminal event."""
-        for run_id in sorted(self.touched):
-            run = self.run_by_id[run_id]
-            events = self.run(self.ctx.history(run.workflow_id, run.run_id))
-            problem = check_sequences([e.get("sequence") for e in events])
-            if problem:
-                raise self.violation("HISTORY-SEQUENCE-CONTIGUOUS", f"run {run_id}: {problem}")
-            terminal = [e.get("event_type") for e in events if e.get("event_type") in TERMINAL_EVENTS]
-            if len(terminal) > 1:
-                raise self.violation(
-                    "HISTORY-ONE-TERMINAL-PER-RUN",
-                    f"run {run_id} has {terminal}",
-                    expected="at most one terminal event",
-                    received=terminal,
-                )
-            if not run.uncertain and not run.open and len(terminal) != 1:
-                raise self.violation(
-                    "HISTORY-ONE-TERMINAL-PER-RUN",
-                    f"closed run {run_id} lacks its terminal event",
-                    expected="exactly one",
-                    received=terminal,
-                )
-        note(f"checked {len(self.touched)} run histories")
-        self.touched.clear()
+        self.check_touched_histories(self.run_by_id)

@@ -5,6 +5,7 @@ The tree::
     ProtocolModelError                 anything the model refuses
     ├── IllegalTransition              a (state, event) pair that is not in a lifecycle table
     ├── Rejection                      a rejected request: HTTP status, reason and body fields
+    ├── Violation                      the peer broke a rule: requirement ID, what was expected and received
     └── CodecError                     the Avro Value codec refused a frame or a value
         ├── InvalidPayloadFraming      frame too short, wrong magic, bad datum, trailing bytes, not base64
         ├── UnsupportedPayloadSchema   the fingerprint is not the pinned Value schema's
@@ -55,6 +56,21 @@ class Rejection(ProtocolModelError):
     def body(self) -> dict[str, Any]:
         """The error body without the envelope: ``reason``, ``error`` and ``message`` plus context fields."""
         return {"reason": self.reason, "error": self.message, "message": self.message, **self.fields}
+
+
+class Violation(ProtocolModelError):
+    """What a peer did breaks a rule: the requirement ID it breaks, what the rule expects, what was received.
+
+    The model's judges (the history oracle, a machine's shadow of the target) raise it; they know no exchanges,
+    so the caller attaches the evidence when it turns a violation into a verdict.
+    """
+
+    def __init__(self, requirement: str, message: str, *, expected: Any = None, received: Any = None) -> None:
+        self.requirement = requirement
+        self.message = message
+        self.expected = expected
+        self.received = received
+        super().__init__(f"{requirement}: {message}")
 
 
 class CodecError(ProtocolModelError):

@@ -33,9 +33,12 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from suite.protocol.errors import Rejection
 
 __all__ = [
+    "ACTIVITY_ATTEMPT_EVENTS",
+    "ACTIVITY_OUTCOME_EVENTS",
     "COMPRESSION_THRESHOLD",
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "RUN_TERMINAL_EVENTS",
     "SUPPORTED_ENCODINGS",
     "Cursor",
     "Encoding",
@@ -56,6 +59,25 @@ MAX_PAGE_SIZE: Final = 1000
 # §8.5: "Compression applies only when the number of events in *that response* is at or above the threshold
 # of **50**."
 COMPRESSION_THRESHOLD: Final = 50
+
+# §8.7.1 and §12.2: the events that close a run (continue_as_new closes it too, as completed/"continued"; a run
+# timeout records WorkflowTimedOut). §16.69: "more than one terminal run event per run" is a violation.
+RUN_TERMINAL_EVENTS: Final = frozenset(
+    {
+        "WorkflowCompleted",
+        "WorkflowFailed",
+        "WorkflowCancelled",
+        "WorkflowTerminated",
+        "WorkflowContinuedAsNew",
+        "WorkflowTimedOut",
+    }
+)
+# §11.3, §11.4, §11.5, §11.7: the one outcome an activity execution ends with.
+ACTIVITY_OUTCOME_EVENTS: Final = frozenset(
+    {"ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled"}
+)
+# An attempt ends with one of these; §11.6: ActivityRetryScheduled records the failure of an intermediate attempt.
+ACTIVITY_ATTEMPT_EVENTS: Final = ACTIVITY_OUTCOME_EVENTS | {"ActivityRetryScheduled"}
 
 Encoding = Literal["gzip", "deflate"]
 SUPPORTED_ENCODINGS: Final[tuple[Encoding, ...]] = ("gzip", "deflate")
