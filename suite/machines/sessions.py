@@ -4,7 +4,8 @@ two workers for one session, and lose a holder (deregistration) so another worke
 The model is :mod:`suite.protocol.sessions`: for every step it computes the answer the rules allow —
 :func:`~suite.protocol.sessions.admit`, :func:`~suite.protocol.sessions.heartbeat_decision`,
 :func:`~suite.protocol.sessions.close_decision` over a shadow :class:`SessionView` — and steps the shadow
-through the ``SESSION`` lifecycle table, before it reads what the target answered. Leases are long (an hour)
+through the ``SESSION`` lifecycle table (:func:`suite.machines.world.advance`, the one transition function
+of every shadow), before it reads what the target answered. Leases are long (an hour)
 so no session lapses on its own inside an example: expiry is the plain checks' business, and the machine
 stays deterministic under shrinking. A step whose answer never arrived leaves its session *maybe applied*:
 the machine stops judging that session.
@@ -25,6 +26,7 @@ from suite.protocol import sessions as model
 from suite.protocol.sessions import SESSION, SessionOptions, SessionStatus, SessionView, WorkerFacts
 
 from .base import MachineBase, note, race
+from .world import advance
 
 __all__ = ["SessionMachine"]
 
@@ -85,7 +87,7 @@ class SessionMachine(MachineBase):
         """The holder-loss event the target applies before answering (a deregistered holder is stale)."""
         due = model.due_event(session.view(), datetime.now(UTC), holder_stale=session.owner in self.gone)
         if due is not None:
-            session.status = SESSION.step(session.status, due[0])
+            session.status = advance(SESSION, session.status, due[0])
             self.reached("orphaned" if session.status is SessionStatus.ORPHANED else "failed")
 
     def judge(self, session: ShadowSession, reply: Reply | None, decision: model.Admission, verb: str) -> None:
@@ -138,7 +140,7 @@ class SessionMachine(MachineBase):
         if decision.event is not None:
             if session.status is SessionStatus.NONE:
                 session.allow_reacquire = allow  # the options of the creating call stay with the session
-            session.status, session.owner = SESSION.step(session.status, decision.event), worker
+            session.status, session.owner = advance(SESSION, session.status, decision.event), worker
         self.reached(str(decision.outcome))
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
@@ -171,7 +173,7 @@ class SessionMachine(MachineBase):
                 self.reached("stale_holder_fenced")
             return
         if decision.event is not None:
-            session.status = SESSION.step(session.status, decision.event)
+            session.status = advance(SESSION, session.status, decision.event)
         self.reached(str(decision.outcome))
 
     @precondition(lambda self: any(s.status is SessionStatus.NONE and not s.unsure for s in self.sessions))
@@ -204,7 +206,7 @@ class SessionMachine(MachineBase):
                 received=[f"{r.status} {r.reason or r.json().get('outcome')}" for r in replies],
                 replies=replies,
             )
-        session.status = SESSION.step(session.status, model.SessionEvent.CREATE)
+        session.status = advance(SESSION, session.status, model.SessionEvent.CREATE)
         session.owner = contenders[replies.index(won[0])]
         self.reached("refused_owned")
 
