@@ -65,6 +65,8 @@ def openapi() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the whole HTTP surface, parsed."""
     import yaml
 
-    doc = yaml.safe_load(_openapi_text())
+    # libyaml's loader reads the same document about 30 times faster than the pure-Python one.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    doc = yaml.load(_openapi_text(), Loader=loader)
     assert isinstance(doc, dict)
     return doc

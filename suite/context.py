@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
 
 from .client import Exchange, ProtocolClient, Reply
-from .outcomes import CheckFailure, NotCovered
+from .outcomes import CheckFailure, NotCovered, profile_setting
 
 __all__ = ["CheckContext", "TargetInfo"]
 
@@ -156,14 +157,19 @@ class CheckContext:
         if not condition:
             raise self.fail(message, expected=expected, received=received, replies=replies, requirement=requirement)
 
-    def needs_short(self, seconds: float | None, what: str, setting: str) -> float:
-        """Not covered when waiting ``seconds`` does not fit ``--max-wait``."""
+    def needs_short(self, seconds: float | None, what: str, setting: str | None = None) -> float:
+        """Not covered when waiting ``seconds`` does not fit ``--max-wait``. ``setting`` is the test-profile key
+        that shortens the wait on the target (``None``: the check fixes the wait, only --max-wait covers it)."""
         if seconds is None:
-            raise NotCovered(f"the target does not say how long {what} takes", setting)
+            raise NotCovered(
+                f"the target does not say how long {what} takes",
+                profile_setting(setting) if setting else None,
+            )
         if seconds > self.target.max_wait:
+            cover = f"--max-wait {math.ceil(seconds)}"
             raise NotCovered(
                 f"{what} is {seconds:g}s, longer than --max-wait={self.target.max_wait:g}s",
-                f"{setting} or a larger --max-wait",
+                f"{cover}, or a shorter {profile_setting(setting)}" if setting else cover,
             )
         return seconds
 

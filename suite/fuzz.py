@@ -1,4 +1,4 @@
-"""OpenAPI-driven fuzzing: Schemathesis generates requests from ``schemas/openapi.yaml``, the suite judges
+r"""OpenAPI-driven fuzzing: Schemathesis generates requests from ``schemas/openapi.yaml``, the suite judges
 the answers.
 
 For every operation of the document, Schemathesis' coverage phase gives deterministic cases for every
@@ -35,8 +35,9 @@ complete, repeated, must be fenced with 409 (FENCE-AFTER-COMPLETE) and change no
 
 Failures are :class:`FuzzFailure` (a :class:`~suite.outcomes.CheckFailure`) carrying the recorded exchange,
 whose ``curl`` line reproduces the case. A run never stops at the first failure: every case is judged,
-the first few failures of each requirement are kept as evidence, and the result becomes verdict records in
-the format of :func:`suite.plugin.run_check` (check name ``fuzz:<operationId>``).
+the first few failures of each requirement are kept as evidence, and the result becomes
+:class:`~suite.outcomes.Record`\ s (check name ``fuzz:<operationId>``) with its statistics as a labelled
+:class:`~suite.outcomes.FuzzStats` row.
 
 Everything here is synchronous (Schemathesis sends with ``requests``; the live worlds use ``httpx.Client``).
 The embedded server's 3-second leases are renewed between cases, never between the two snapshots of a
@@ -57,7 +58,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -72,13 +73,13 @@ from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
-from suite.protocol.requirements import REGISTRY, Level, applicable
+from suite.protocol.requirements import REGISTRY, applicable
 from suite.protocol.retries import classify
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
 from .client import CONTROL_HEADER, LOST_ANSWER, REDACTED, WORKER_HEADER, Exchange, resendable_poll
 from .context import TargetInfo
-from .outcomes import CheckFailure, HarnessError, Verdict
+from .outcomes import FUZZ_COUNTERS, CheckFailure, FuzzStats, HarnessError, Kind, Record, Verdict, broken
 
 __all__ = [
     "AVRO_VALUE_FORMAT",
@@ -221,47 +222,34 @@ class FuzzResult:
                 return self.failures[req][0]
         return next((f[0] for f in self.failures.values() if f), None)
 
-    def records(self, target: TargetInfo) -> list[dict[str, Any]]:
-        """Verdict records in the format of :func:`suite.plugin.run_check`: one passing record for every
-        requirement the run judged without a failure, and one record per failed requirement."""
-        base: dict[str, Any] = {
-            "check": f"fuzz:{self.name}",
-            "doc": self.doc,
-            "capability": None,
-            "duration_seconds": round(self.duration, 3),
-            "requests": self.stats["requests"],
-            "fuzz": {"statuses": {str(k): v for k, v in sorted(self.statuses.items())}, **dict(self.stats)},
-        }
-        records: list[dict[str, Any]] = []
+    def stats_row(self, group: str) -> FuzzStats:
+        """The labelled statistics of this run (a row of the report's fuzz table, never truncated)."""
+        statuses = {str(k): v for k, v in sorted(self.statuses.items())}
+        counters = {name: self.stats[name] for name in FUZZ_COUNTERS}
+        return FuzzStats(self.name, group, **counters, statuses=statuses, seconds=round(self.duration, 3))
+
+    def records(self, target: TargetInfo, group: str = "") -> list[Record]:
+        """One passing record for every requirement the run judged without a failure, and one record per
+        failed requirement; the first carries the run's statistics and request count."""
+        seconds = round(self.duration, 3)
+        base = Record(
+            Kind.FUZZ, f"fuzz:{self.name}", doc=self.doc, duration_seconds=seconds, fuzz=self.stats_row(group)
+        )
+        base = replace(base, requests=self.stats["requests"])
+        records: list[Record] = []
         order = [*FUZZ_REQUIREMENTS, *sorted(self.judged - set(FUZZ_REQUIREMENTS))]
         passed = [r for r in order if r in self.judged and r not in self.failures]
         passed = [r for r in passed if applicable(REGISTRY[r], target.certified_minor)]
         if self.error is not None:
+            message = f"{self.error} (after {self.summary()})"
             records.append(
-                {
-                    **base,
-                    "requirements": passed or [NO_5XX],
-                    "verdict": Verdict.ERROR.value,
-                    "message": f"{self.error} (after {self.summary()})",
-                    "failed_requirement": None,
-                    "exchanges": [],
-                }
+                replace(base, requirements=tuple(passed or [NO_5XX]), verdict=Verdict.ERROR, message=message)
             )
         elif passed:
-            records.append(
-                {
-                    **base,
-                    "requirements": passed,
-                    "verdict": Verdict.PASSED.value,
-                    "message": self.summary(),
-                    "failed_requirement": None,
-                    "exchanges": [],
-                }
-            )
+            records.append(replace(base, requirements=tuple(passed)))
         for req, kept in self.failures.items():
             if not applicable(REGISTRY[req], target.certified_minor):
                 continue
-            verdict = Verdict.FAILED if REGISTRY[req].level is Level.MUST else Verdict.NON_STRICT
             first = kept[0]
             more = self.failure_counts[req] - 1
             message = (
@@ -271,18 +259,17 @@ class FuzzResult:
                 + f"\n  ({self.summary()})"
             )
             records.append(
-                {
-                    **base,
-                    "requirements": [req],
-                    "verdict": verdict.value,
-                    "message": message,
-                    "failed_requirement": req,
-                    "exchanges": [f.exchanges[0].to_json() for f in kept],
-                }
+                replace(
+                    base,
+                    requirements=(req,),
+                    verdict=broken(req),
+                    message=message,
+                    failed_requirement=req,
+                    exchanges=tuple(f.exchanges[0].to_json() for f in kept),
+                )
             )
-        for record in records[1:]:
-            record["requests"] = 0  # the report sums requests over records: count the operation's once
-        return records
+        # The report sums requests and lists statistics over records: the operation's count once.
+        return [records[0], *(replace(r, requests=0, fuzz=None) for r in records[1:])] if records else []
 
 
 # -- the document -------------------------------------------------------------------------------------------

@@ -289,8 +289,8 @@ def _run(
             "-p",
             "no:cacheprovider",
             "-q",
-            "-k",
-            "test_conformance",
+            "-m",
+            "dw_check",
             *[a for r in requirements for a in ("--requirement", r)],
             *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
         ]

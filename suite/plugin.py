@@ -1,64 +1,109 @@
 """The pytest plugin: ``pytest --target=URL`` runs the conformance suite against a server.
 
 Registered through the ``pytest11`` entry point, so it is active wherever the package is installed.
-Without ``--target`` it only adds its options: the project's own tests and any other pytest run are
-unaffected. With ``--target`` it replaces the collected paths by the suite's own check module (so it
-runs from any directory, with no checkout), resolves the target once (starting the embedded reference
-server when asked), hands the target to xdist workers, turns each check's outcome into a verdict, and
-writes the reports.
+Without ``--target`` it only adds its options (and, when a plain ``pytest`` collects nothing, a one-line
+hint): the project's own tests and any other pytest run are unaffected. With ``--target`` it checks every
+option before the first request (:mod:`suite.settings`), replaces the collected paths by the suite's own
+items (:mod:`suite.run`: ids such as ``dw::VERSION-TRIM::version_trimmed``, the same wherever the suite is
+installed), resolves the target once (starting the embedded reference server when asked, probing the
+namespace), hands the target to xdist workers, gathers every item's records, and at the end writes the
+reports — and under ``--certify`` the verifiable bundle (:mod:`suite.certify`).
 
-Exit status: 0 when no MUST is broken (and no SHOULD under ``--strict``); 1 when one is; 10 on a
-harness error (target unreachable, network timeouts) — never a conformance failure.
+Exit status (:data:`suite.outcomes.EXIT_CODES`): 0 CONFORMANT, or INCOMPLETE without ``--certify``; 1 NOT
+CONFORMANT (a MUST broken, or a SHOULD under ``--strict``); 4 a usage error, before the first request; 10 a
+harness error (target unreachable, an item of the suite crashed, nothing ran) — never a conformance
+failure; 11 INCOMPLETE under ``--certify``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
+import shlex
 import sys
-import time
-import traceback
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from suite.protocol.requirements import REGISTRY, Level, applicable
+from suite.protocol.requirements import REGISTRY
 
-from .client import ProtocolClient
-from .context import CheckContext, TargetInfo
-from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, Unimplemented, Verdict
-from .registry import Check
+from .context import TargetInfo
+from .outcomes import (
+    EXIT_CODES,
+    EXIT_HARNESS_ERROR,
+    EXIT_INCOMPLETE_CERTIFY,
+    HarnessError,
+    Kind,
+    Record,
+    RunVerdict,
+    Verdict,
+)
+from .registry import TEST_ID_ROOT, Check, entries
+from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
+from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
 
-__all__ = ["EXIT_HARNESS_ERROR", "run_check", "run_fuzz_item", "run_machine_item"]
+__all__ = [
+    "EXIT_HARNESS_ERROR",
+    "EXIT_INCOMPLETE_CERTIFY",
+    "HINT",
+    "Recorder",
+    "list_requirements",
+    "progress_line",
+    "redacted_command",
+]
 
-EXIT_HARNESS_ERROR = 10
-RESULT_KEY = "dw_result"
-_TARGET_KEY = pytest.StashKey[TargetInfo]()
-_RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
-_EMBEDDED_KEY = pytest.StashKey[Any]()
+HINT = (
+    "dw-conformance: no --target given, so the conformance suite did not run; "
+    "pytest --target=URL (or --target=embedded) runs it, pytest --help lists its options (group conformance)"
+)
+_EXIT_HELP = (
+    "exit status: 0 CONFORMANT (or INCOMPLETE without --certify), 1 NOT CONFORMANT, 4 usage error, "
+    "10 harness error, 11 INCOMPLETE under --certify"
+)
 _PROXY_KEY = pytest.StashKey[Any]()
-_RUN_KEY = pytest.StashKey[dict[str, Any]]()
-# Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
-# at most FAULT_ATTEMPTS times in all, and after the first few only while its attempts have taken less than
-# FAULT_RERUN_SECONDS (a check of many requests rarely runs clean; a slow one must not run for ever). Then it
-# is a harness error, never the target's failure.
-FAULT_ATTEMPTS = 40
-FAULT_RERUN_SECONDS = 180.0
-_FAULT_ATTEMPTS_ALWAYS = 4
+_EMBEDDED_KEY = pytest.StashKey[Any]()
+_ANCHOR = Path(__file__).resolve()  # the path pytest is pointed at; collected as the suite's items (node "dw")
+
+
+def _limit_help(name: str, text: str) -> str:
+    limit = LIMITS[name]
+    return f"{text} ({limit.low:g}–{limit.high:g}; default {getattr(DEFAULT_BUDGET, name):g})"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("conformance", "Durable Workflow worker protocol conformance")
+    group = parser.getgroup("conformance", f"Durable Workflow worker protocol conformance ({_EXIT_HELP})")
     group.addoption(
         "--target",
         default=None,
         metavar="URL|embedded",
-        help="Run the conformance suite against this server URL, or 'embedded' to start the reference server",
+        help="Run the conformance suite against this http(s) server URL, or 'embedded' to start the reference server",
     )
+    group.addoption(
+        "--certify",
+        action="store_true",
+        default=False,
+        help="Certification run: refuses any selection, budget below the defaults and --faults before the first "
+        "request; exits 0 only when CONFORMANT (INCOMPLETE: 11); writes reports/<run-id>/manifest.json, which "
+        "python -m suite.certify verify DIR checks",
+    )
+    group.addoption(
+        "--sign-key",
+        default=None,
+        metavar="FILE",
+        help="With --certify: sign the bundle with this Ed25519 private key (PEM; python -m suite.certify keygen "
+        "writes a pair): an in-toto Statement in a DSSE envelope, manifest.intoto.json",
+    )
+    group.addoption(
+        "--list-requirements",
+        action="store_true",
+        default=False,
+        help="Print the requirement registry (ID, level, area, minor, section, sentence) and exit",
+    )
+    group.addoption("--format", default="text", metavar="text|json", help="--list-requirements: text or json")
     group.addoption(
         "--worker-token",
         default=os.environ.get("DW_WORKER_TOKEN"),
@@ -75,22 +120,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Full-access bearer token (env DW_AUTH_TOKEN), one token for both planes (PROTOCOL.md §4.1); "
         "used for both planes when no role tokens are given",
     )
-    group.addoption("--namespace", default="default", help="Namespace the checks run in (default 'default')")
+    group.addoption(
+        "--namespace", default="default", help="Namespace the checks run in, probed first (default 'default')"
+    )
     group.addoption(
         "--protocol-version",
         default="1.20",
-        help="Certify at this 1.x minor: requirements introduced later are not applicable",
+        help="Certify at this 1.x minor (1.0–1.20): requirements introduced later are not applicable",
     )
-    group.addoption("--report-dir", default="reports", help="Where reports/<run-id>/ is written (default reports)")
+    group.addoption(
+        "--report-dir", default="reports", help="Where reports/<run-id>/ is written, probed first (default reports)"
+    )
     group.addoption(
         "--max-wait",
-        type=float,
-        default=30.0,
-        help="Longest the suite may wait for a lease expiry or timer, in seconds (default 30)",
+        default=str(DEFAULT_BUDGET.max_wait),
+        metavar="SECONDS",
+        help=_limit_help("max_wait", "Longest the suite may wait for a lease expiry or timer, in seconds"),
     )
     # --strict is pytest's own flag (strict mode); with --target it also makes SHOULD violations fail the run.
-    group.addoption("--machine-examples", type=int, default=8, help="Random sequences per state machine (default 8)")
-    group.addoption("--machine-steps", type=int, default=40, help="Steps per sequence of a state machine (default 40)")
+    group.addoption(
+        "--machine-examples",
+        default=str(DEFAULT_BUDGET.machine_examples),
+        metavar="N",
+        help=_limit_help("machine_examples", "Random sequences per state machine"),
+    )
+    group.addoption(
+        "--machine-steps",
+        default=str(DEFAULT_BUDGET.machine_steps),
+        metavar="N",
+        help=_limit_help("machine_steps", "Steps per sequence of a state machine"),
+    )
     group.addoption(
         "--no-machine-shrink",
         action="store_true",
@@ -99,18 +158,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--fuzz-examples",
-        type=int,
-        default=20,
+        default=str(DEFAULT_BUDGET.fuzz_examples),
         metavar="N",
-        help="Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases "
-        "(default 20; 0 disables the fuzz items)",
+        help=_limit_help(
+            "fuzz_examples",
+            "Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases; 0 disables fuzzing",
+        ),
     )
     group.addoption(
         "--requirement",
         action="append",
         default=[],
         metavar="ID",
-        help="Run only the checks of these requirement IDs (repeatable)",
+        help="Run only the items of these requirement IDs (repeatable; the run is then INCOMPLETE)",
     )
     group.addoption(
         "--faults",
@@ -119,11 +179,52 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1, or "
         "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
     )
-    group.addoption("--fault-seed", type=int, default=None, help="Seed of the fault proxy (default: the run's seed)")
+    group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
 
 
 def _enabled(config: pytest.Config) -> bool:
     return config.getoption("--target", default=None) is not None
+
+
+# -- the registry on the command line ------------------------------------------------------------------------
+
+
+def list_requirements(fmt: str) -> str:
+    """The registry as text (one line per requirement) or JSON (a list of objects)."""
+    rows = [
+        {
+            "id": r.id,
+            "level": r.level.value,
+            "area": r.area.value,
+            "minor": r.minor,
+            "section": r.section,
+            "profile": r.profile,
+            "sentence": r.sentence,
+        }
+        for r in REGISTRY.values()
+    ]
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    width = max(len(str(r["id"])) for r in rows)
+    return "\n".join(
+        f"{r['id']!s:<{width}}  {r['level']!s:<6} {r['area']!s:<15} 1.{r['minor']!s:<3} {r['section']!s:<8} "
+        f"{r['sentence']}"
+        for r in rows
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    fmt = str(config.getoption("--format"))
+    if fmt not in ("text", "json"):
+        raise pytest.UsageError(f"--format={fmt}: must be text or json")
+    if not config.getoption("--list-requirements"):
+        return None
+    sys.stdout.write(list_requirements(fmt) + "\n")
+    return 0
+
+
+# -- configuration: check everything, then reach the target ----------------------------------------------------
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -131,99 +232,138 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
     config.addinivalue_line("markers", "conformance_slow: a check that waits for leases or timers")
-    version = str(config.getoption("--protocol-version"))
-    if not _valid_minor(version):
-        raise pytest.UsageError(f"--protocol-version={version}: use 1.0 … 1.20")
-    unknown = [r for r in config.getoption("--requirement") if r not in REGISTRY]
-    if unknown:
-        raise pytest.UsageError(f"--requirement: unknown IDs {unknown}; see suite.protocol.requirements")
-    if config.getoption("--faults") is not None:
-        from .proxy import parse_faults
-
-        try:
-            parse_faults(str(config.getoption("--faults")))
-        except ValueError as exc:
-            raise pytest.UsageError(f"--faults: {exc}") from None
-    # Collect the suite's own checks, wherever pytest was started.
-    checks = Path(__file__).parent / "checks"
-    config.args[:] = [str(checks / n) for n in ("test_conformance.py", "test_machines.py", "test_fuzz.py")]
-    config.stash[_RESULTS_KEY] = []
+    for kind in Kind:
+        config.addinivalue_line("markers", f"dw_{kind.value}: an item of the conformance suite of kind {kind.value}")
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:  # an xdist worker: the controller resolved the target already
-        config.stash[_TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
-        config.stash[_RUN_KEY] = json.loads(workerinput["dw_run"])
-        if config.getoption("--faults") is not None:
+    if workerinput is not None:  # an xdist worker: the controller checked the options and resolved the target
+        config.args[:] = [str(_ANCHOR)]
+        config.stash[SETTINGS_KEY] = RunSettings.from_json(json.loads(workerinput["dw_settings"]))
+        config.stash[TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
+        config.stash[RUN_KEY] = json.loads(workerinput["dw_run"])
+        if config.stash[SETTINGS_KEY].faults is not None:
             index = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
             try:
-                _attach_proxy(config, config.stash[_TARGET_KEY], index)
+                _attach_proxy(config, config.stash[TARGET_KEY], index)
             except HarnessError as exc:
                 pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
         return
-    config.stash[_RUN_KEY] = {
-        "run_id": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
-        "started_at": datetime.now(UTC).isoformat(),
-        "seed": int(os.environ.get("DW_CONFORMANCE_SEED", secrets.randbelow(2**32))),
+    settings = parse_settings(config)
+    _check_ids(settings.ids)
+    collect_only = bool(config.getoption("collectonly"))
+    if not collect_only:
+        probe_report_dir(Path(settings.report_dir))
+    config.args[:] = [str(_ANCHOR)]
+    config.stash[SETTINGS_KEY] = settings
+    now = datetime.now(UTC)
+    config.stash[RUN_KEY] = {
+        "run_id": now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
+        "started_at": now.isoformat(),
+        "seed": settings.seed,
+        "command": _command_line(config),
     }
-    try:
-        config.stash[_TARGET_KEY] = _resolve_target(config)
-        # Under xdist the workers run the checks, each behind its own proxy; otherwise this process does.
-        if config.getoption("--faults") is not None and getattr(config.option, "dist", "no") == "no":
-            _attach_proxy(config, config.stash[_TARGET_KEY], 0)
-    except HarnessError as exc:
-        _stop_proxy(config)
-        _stop_embedded(config)
-        # One line, a distinct exit code, no traceback: the target could not be reached at all.
-        pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
+    if not collect_only:  # listing the items needs no target
+        try:
+            config.stash[TARGET_KEY] = _resolve_target(config, settings)
+            # Under xdist the workers run the checks, each behind its own proxy; otherwise this process does.
+            if settings.faults is not None and getattr(config.option, "dist", "no") == "no":
+                _attach_proxy(config, config.stash[TARGET_KEY], 0)
+        except HarnessError as exc:
+            _stop_proxy(config)
+            _stop_embedded(config)
+            # One line, a distinct exit code, no traceback: the target could not be reached at all.
+            pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
+    config.pluginmanager.register(Recorder(config, settings, collect_only), "dw-recorder")
 
 
-def _valid_minor(version: str) -> bool:
-    major, _, minor = version.partition(".")
-    return major == "1" and minor.isdigit() and 0 <= int(minor) <= 20 and str(int(minor)) == minor
+def _check_ids(ids: tuple[str, ...]) -> None:
+    known = [e.test_id for e in entries()]
+    for wanted in ids:
+        if not any(k == wanted or k.startswith(wanted + "::") for k in known):
+            raise pytest.UsageError(
+                f"{wanted}: no item of the suite has this id or prefix "
+                "(pytest --target=... --collect-only -q lists them)"
+            )
 
 
-def _resolve_target(config: pytest.Config) -> TargetInfo:
-    from .target import EmbeddedServer, measure_clock_skew, probe_cluster_info
+_SECRET_OPTIONS = ("--worker-token", "--operator-token", "--auth-token")
 
-    target = str(config.getoption("--target"))
-    embedded = target == "embedded"
+
+def _command_line(config: pytest.Config) -> str:
+    return redacted_command([str(a) for a in config.invocation_params.args])
+
+
+def redacted_command(args: list[str]) -> str:
+    """The command as typed, with token values redacted (a report never carries a token)."""
+    out = []
+    hide = False
+    for arg in args:
+        if hide:
+            out.append("<redacted>")
+            hide = False
+        elif arg in _SECRET_OPTIONS:
+            out.append(arg)
+            hide = True
+        elif arg.startswith(tuple(o + "=" for o in _SECRET_OPTIONS)):
+            out.append(arg.split("=", 1)[0] + "=<redacted>")
+        else:
+            out.append(arg)
+    return shlex.join(["pytest", *out])
+
+
+def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
+    from .target import EmbeddedServer, measure_clock_skew, namespace_missing, probe_cluster_info
+
+    embedded = settings.target == "embedded"
+    worker_token = config.getoption("--worker-token") or None
+    operator_token = config.getoption("--operator-token") or None
+    full_token = config.getoption("--auth-token") or None
     if embedded:
         server = EmbeddedServer()
         config.stash[_EMBEDDED_KEY] = server
         url = server.start()
+        if not (worker_token or operator_token or full_token):
+            worker_token, operator_token = server.worker_token, server.operator_token
+            full_token = server.full_token
     else:
-        if not target.startswith(("http://", "https://")):
-            raise HarnessError(f"--target={target}: give an http(s) URL or 'embedded'")
-        url = target.rstrip("/")
-    worker_token = config.getoption("--worker-token") or None
-    operator_token = config.getoption("--operator-token") or None
-    full_token = config.getoption("--auth-token") or None
-    if embedded and not (worker_token or operator_token or full_token):
-        worker_token, operator_token = server.worker_token, server.operator_token
-        full_token = server.full_token
+        url = settings.target
     if full_token and not (worker_token or operator_token):
         worker_token = operator_token = full_token  # one token for both planes
     info = probe_cluster_info(url, operator_token or worker_token)
+    missing = namespace_missing(
+        url,
+        settings.namespace,
+        worker_token=worker_token,
+        operator_token=operator_token,
+        worker_version=settings.protocol_version,
+    )
+    if missing is not None:
+        _stop_embedded(config)
+        raise pytest.UsageError(
+            f"--namespace={settings.namespace}: the target has no such namespace ({missing}); "
+            "create it or pass an existing one"
+        )
     return TargetInfo(
         url=url,
         cluster_info=info,
         worker_token=worker_token,
         operator_token=operator_token,
         full_token=full_token,
-        namespace=str(config.getoption("--namespace")).lower(),
-        protocol_version=str(config.getoption("--protocol-version")),
-        max_wait=float(config.getoption("--max-wait")),
-        strict=bool(config.getoption("strict", default=False)),
+        namespace=settings.namespace,
+        protocol_version=settings.protocol_version,
+        max_wait=settings.budget.max_wait,
+        strict=settings.strict,
         embedded=embedded,
         clock_skew_seconds=measure_clock_skew(url),
     )
 
 
 def pytest_configure_node(node: Any) -> None:
-    """xdist: every worker gets the controller's target, so one embedded server serves them all."""
-    target = node.config.stash.get(_TARGET_KEY, None)
+    """xdist: every worker gets the controller's settings and target, so one embedded server serves them all."""
+    target = node.config.stash.get(TARGET_KEY, None)
     if target is not None:
         node.workerinput["dw_target"] = json.dumps(target.shareable())
-        node.workerinput["dw_run"] = json.dumps(node.config.stash[_RUN_KEY])
+        node.workerinput["dw_settings"] = json.dumps(node.config.stash[SETTINGS_KEY].to_json())
+        node.workerinput["dw_run"] = json.dumps(node.config.stash[RUN_KEY])
 
 
 def _attach_proxy(config: pytest.Config, target: TargetInfo, index: int) -> None:
@@ -232,11 +372,11 @@ def _attach_proxy(config: pytest.Config, target: TargetInfo, index: int) -> None
     from seed + index, so a run is reproducible worker by worker."""
     from .proxy import ProxyThread
 
-    seed = config.getoption("--fault-seed")
-    seed = int(seed if seed is not None else config.stash[_RUN_KEY]["seed"]) + index
+    settings = config.stash[SETTINGS_KEY]
+    seed = (settings.fault_seed if settings.fault_seed is not None else settings.seed) + index
     url = target.url
     try:
-        proxy = ProxyThread(url, str(config.getoption("--faults")), seed=seed)
+        proxy = ProxyThread(url, str(settings.faults), seed=seed)
         config.stash[_PROXY_KEY] = proxy
         target.url = proxy.start()
     except (ValueError, OSError, RuntimeError) as exc:
@@ -257,6 +397,7 @@ def _stop_embedded(config: pytest.Config) -> None:
     server = config.stash.get(_EMBEDDED_KEY, None)
     if server is not None:
         server.stop()
+        del config.stash[_EMBEDDED_KEY]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -265,271 +406,226 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _stop_embedded(config)
 
 
+# -- collection ------------------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not _enabled(parent.config) or module_path.resolve() != _ANCHOR:
+        return None
+    return SuiteCollector.from_parent(parent, path=module_path, name=TEST_ID_ROOT, nodeid=TEST_ID_ROOT)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _enabled(config):
         return
-    wanted = set(config.getoption("--requirement"))
-    if not wanted:
-        return
+    settings = config.stash[SETTINGS_KEY]
+    wanted = set(settings.requirements)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        if isinstance(params.get("check"), Check):
-            reqs = set(params["check"].requirements)
-        else:
-            reqs = set(getattr(params.get("machine"), "REQUIREMENTS", {}))
-        (keep if wanted & reqs else drop).append(item)
+        entry: Check | None = getattr(item, "entry", None)
+        chosen = entry is not None and (not wanted or bool(wanted & set(entry.requirements)))
+        if settings.ids:
+            chosen = chosen and any(item.nodeid == i or item.nodeid.startswith(i + "::") for i in settings.ids)
+        (keep if chosen else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-# -- the fixture and the runner --------------------------------------------------------------------------
+# -- the records, the progress lines, the verdict --------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def dw_target(pytestconfig: pytest.Config) -> TargetInfo:
-    target = pytestconfig.stash.get(_TARGET_KEY, None)
-    if target is None:
-        pytest.skip("the conformance suite runs only with --target=URL or --target=embedded")
-    return target
+class Recorder:
+    """The controller's view of the run: every item's records (from any worker), a progress line per area and
+    per machine, and at the end the reports, the bundle and the exit status."""
 
+    def __init__(self, config: pytest.Config, settings: RunSettings, collect_only: bool) -> None:
+        self.config = config
+        self.settings = settings
+        self.collect_only = collect_only
+        self.entries = {e.test_id: e for e in entries()}
+        self.records: list[Record] = []
+        self.ran: set[str] = set()
+        self.pending: Counter[str] | None = None
+        self.done: dict[str, list[Record]] = {}
+        self.lines: list[str] = []
+        self.results: dict[str, Any] | None = None
+        self.out_dir: Path | None = None
 
-def run_check(check: Check, target: TargetInfo, item: pytest.Item) -> None:
-    """Run one check and turn its outcome into a verdict (recorded on the item for the reports)."""
-    record: dict[str, Any] = {
-        "check": check.name,
-        "requirements": list(check.requirements),
-        "doc": check.doc,
-        "capability": check.capability,
-    }
-    relevant = [r for r in check.requirements if applicable(REGISTRY[r], target.certified_minor)]
-    if not relevant:
-        record.update(
-            verdict=Verdict.NOT_COVERED.value,
-            message=f"not applicable when certifying protocol {target.protocol_version}",
+    # progress ----------------------------------------------------------------------------------------
+
+    def _expect(self, ids: list[str]) -> None:
+        if self.pending is None and ids:
+            self.pending = Counter(self._area(i) for i in ids if i in self.entries)
+
+    def _area(self, test_id: str) -> str:
+        entry = self.entries[test_id]
+        return entry.primary.area.value if entry.kind is Kind.CHECK else f"{entry.kind.value}:{entry.name}"
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._expect([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._expect(list(ids))
+
+    def _progress(self, test_id: str, records: list[Record]) -> None:
+        if test_id not in self.entries or self.pending is None:
+            return
+        area = self._area(test_id)
+        self.done.setdefault(area, []).extend(records)
+        self.pending[area] -= 1
+        if self.pending[area] <= 0:
+            self.lines.append(f"[dw] {progress_line(area, self.done[area])}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """After pytest's own progress marks: the line of an area (or machine, fuzz group) just finished."""
+        lines, self.lines = self.lines, []
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or self.config.get_verbosity() < 0:
+            return
+        for line in lines:
+            reporter.ensure_newline()
+            # Under xdist the progress dots run on without a path, so ensure_newline() does not end their line.
+            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                reporter.write("\n")
+            reporter.write_line(line)
+
+    # records -------------------------------------------------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup":
+            self.ran.add(report.nodeid)
+        records = records_of(report) if report.when == "call" else []
+        self.records.extend(records)
+        explained = any(r.verdict in (Verdict.FAILED, Verdict.NON_STRICT, Verdict.ERROR) for r in records)
+        silent = report.when == "call" and report.passed and not records
+        if (report.failed and not (report.when == "call" and explained)) or silent:
+            self.records.append(self._suite_error(report))
+        if report.when == "teardown":
+            self._progress(report.nodeid, [r for r in self.records if r.test_id == report.nodeid])
+
+    def _suite_error(self, report: pytest.TestReport) -> Record:
+        """An item of the suite that failed outside any verdict (a crash, an exception in a hook) or ended
+        without one: a harness error on its requirements, never a pass."""
+        entry = self.entries.get(report.nodeid)
+        crash = getattr(report.longrepr, "reprcrash", None)
+        lines = [line for line in str(report.longreprtext or "").strip().splitlines() if line.strip()]
+        what = getattr(crash, "message", None) or (lines[-1] if lines else "it produced no verdict")
+        return Record(
+            kind=entry.kind if entry else Kind.CHECK,
+            check=entry.record_name if entry else report.nodeid,
+            test_id=report.nodeid,
+            requirements=entry.requirements if entry else ("ROBUST-NO-5XX",),
+            verdict=Verdict.ERROR,
+            message=f"the suite's item {report.nodeid} failed outside a requirement verdict ({report.when}): {what}",
         )
-        _record(item, record)
-        pytest.skip(record["message"])
-    advertised = check.capability is None or bool(target.server_capabilities.get(check.capability))
-    started = time.monotonic()
-    attempts = FAULT_ATTEMPTS if target.fault_ledger is not None else 1
-    unknown: list[str] = []
-    for n in range(attempts):
-        if n >= _FAULT_ATTEMPTS_ALWAYS and time.monotonic() - started > FAULT_RERUN_SECONDS:
-            break
-        ctx, outcome = _attempt(check, target)
-        if not isinstance(outcome, Indeterminate):
-            break
-        unknown.append(str(outcome))  # a fresh world (new queues and ids) for the next attempt
-    if unknown:
-        record["fault_reruns"] = len(unknown) - (1 if isinstance(outcome, Indeterminate) else 0)
-        record["indeterminate"] = unknown[:5]
-        if isinstance(outcome, Indeterminate):
-            outcome = Indeterminate(f"{len(unknown)} attempts in a row met a fault; the last: {unknown[-1]}")
-    record["duration_seconds"] = round(time.monotonic() - started, 3)
-    record["requests"] = len(ctx.exchanges)
-    schema_problems = [(e, err) for e in ctx.exchanges for err in e.schema_errors]
-    if outcome is None and schema_problems:
-        ex, err = schema_problems[0]
-        outcome = CheckFailure(
-            f"response does not match its schema: {err}",
-            expected="a schema-valid response",
-            received=ex.summary(),
-            exchanges=[ex],
-            requirement="SCHEMA-RESPONSES",
-        )
-    if isinstance(outcome, KeyboardInterrupt):
-        raise outcome
-    verdict, message, exchanges, failed_req = _judge(check, outcome, advertised, target)
-    record.update(
-        verdict=verdict.value,
-        message=message,
-        failed_requirement=failed_req,
-        exchanges=[e.to_json() for e in exchanges],
-    )
-    _record(item, record)
-    if verdict is Verdict.FAILED or (verdict is Verdict.NON_STRICT and target.strict):
-        pytest.fail(f"[{failed_req}] {message}", pytrace=False)
-    if verdict is Verdict.ERROR:
-        pytest.fail(f"harness error (not a conformance failure): {message}", pytrace=False)
-    if verdict in (Verdict.NOT_COVERED, Verdict.UNIMPLEMENTED):
-        pytest.skip(f"{verdict.value}: {message}")
 
+    # the end -------------------------------------------------------------------------------------------
 
-def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
-    """One run of a check in its own world; its outcome (``None``: it passed)."""
-    client = ProtocolClient(
-        target.url,
-        worker_token=target.worker_token,
-        operator_token=target.operator_token,
-        namespace=target.namespace,
-        worker_version=target.protocol_version,
-        validator=_validator(),
-        faults=target.fault_ledger,
-    )
-    ctx = CheckContext(target=target, client=client, check_name=check.name)
-
-    async def go() -> None:
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            session.exitstatus = EXIT_HARNESS_ERROR
+            return
+        target = self.config.stash.get(TARGET_KEY, None)
+        if target is None:
+            return
         try:
-            await check.fn(ctx)
-        finally:
-            await client.aclose()
+            self._finish(session, target)
+        except Exception as exc:  # the plugin itself broke: never a pass, never the target's failure
+            sys.stderr.write(f"harness error: the suite could not finish the run: {type(exc).__name__}: {exc}\n")
+            session.exitstatus = EXIT_HARNESS_ERROR
 
-    try:
-        asyncio.run(go())
-    except BaseException as exc:
-        return ctx, exc
-    return ctx, None
+    def _finish(self, session: pytest.Session, target: TargetInfo) -> None:
+        from .reports import write_reports
+        from .results import Completeness, build_results
 
-
-def run_machine_item(machine: Any, target: TargetInfo, item: pytest.Item) -> None:
-    """Run one state machine with the session's budget and seed; one verdict record per requirement."""
-    from .machines.runner import MachineBudget, run_machine
-
-    config = item.config
-    run = config.stash[_RUN_KEY]
-    budget = MachineBudget(
-        examples=int(config.getoption("--machine-examples")),
-        steps=int(config.getoption("--machine-steps")),
-        shrink=not config.getoption("--no-machine-shrink"),
-        seed=int(run["seed"]),
-    )
-    replay_dir = Path(str(config.getoption("--report-dir"))) / run["run_id"] / "replay"
-    result = run_machine(machine, target, budget, replay_dir)
-    for record in result.records:
-        _record(item, record)
-    verdicts = {Verdict(r["verdict"]) for r in result.records}
-    if Verdict.FAILED in verdicts or (Verdict.NON_STRICT in verdicts and target.strict):
-        where = f"\nreplay bundle: {result.bundle}" if result.bundle else ""
-        pytest.fail(f"[machine {machine.name}] {result.message}{where}\nseed: {budget.seed}", pytrace=False)
-    if Verdict.ERROR in verdicts:
-        pytest.fail(
-            f"harness error in machine {machine.name} (not a conformance failure): {result.message}", pytrace=False
+        run = self.config.stash[RUN_KEY].copy()
+        run["finished_at"] = datetime.now(UTC).isoformat()
+        completeness = Completeness(
+            narrowed_by=tuple(self.settings.narrowing()),
+            reduced=tuple(self.settings.reductions()),
+            not_run=tuple(i for i in self.entries if i not in self.ran),
+            items=len(self.entries),
         )
+        self.results = build_results(
+            target, self.records, run, options=_options(self.config), completeness=completeness
+        )
+        self.out_dir = write_reports(self.results, Path(self.settings.report_dir) / run["run_id"])
+        if self.settings.certify:
+            from .certify import write_manifest
 
+            write_manifest(self.out_dir, self.results, self.settings, target, sign_key=self.settings.sign_key)
+        verdict = RunVerdict(self.results["summary"]["verdict"])
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            return
+        code = EXIT_CODES[verdict]
+        if self.settings.certify and verdict is RunVerdict.INCOMPLETE:
+            code = EXIT_INCOMPLETE_CERTIFY
+        session.exitstatus = code
 
-def run_fuzz_item(check: Check, target: TargetInfo, item: pytest.Item) -> None:
-    """Fuzz one group of operations with the session's budget and seed; one verdict record per judged
-    requirement and operation."""
-    from .fuzz import FuzzBudget, fuzz_group
-
-    config = item.config
-    examples = int(config.getoption("--fuzz-examples"))
-    if examples <= 0:
-        pytest.skip("fuzzing disabled (--fuzz-examples 0)")
-    budget = FuzzBudget(examples=examples, seed=int(config.stash[_RUN_KEY]["seed"]))
-    failed: list[str] = []
-    errors: list[str] = []
-    for result in fuzz_group(target, check.name.removeprefix("fuzz:"), budget):
-        for record in result.records(target):
-            _record(item, record)
-            verdict = Verdict(record["verdict"])
-            if verdict is Verdict.FAILED or (verdict is Verdict.NON_STRICT and target.strict):
-                failed.append(f"[{record['failed_requirement']}] fuzz:{result.name}: {record['message']}")
-            elif verdict is Verdict.ERROR:
-                errors.append(f"fuzz:{result.name}: {record['message']}")
-    if failed:
-        pytest.fail("\n\n".join(failed) + f"\nseed: {budget.seed}", pytrace=False)
-    if errors:
-        pytest.fail("harness error (not a conformance failure):\n" + "\n".join(errors), pytrace=False)
-
-
-def _judge(
-    check: Check, outcome: BaseException | None, advertised: bool, target: TargetInfo
-) -> tuple[Verdict, str, list[Any], str | None]:
-    if outcome is None:
-        if not advertised:
-            return Verdict.INFORMATIONAL, f"works, but {check.capability!r} is not advertised", [], None
-        return Verdict.PASSED, "", [], None
-    if isinstance(outcome, CheckFailure):
-        req_id = outcome.requirement if outcome.requirement in REGISTRY else check.requirements[0]
-        assert req_id is not None
-        if not advertised:
-            return (
-                Verdict.UNIMPLEMENTED,
-                f"{check.capability!r} not advertised; {outcome}",
-                outcome.exchanges,
-                req_id,
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.collect_only:
+            terminalreporter.write_line(
+                f"{RunVerdict.HARNESS_ERROR.value}: no verdict — --collect-only lists the items of the suite and "
+                f"runs none (exit status {EXIT_HARNESS_ERROR})"
             )
-        level = REGISTRY[req_id].level if req_id in REGISTRY else Level.MUST
-        verdict = Verdict.FAILED if level is Level.MUST else Verdict.NON_STRICT
-        return verdict, str(outcome), outcome.exchanges, req_id
-    if isinstance(outcome, NotCovered):
-        return Verdict.NOT_COVERED, str(outcome), [], None
-    if isinstance(outcome, Unimplemented):
-        return Verdict.UNIMPLEMENTED, str(outcome), [], None
-    if isinstance(outcome, HarnessError):
-        return Verdict.ERROR, str(outcome), [], None
-    tb = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
-    return Verdict.ERROR, f"the check raised {tb}", [], None
+            return
+        if self.results is None:
+            return
+        from .reports import terminal_lines
+
+        for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None):
+            terminalreporter.write_line(line)
 
 
-def _record(item: pytest.Item, record: dict[str, Any]) -> None:
-    item.user_properties.append((RESULT_KEY, json.dumps(record, default=str)))
-
-
-_VALIDATOR: Any = None
-
-
-def _validator() -> Any:
-    global _VALIDATOR
-    if _VALIDATOR is None:
-        from .schema_check import ResponseValidator
-
-        _VALIDATOR = ResponseValidator()
-    return _VALIDATOR
-
-
-# -- collecting verdicts and reporting -------------------------------------------------------------------
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call" and not (report.when == "setup" and report.skipped):
-        return
-    for key, value in report.user_properties:
-        if key == RESULT_KEY:
-            _SESSION_RESULTS.append(json.loads(str(value)))
-
-
-_SESSION_RESULTS: list[dict[str, Any]] = []
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    if not _enabled(config) or hasattr(config, "workerinput"):
-        return
-    target = config.stash.get(_TARGET_KEY, None)
-    if target is None:
-        return
-    from .reports import build_results, write_reports
-
-    run = config.stash[_RUN_KEY]
-    results = build_results(target, _SESSION_RESULTS, run, options=_options(config))
-    out_dir = write_reports(results, Path(str(config.getoption("--report-dir"))) / run["run_id"])
-    config.stash[_RUN_KEY]["report_dir"] = str(out_dir)
-    config.stash[_RUN_KEY]["results"] = results
-    summary = results["summary"]
-    if summary["harness_errors"]:
-        session.exitstatus = EXIT_HARNESS_ERROR
-    elif summary["failed"] or (target.strict and summary["non_strict"]):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    else:
-        session.exitstatus = pytest.ExitCode.OK
+def progress_line(area: str, records: list[Record]) -> str:
+    """One line when an area's checks, a machine or a fuzz group are done: what it judged, and how."""
+    verdicts = Counter(r.verdict.value for r in records)
+    judged = ", ".join(f"{n} {v}" for v, n in verdicts.most_common()) or "no verdict"
+    seconds = sum(r.duration_seconds for r in records)
+    kind, _, name = area.partition(":")
+    if kind == Kind.MACHINE.value:
+        seconds = max((r.duration_seconds for r in records), default=0.0)  # every record carries the whole run
+        ledger = next((r.ledger for r in records if r.ledger is not None), {}) or {}
+        budget = next((r.budget for r in records if r.budget), {}) or {}
+        return (
+            f"machine {name}: {judged} — {budget.get('examples', '?')} examples × {budget.get('steps', '?')} steps, "
+            f"{sum(1 for v in ledger.values() if v)} hard states reached, {seconds:.1f} s"
+        )
+    if kind == Kind.FUZZ.value:
+        cases = sum(r.fuzz.cases for r in records if r.fuzz)
+        seconds = sum(r.fuzz.seconds for r in records if r.fuzz)
+        ops = sum(1 for r in records if r.fuzz)
+        requests = sum(r.requests for r in records)
+        return f"fuzz {name}: {judged} — {ops} operations, {cases} cases, {requests} requests, {seconds:.1f} s"
+    checks = len({r.check for r in records})
+    return f"{area}: {checks} checks done — {judged} ({sum(r.requests for r in records)} requests, {seconds:.1f} s)"
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:
+    settings = config.stash[SETTINGS_KEY]
     return {
-        "target": config.getoption("--target"),
-        "namespace": config.getoption("--namespace"),
-        "protocol_version": config.getoption("--protocol-version"),
-        "max_wait": config.getoption("--max-wait"),
-        "strict": bool(config.getoption("strict", default=False)),
-        "requirement": list(config.getoption("--requirement")),
-        "faults": config.getoption("--faults"),
-        "fault_seed": config.getoption("--fault-seed"),
+        "target": settings.target,
+        "namespace": settings.namespace,
+        "protocol_version": settings.protocol_version,
+        "max_wait": settings.budget.max_wait,
+        "machine_examples": settings.budget.machine_examples,
+        "machine_steps": settings.budget.machine_steps,
+        "machine_shrink": settings.shrink,
+        "fuzz_examples": settings.budget.fuzz_examples,
+        "strict": settings.strict,
+        "certify": settings.certify,
+        "signed": settings.sign_key is not None,
+        "requirement": list(settings.requirements),
+        "ids": list(settings.ids),
+        "narrowed_by": settings.narrowing(),
+        "faults": settings.faults,
+        "fault_seed": settings.fault_seed,
         "workers": getattr(config.option, "numprocesses", None),
         "worker_token": "<set>" if config.getoption("--worker-token") else None,
         "operator_token": "<set>" if config.getoption("--operator-token") else None,
@@ -538,12 +634,6 @@ def _options(config: pytest.Config) -> dict[str, Any]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not _enabled(config) or hasattr(config, "workerinput"):
-        return
-    run = config.stash.get(_RUN_KEY, None)
-    if not run or "results" not in run:
-        return
-    from .reports import terminal_lines
-
-    for line in terminal_lines(run["results"], run["report_dir"]):
-        terminalreporter.write_line(line)
+    """Without --target: a plain ``pytest`` that collected nothing says how to run the suite."""
+    if not _enabled(config) and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        terminalreporter.write_line(HINT)

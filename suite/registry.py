@@ -1,38 +1,67 @@
-"""The check registry: a check is a plain ``async`` function registered with :func:`check`.
+"""The registry of everything a run executes: plain checks, state machines and fuzz groups, each an entry
+that knows its kind.
 
-The function name is the check's stable ID (used on the command line, in reports and in the
-known-deviation list); the decorator names the requirement IDs it enforces and the guards that decide
-whether it can run against a target (an optional capability, the need for short leases, auth).
+A check is a plain ``async`` function registered with :func:`check`; the function name is its stable ID
+(used on the command line, in reports and in the known-deviation list); the decorator names the
+requirement IDs it enforces and the guards that decide whether it can run against a target. The state
+machines (``suite.machines.MACHINES``) and the fuzz groups (``suite.fuzz``) join the registry as entries of
+their own kind. Every entry has one pytest item with a stable, re-runnable id (:attr:`Check.test_id`), and
+every entry, whatever its kind, produces :class:`~suite.outcomes.Record`\\ s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from suite.protocol.requirements import REGISTRY, Requirement
+
+from .outcomes import Kind
 
 if TYPE_CHECKING:
     from .context import CheckContext
 
-__all__ = ["CHECKS", "Check", "all_checks", "check", "checks_for"]
+__all__ = ["CHECKS", "TEST_ID_ROOT", "Check", "all_checks", "check", "checks_for", "entries"]
 
 CheckFn = Callable[["CheckContext"], Awaitable[None]]
+
+# Every item id starts here: dw::<REQUIREMENT>::<check>, dw::machine::<machine>, dw::fuzz::<group>. The ids
+# do not depend on where the suite is installed, so one item can be re-run by name from anywhere.
+TEST_ID_ROOT = "dw"
 
 
 @dataclass(frozen=True)
 class Check:
+    """One entry of the registry. ``fn`` is the check function (checks only); ``subject`` what a machine or
+    fuzz entry runs (the machine class, the fuzz group's name)."""
+
     name: str
-    fn: CheckFn
+    fn: CheckFn | None
     requirements: tuple[str, ...]
     capability: str | None
     slow: bool
     doc: str
+    kind: Kind = Kind.CHECK
+    subject: Any = None
 
     @property
     def primary(self) -> Requirement:
         return REGISTRY[self.requirements[0]]
+
+    @property
+    def group(self) -> str:
+        """The middle part of the item id: the primary requirement of a check, else the kind."""
+        return self.requirements[0] if self.kind is Kind.CHECK else self.kind.value
+
+    @property
+    def test_id(self) -> str:
+        return f"{TEST_ID_ROOT}::{self.group}::{self.name}"
+
+    @property
+    def record_name(self) -> str:
+        """The ``check`` field of this entry's records (a fuzz group's records name their operation)."""
+        return self.name if self.kind is Kind.CHECK else f"{self.kind.value}:{self.name}"
 
 
 CHECKS: dict[str, Check] = {}
@@ -68,3 +97,32 @@ def all_checks() -> list[Check]:
 def checks_for(requirement_ids: Iterable[str]) -> list[Check]:
     wanted = set(requirement_ids)
     return [c for c in all_checks() if wanted & set(c.requirements)]
+
+
+def _machines() -> list[Check]:
+    from .machines import MACHINES
+
+    out = []
+    for cls in MACHINES:
+        doc = next((k.__doc__ for k in cls.__mro__ if k.__doc__), cls.name) or cls.name
+        requirements = tuple(getattr(cls, "REQUIREMENTS", {}))
+        out.append(Check(cls.name, None, requirements, None, True, doc.strip().splitlines()[0], Kind.MACHINE, cls))
+    return out
+
+
+def _fuzz_groups() -> list[Check]:
+    from .fuzz import all_groups, group_members, group_requirements
+
+    out = []
+    for group in all_groups():
+        doc = (
+            f"Schemathesis cases for {', '.join(group_members(group))}: no 5xx, documented statuses and schemas, "
+            "error envelopes, rejected calls change nothing."
+        )
+        out.append(Check(group, None, group_requirements(group), None, False, doc, Kind.FUZZ, group))
+    return out
+
+
+def entries() -> list[Check]:
+    """Every entry of a run in the order they run: the checks by area, then the machines, then fuzzing."""
+    return [*all_checks(), *_machines(), *_fuzz_groups()]

@@ -1,9 +1,9 @@
-"""Reports: one results document, written out by one writer per format.
+"""Reports: the results document (:mod:`suite.results`), written out by one writer per format.
 
-``build_results`` turns the per-check records into per-requirement verdicts (the document validated by
-``schemas/json/report.schema.json``); ``write_reports`` writes ``results.json``, ``junit.xml`` and
-``report.html`` into ``reports/<run-id>/``. Tokens never reach a report: the client redacts them in
-every exchange and the options record only whether a token was set.
+``write_reports`` writes ``results.json``, ``junit.xml`` and ``report.html`` into ``reports/<run-id>/``;
+``terminal_lines`` is the end-of-run summary. Tokens never reach a report: the client redacts them in every
+exchange, the command line is recorded with token values redacted, and the options record only whether a
+token was set.
 
 The mutant kill matrix (``python -m suite.mutants``) is rendered here too: ``mutants.html`` on its own, and
 as a section of every ``report.html`` written beside a ``mutants.json`` (``reports/mutants.json`` for
@@ -15,19 +15,17 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-import suite
-from suite.protocol.requirements import REGISTRY, applicable
-
-from .context import TargetInfo
-from .outcomes import Verdict, worst
+from .outcomes import RunVerdict
+from .results import REPORT_SCHEMA, headline
 
 __all__ = [
-    "build_results",
+    "REPORT_SCHEMA",
+    "VERDICT_LEGEND",
     "render_html",
     "render_junit",
     "render_mutants_page",
@@ -36,119 +34,28 @@ __all__ = [
     "write_reports",
 ]
 
-REPORT_SCHEMA = "durable-workflow.conformance-report.v1"
+REPORT_FILES = ("results.json", "junit.xml", "report.html")
 
-
-def build_results(
-    target: TargetInfo, records: list[dict[str, Any]], run: dict[str, Any], *, options: dict[str, Any]
-) -> dict[str, Any]:
-    by_req: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for rec in records:
-        for req_id in rec["requirements"]:
-            by_req[req_id].append(rec)
-        failed_req = rec.get("failed_requirement")
-        if failed_req and failed_req not in rec["requirements"]:
-            by_req[failed_req].append(rec)
-    requirements = []
-    for req in REGISTRY.values():
-        if not applicable(req, target.certified_minor):
-            verdict, reason, evidence = (
-                Verdict.NOT_COVERED,
-                f"not applicable at protocol {target.protocol_version}",
-                [],
-            )
-        else:
-            recs = by_req.get(req.id, [])
-            verdicts = []
-            for rec in recs:
-                v = Verdict(rec["verdict"])
-                # A check that failed on another of its requirements says nothing about this one.
-                if v in (Verdict.FAILED, Verdict.NON_STRICT) and rec.get("failed_requirement") != req.id:
-                    v = Verdict.NOT_COVERED
-                verdicts.append(v)
-            verdict = worst(verdicts) if verdicts else Verdict.NOT_COVERED
-            evidence = [r for r, v in zip(recs, verdicts, strict=True) if v is verdict]
-            reason = "; ".join(sorted({r.get("message") or "" for r in evidence} - {""}))[:2000]
-            if not recs:
-                reason = "no check of this requirement ran in this session"
-        requirements.append(
-            {
-                "id": req.id,
-                "level": req.level.value,
-                "area": req.area.value,
-                "minor": req.minor,
-                "invariant": req.invariant,
-                "source": req.source,
-                "sentence": req.sentence,
-                "verdict": verdict.value,
-                "reason": reason,
-                "checks": [r["check"] for r in by_req.get(req.id, [])],
-                "exchanges": [e for r in evidence for e in r.get("exchanges", [])][:6],
-            }
-        )
-    counts = Counter(r["verdict"] for r in requirements)
-    summary = {
-        "requirements": len(requirements),
-        "passed": counts.get(Verdict.PASSED.value, 0),
-        "failed": counts.get(Verdict.FAILED.value, 0),
-        "non_strict": counts.get(Verdict.NON_STRICT.value, 0),
-        "unimplemented": counts.get(Verdict.UNIMPLEMENTED.value, 0),
-        "not_covered": counts.get(Verdict.NOT_COVERED.value, 0),
-        "informational": counts.get(Verdict.INFORMATIONAL.value, 0),
-        "harness_errors": counts.get(Verdict.ERROR.value, 0),
-        "checks_run": len(records),
-        "requests": sum(int(r.get("requests") or 0) for r in records),
-    }
-    summary["conformant"] = (
-        summary["failed"] == 0 and summary["harness_errors"] == 0 and (not target.strict or summary["non_strict"] == 0)
-    )
-    return {
-        "schema": REPORT_SCHEMA,
-        "run_id": run["run_id"],
-        "started_at": run["started_at"],
-        "finished_at": datetime.now(UTC).isoformat(),
-        "suite_version": suite.__version__,
-        "seed": run["seed"],
-        "target": {
-            "url": target.url,
-            "embedded": target.embedded,
-            "advertised_version": target.advertised_version,
-            "certified_version": target.protocol_version,
-            "capabilities": target.server_capabilities,
-            "clock_skew_seconds": target.clock_skew_seconds,
-        },
-        "options": options,
-        "summary": summary,
-        "requirements": requirements,
-        "checks": [{k: v for k, v in r.items() if k != "exchanges"} for r in records],
-        "coverage_ledger": _ledgers(records),
-    }
-
-
-def _ledgers(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """How often each state machine reached each hard state (one ledger per machine)."""
-    out: dict[str, dict[str, int]] = {}
-    for rec in records:
-        ledger = rec.get("ledger")
-        if isinstance(ledger, dict) and str(rec.get("check", "")).startswith("machine:"):
-            out[rec["check"].removeprefix("machine:")] = {str(k): int(v) for k, v in sorted(ledger.items())}
-    return out
-
-
-def _ledger_section(ledgers: dict[str, dict[str, int]]) -> str:
-    if not ledgers:
-        return ""
-    e = html.escape
-    rows = "".join(
-        f"<tr><td>{e(machine)}</td><td><code>{e(state)}</code></td><td>{count}</td></tr>"
-        for machine, ledger in sorted(ledgers.items())
-        for state, count in ledger.items()
-    )
-    return (
-        "<h2>State-machine coverage ledger</h2><p>How often each hard state was reached; a requirement whose "
-        "state was never reached is not covered, never passed.</p><table><thead><tr><th>Machine</th><th>State"
-        f"</th><th>Reached</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+RUN_LEGEND: dict[str, str] = {
+    RunVerdict.CONFORMANT.value: "every applicable requirement was checked at the default budgets, no MUST "
+    "failed, none is not covered, no harness error, nothing narrowed the run",
+    RunVerdict.NOT_CONFORMANT.value: "a MUST is broken (or a SHOULD, under --strict); exit status 1",
+    RunVerdict.INCOMPLETE.value: "nothing that ran failed, but the run did not check everything (a selection, a "
+    "budget below its default, requirements not covered); exit status 0, or 11 under --certify",
+    RunVerdict.HARNESS_ERROR.value: "the suite or the network broke, or nothing ran: no verdict on the target; "
+    "exit status 10",
+}
+VERDICT_LEGEND: dict[str, str] = {
+    "passed": "every check of the requirement passed",
+    "failed": "a MUST is broken",
+    "non-strict": "a SHOULD is broken (fails the run only under --strict)",
+    "unimplemented": "an optional capability the target does not advertise",
+    "informational": "works, but the capability is not advertised",
+    "not-covered": "could not be checked here; the Not covered section names the setting that covers it",
+    "not run": "no item of the requirement ran (shown for a not-covered requirement outside the selection)",
+    "not-applicable": "introduced after the protocol minor being certified",
+    "error": "the harness or the network broke — never the target's failure",
+}
 
 
 def write_reports(results: dict[str, Any], out_dir: Path) -> Path:
@@ -170,57 +77,80 @@ def _mutants_beside(out_dir: Path) -> dict[str, Any] | None:
 
 
 def quote_line(results: dict[str, Any]) -> str:
-    s = results["summary"]
-    t = results["target"]
-    verdict = "CONFORMANT" if s["conformant"] else "NOT CONFORMANT"
-    return (
-        f"{verdict}: {t['url']} — worker protocol {t['certified_version']}: {s['passed']}/{s['requirements']} "
-        f"requirements passed, {s['failed']} failed, {s['non_strict']} SHOULD not met, "
-        f"{s['not_covered']} not covered, {s['unimplemented']} unimplemented "
-        f"(suite {results['suite_version']}, run {results['run_id']})"
-    )
+    """The headline (kept in the document; recomputed for documents written before it was)."""
+    return str(results["summary"].get("headline") or headline(results))
 
 
-def terminal_lines(results: dict[str, Any], report_dir: str) -> list[str]:
+_TERMINAL_ORDER = ("passed", "failed", "non-strict", "not-covered", "unimplemented", "informational", "error")
+
+
+def terminal_lines(results: dict[str, Any], report_dir: str | None) -> list[str]:
     lines = ["", "=" * 30 + " Durable Workflow conformance " + "=" * 30]
     areas: dict[str, Counter[str]] = defaultdict(Counter)
     for req in results["requirements"]:
         areas[req["area"]][req["verdict"]] += 1
     for area in sorted(areas):
         c = areas[area]
-        parts = [
-            f"{c[v]} {v}"
-            for v in (
-                "passed",
-                "failed",
-                "non-strict",
-                "not-covered",
-                "unimplemented",
-                "informational",
-                "error",
-            )
-            if c[v]
-        ]
-        lines.append(f"  {area:<16} " + ", ".join(parts))
+        lines.append(f"  {area:<16} " + ", ".join(f"{c[v]} {v}" for v in _TERMINAL_ORDER if c[v]))
     for req in results["requirements"]:
-        if req["verdict"] in ("failed", "error") or (req["verdict"] == "non-strict"):
+        if req["verdict"] in ("failed", "error", "non-strict"):
             lines.append(f"  {req['verdict'].upper():<10} {req['id']} ({req['level']}): {req['reason'][:200]}")
+    for req in results["requirements"]:
+        if req["verdict"] == "not-covered" and req["ran"]:
+            cover = f" — to cover it: {req['setting']}" if req["setting"] else ""
+            lines.append(f"  NOT COVERED {req['id']} ({req['level']}): {req['reason'][:160]}{cover}")
     skew = results["target"].get("clock_skew_seconds")
     if skew is not None and abs(skew) >= 2:
         lines.append(
             f"  clock skew: the target's clock is {skew:+.1f} s from this machine's (reported, not judged: "
             "timing checks use the server's own timestamps)"
         )
-    lines.append(f"  reports: {report_dir}/report.html, results.json, junit.xml")
+    if report_dir is not None:
+        lines.append(f"  reports: {report_dir}/report.html, results.json, junit.xml")
     lines.append(quote_line(results))
     return lines
 
 
+def _junit_time(value: str) -> str:
+    """JUnit's timestamp: ISO 8601 in UTC without an offset (``2026-01-01T00:00:00``)."""
+    return datetime.fromisoformat(value).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def _seconds(results: dict[str, Any]) -> float:
+    started = datetime.fromisoformat(results["started_at"])
+    return max(0.0, (datetime.fromisoformat(results["finished_at"]) - started).total_seconds())
+
+
 def render_junit(results: dict[str, Any]) -> str:
-    suite_el = ET.Element("testsuite", name="durable-workflow-conformance", tests=str(len(results["requirements"])))
+    """One test case per requirement (its verdict), timed by the checks that judged it."""
+    durations: dict[str, float] = defaultdict(float)
+    for rec in results["checks"]:
+        for req_id in rec["requirements"]:
+            durations[req_id] += float(rec.get("duration_seconds") or 0.0)
+    suite_el = ET.Element(
+        "testsuite",
+        name="durable-workflow-conformance",
+        tests=str(len(results["requirements"])),
+        timestamp=_junit_time(results["started_at"]),
+        time=f"{_seconds(results):.3f}",
+    )
+    props = ET.SubElement(suite_el, "properties")
+    for name, value in (
+        ("verdict", results["summary"]["verdict"]),
+        ("run_id", results["run_id"]),
+        ("target", results["target"]["description"]),
+        ("suite_version", results["suite_version"]),
+    ):
+        ET.SubElement(props, "property", name=name, value=str(value))
     failures = errors = skipped = 0
     for req in results["requirements"]:
-        case = ET.SubElement(suite_el, "testcase", classname=f"conformance.{req['area']}", name=req["id"])
+        case = ET.SubElement(
+            suite_el,
+            "testcase",
+            classname=f"conformance.{req['area']}",
+            name=req["id"],
+            time=f"{durations.get(req['id'], 0.0):.3f}",
+        )
         verdict = req["verdict"]
         if verdict == "failed":
             failures += 1
@@ -228,7 +158,7 @@ def render_junit(results: dict[str, Any]) -> str:
         elif verdict == "error":
             errors += 1
             ET.SubElement(case, "error", message=req["reason"][:500])
-        elif verdict in ("not-covered", "unimplemented", "non-strict"):
+        elif verdict in ("not-covered", "unimplemented", "non-strict", "not-applicable"):
             skipped += 1
             ET.SubElement(case, "skipped", message=f"{verdict}: {req['reason'][:500]}")
     suite_el.set("failures", str(failures))
@@ -242,9 +172,16 @@ _COLORS = {
     "failed": "#cf222e",
     "non-strict": "#bf8700",
     "not-covered": "#6e7781",
+    "not-applicable": "#6e7781",
     "unimplemented": "#8250df",
     "informational": "#0969da",
     "error": "#953800",
+}
+_BADGE_COLORS = {
+    RunVerdict.CONFORMANT.value: "#1a7f37",
+    RunVerdict.NOT_CONFORMANT.value: "#cf222e",
+    RunVerdict.INCOMPLETE.value: "#9a6700",
+    RunVerdict.HARNESS_ERROR.value: "#953800",
 }
 
 
@@ -266,22 +203,54 @@ def _faults_line(results: dict[str, Any]) -> str:
     )
 
 
-def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = None) -> str:
-    """One self-contained page: badge, summary, a table by area, and every failure with its evidence; with
-    ``mutants`` (a ``mutants.json`` document), a "Mutant kill matrix" section at the end."""
+def _utc(value: str) -> str:
+    return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _run_section(results: dict[str, Any]) -> str:
     e = html.escape
+    t = results["target"]
+    server = t.get("server") or {}
+    named = f"{server.get('name') or 'no name given'}, version {server.get('version') or 'not given'}"
+    rows = [
+        ("Date", f"{_utc(results['started_at'])} to {_utc(results['finished_at'])} ({_seconds(results):.0f} s)"),
+        ("Target", t["description"]),
+        ("Server (from discovery)", named + (f", id {server['id']}" if server.get("id") else "")),
+        ("Protocol", f"advertises {t['advertised_version']}; certified at {t['certified_version']}"),
+        ("Suite", f"{results['suite_version']}, run {results['run_id']}, seed {results['seed']}"),
+        ("Command line", results.get("command") or "not recorded"),
+    ]
+    body = "".join(f"<tr><th>{e(k)}</th><td><code>{e(str(v))}</code></td></tr>" for k, v in rows)
+    options = "".join(
+        f"<tr><th><code>{e(str(k))}</code></th><td><code>{e(json.dumps(v, default=str))}</code></td></tr>"
+        for k, v in sorted((results.get("options") or {}).items())
+    )
     s = results["summary"]
-    ok = s["conformant"]
-    badge = "CONFORMANT" if ok else "NOT CONFORMANT"
-    rows = []
-    for req in sorted(results["requirements"], key=lambda r: (r["area"], r["id"])):
-        color = _COLORS.get(req["verdict"], "#000")
-        rows.append(
-            f"<tr><td>{e(req['area'])}</td><td><code>{e(req['id'])}</code></td><td>{e(req['level'])}</td>"
-            f"<td style='color:{color};font-weight:600'>{e(req['verdict'])}</td>"
-            f"<td>{e(req['sentence'])}</td><td>{e(req['reason'][:300])}</td></tr>"
-        )
-    failures = []
+    return (
+        f"<h2>Run</h2><table id='run'><tbody>{body}</tbody></table>"
+        f"<details><summary>Options</summary><table id='options'><tbody>{options}</tbody></table></details>"
+        f"<p id='counts'>{s['checks_run']} records from checks, machines and fuzz groups; {s['requests']} requests; "
+        f"{results['completeness']['items_run']} of {results['completeness']['items']} items ran.</p>"
+    )
+
+
+def _legend() -> str:
+    e = html.escape
+    run = "".join(f"<tr><td><b>{e(k)}</b></td><td>{e(v)}</td></tr>" for k, v in RUN_LEGEND.items())
+    req = "".join(
+        f"<tr><td style='color:{_COLORS.get(k, '#6e7781')};font-weight:600'>{e(k)}</td><td>{e(v)}</td></tr>"
+        for k, v in VERDICT_LEGEND.items()
+    )
+    return (
+        "<details id='legend'><summary>Legend</summary><table><thead><tr><th>Run verdict</th><th>Meaning</th>"
+        f"</tr></thead><tbody>{run}</tbody></table><table><thead><tr><th>Requirement verdict</th><th>Meaning</th>"
+        f"</tr></thead><tbody>{req}</tbody></table></details>"
+    )
+
+
+def _failures(results: dict[str, Any]) -> str:
+    e = html.escape
+    out = []
     for req in results["requirements"]:
         if req["verdict"] not in ("failed", "non-strict", "error"):
             continue
@@ -292,48 +261,166 @@ def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = Non
             ex_html.append(
                 "<details open><summary>"
                 + e(f"{ex['method']} {ex['url']} → {ex.get('status')}{note}")
-                + "</summary>"
-                + "<h4>Request</h4><pre>"
+                + "</summary><h4>Request</h4><pre>"
                 + e(json.dumps(ex.get("request_headers"), indent=1))
                 + "\n"
                 + e(ex.get("request_body") or "")
-                + "</pre>"
-                + "<h4>Response</h4><pre>"
+                + "</pre><h4>Response</h4><pre>"
                 + e(json.dumps(ex.get("response_body"), indent=1, default=str)[:6000])
                 + "</pre><h4>Reproduce</h4><pre>"
                 + e(ex.get("curl") or "")
                 + "</pre></details>"
             )
-        failures.append(
+        out.append(
             f"<section class='failure' id='{e(req['id'])}'><h3>{e(req['verdict'].upper())} "
-            f"<code>{e(req['id'])}</code> ({e(req['level'])}, {e(req['area'])})</h3>"
+            f"<code class='id'>{e(req['id'])}</code> ({e(req['level'])}, {e(req['area'])}, {e(req['section'])})</h3>"
             f"<blockquote>{e(req['sentence'])}<br><small>{e(req['source'])}</small></blockquote>"
             f"<pre>{e(req['reason'])}</pre>{''.join(ex_html)}</section>"
         )
+    return f"<h2>Failures</h2>{''.join(out) or '<p>None.</p>'}"
+
+
+def _not_covered(results: dict[str, Any]) -> str:
+    """What the run tried and could not judge, each with the exact setting that covers it, and how much did
+    not run at all."""
+    e = html.escape
+    tried = [r for r in results["requirements"] if r["verdict"] == "not-covered" and r["ran"]]
+    rows = "".join(
+        f"<tr><td><code class='id'>{e(r['id'])}</code></td><td>{e(r['level'])}</td><td>{e(r['reason'])}</td>"
+        f"<td><code>{e(r['setting'] or 'no setting: the target did not allow it')}</code></td></tr>"
+        for r in tried
+    )
+    table = (
+        "<table><thead><tr><th>Requirement</th><th>Level</th><th>Why</th><th>To cover it</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+        if tried
+        else "<p>None.</p>"
+    )
+    not_run = [r["id"] for r in results["requirements"] if r["verdict"] == "not-covered" and not r["ran"]]
+    gaps = results["summary"].get("gaps") or []
+    extra = ""
+    if not_run:
+        extra = (
+            f"<p id='not-run'>{len(not_run)} requirements were not run at all"
+            f"{' because of ' + e('; '.join(gaps)) if gaps else ''}.</p>"
+        )
+    return f"<h2 id='not-covered'>Not covered</h2>{table}{extra}"
+
+
+def _requirements(results: dict[str, Any]) -> str:
+    e = html.escape
+    areas: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for req in results["requirements"]:
+        areas[req["area"]].append(req)
+    parts = []
+    for area in sorted(areas):
+        rows = []
+        for req in sorted(areas[area], key=lambda r: r["id"]):
+            note = req["reason"].splitlines()[0] if req["reason"] else ""
+            if req["verdict"] in ("failed", "non-strict", "error"):
+                note = f"<a href='#{e(req['id'])}'>{e(note)}</a>"
+            else:
+                note = e(note)
+            shown = req["verdict"] if req["ran"] or req["verdict"] == "not-applicable" else "not run"
+            rows.append(
+                f"<tr><td><code class='id'>{e(req['id'])}</code></td><td>{e(req['level'])}</td>"
+                f"<td class='section'>{e(req['section'])}</td><td class='verdict' style='color:"
+                f"{_COLORS.get(req['verdict'], '#000')};font-weight:600'>{e(shown)}</td>"
+                f"<td>{e(req['sentence'])}</td><td>{note}</td></tr>"
+            )
+        parts.append(
+            f"<h3 id='area-{e(area)}'>{e(area)}</h3><table class='reqs'><thead><tr><th>Requirement</th>"
+            "<th>Level</th><th>Section</th><th>Verdict</th><th>Rule</th><th>Note</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>"
+        )
+    return "<h2>Requirements by area</h2>" + "".join(parts)
+
+
+# The fuzz table's columns: (label, key of a fuzz_statistics row).
+FUZZ_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("Group", "group"),
+    ("Operation", "operation"),
+    ("Cases", "cases"),
+    ("Coverage phase", "coverage"),
+    ("Positive", "positive"),
+    ("Negative", "negative"),
+    ("On a live workflow", "live"),
+    ("State comparisons", "compared"),
+    ("Sequences", "sequences"),
+    ("Unsendable", "unsendable"),
+    ("Requests", "requests"),
+    ("Statuses", "statuses"),
+    ("Seconds", "seconds"),
+)
+
+
+def _fuzz_section(results: dict[str, Any]) -> str:
+    stats = results.get("fuzz_statistics") or []
+    if not stats:
+        return ""
+    e = html.escape
+
+    def cell(row: dict[str, Any], key: str) -> str:
+        value = row.get(key)
+        if key == "statuses":
+            return ", ".join(f"{code}×{n}" for code, n in sorted((value or {}).items()))
+        return str(value if value is not None else "")
+
+    head = "".join(f"<th>{e(label)}</th>" for label, _ in FUZZ_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{e(cell(row, key))}</td>" for _, key in FUZZ_COLUMNS) + "</tr>" for row in stats
+    )
+    total = sum(int(r.get("cases") or 0) for r in stats)
+    return (
+        f"<h2>Fuzz statistics</h2><p>{len(stats)} operations, {total} cases.</p>"
+        f"<table id='fuzz'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _ledger_section(ledgers: dict[str, dict[str, int]]) -> str:
+    if not ledgers:
+        return ""
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(machine)}</td><td><code>{e(state)}</code></td><td>{count}</td></tr>"
+        for machine, ledger in sorted(ledgers.items())
+        for state, count in ledger.items()
+    )
+    return (
+        "<h2>State-machine coverage ledger</h2><p>How often each hard state was reached; a requirement whose "
+        "state was never reached is not covered, never passed.</p><table><thead><tr><th>Machine</th><th>State"
+        f"</th><th>Reached</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def render_html(results: dict[str, Any], *, mutants: dict[str, Any] | None = None) -> str:
+    """One self-contained page: badge and headline, the run, a legend, every failure with its evidence, what
+    was not covered and how to cover it, the requirements by area, fuzz statistics and the machines' ledger;
+    with ``mutants`` (a ``mutants.json`` document), a "Mutant kill matrix" section at the end."""
+    e = html.escape
+    verdict = results["summary"]["verdict"]
     t = results["target"]
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Conformance report — {e(t["url"])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>Conformance report — {e(t["description"])}</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px;color:#1f2328}}
 .badge{{display:inline-block;padding:.4rem 1rem;border-radius:6px;color:#fff;font-weight:700;
-background:{"#1a7f37" if ok else "#cf222e"}}}
-table{{border-collapse:collapse;width:100%;font-size:.85rem}}td,th{{border:1px solid #d0d7de;padding:4px;
-vertical-align:top;text-align:left}}pre{{background:#f6f8fa;padding:.5rem;overflow-x:auto;white-space:pre-wrap}}
+background:{_BADGE_COLORS.get(verdict, "#953800")}}}
+table{{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0}}td,th{{border:1px solid #d0d7de;
+padding:4px;vertical-align:top;text-align:left}}pre{{background:#f6f8fa;padding:.5rem;overflow-x:auto;
+white-space:pre-wrap}}code.id,td.section,td.verdict{{white-space:nowrap}}#run th{{width:14rem}}
 .failure{{border-left:4px solid #cf222e;padding-left:1rem;margin:1rem 0}}
 </style></head><body>
 <h1>Durable Workflow worker protocol conformance</h1>
-<p id="summary"><span class="badge" id="badge">{badge}</span>
- {s["passed"]}/{s["requirements"]} requirements passed · {s["failed"]} failed · {s["non_strict"]} SHOULD not met ·
- {s["not_covered"]} not covered · {s["unimplemented"]} unimplemented · {s["harness_errors"]} harness errors</p>
-<p>Target <code>{e(t["url"])}</code> advertises protocol <code>{e(str(t["advertised_version"]))}</code>;
-certified at <code>{e(t["certified_version"])}</code>. Suite {e(results["suite_version"])}, run
-<code>{e(results["run_id"])}</code>, seed {results["seed"]}, {s["checks_run"]} checks, {s["requests"]} requests.</p>
-<p><b>{e(quote_line(results))}</b></p>
+<p id="summary"><span class="badge" id="badge">{e(verdict)}</span></p>
+<p id="headline"><b>{e(quote_line(results))}</b></p>
 {_faults_line(results)}
-<h2>Failures</h2>{"".join(failures) or "<p>None.</p>"}
-<h2>All requirements</h2>
-<table><thead><tr><th>Area</th><th>Requirement</th><th>Level</th><th>Verdict</th><th>Rule</th><th>Note</th></tr>
-</thead><tbody>{"".join(rows)}</tbody></table>
+{_run_section(results)}
+{_legend()}
+{_failures(results)}
+{_not_covered(results)}
+{_requirements(results)}
+{_fuzz_section(results)}
 {_ledger_section(results.get("coverage_ledger") or {})}
 {render_mutants_section(mutants) if mutants else ""}
 </body></html>

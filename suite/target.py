@@ -24,7 +24,7 @@ import httpx
 
 from .outcomes import HarnessError
 
-__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "measure_clock_skew", "probe_cluster_info"]
+__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "measure_clock_skew", "namespace_missing", "probe_cluster_info"]
 
 # Short but not racy: long enough that a healthy check finishes its work inside one lease.
 EMBEDDED_ARGS: tuple[str, ...] = (
@@ -73,6 +73,48 @@ def probe_cluster_info(url: str, token: str | None, timeout: float = 10.0) -> di
             "this does not look like a Durable Workflow server"
         )
     return doc
+
+
+def namespace_missing(
+    url: str,
+    namespace: str,
+    *,
+    worker_token: str | None,
+    operator_token: str | None,
+    worker_version: str,
+    timeout: float = 10.0,
+) -> str | None:
+    """Whether the target knows ``namespace``: ``None`` if so, else the request that showed it does not.
+
+    One read the target answers only after its namespace check (§2.3: auth, role, version, then namespace):
+    a describe of a workflow id no one uses, or, with only a worker token, a heartbeat of a task id no one
+    has. Neither changes anything; an unknown namespace is answered 404 ``namespace_not_found``.
+    """
+    from suite.protocol.versions import CONTROL_PLANE_VERSION
+
+    from .client import CONTROL_HEADER, WORKER_HEADER
+
+    probe_id = f"dw-namespace-probe-{secrets.token_hex(4)}"
+    headers = {"X-Namespace": namespace}
+    if operator_token or not worker_token:
+        method, path = "GET", f"/api/workflows/{probe_id}"
+        headers[CONTROL_HEADER] = CONTROL_PLANE_VERSION
+        token = operator_token
+    else:
+        method, path = "POST", f"/api/worker/workflow-tasks/{probe_id}/heartbeat"
+        headers[WORKER_HEADER] = worker_version
+        token = worker_token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        resp = httpx.request(method, url.rstrip("/") + path, headers=headers, json=None, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise HarnessError(f"{method} {url}{path} (namespace probe) failed: {type(exc).__name__}: {exc}") from None
+    try:
+        reason = resp.json().get("reason")
+    except (ValueError, AttributeError):
+        reason = None
+    return f"{method} {path} answered {resp.status_code} {reason}" if reason == "namespace_not_found" else None
 
 
 def measure_clock_skew(url: str, timeout: float = 10.0) -> float | None:

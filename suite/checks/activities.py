@@ -43,9 +43,6 @@ READY_WITHIN = 10.0
 # absorbs scheduling and network jitter, never a missing backoff).
 BACKOFF_TOLERANCE = 0.5
 
-# needs_short's "setting" for waits the check itself fixes: only a larger --max-wait covers them.
-FIXED = "no server setting (the check fixes this wait)"
-
 T = TypeVar("T")
 
 
@@ -603,7 +600,7 @@ def _require_lineage(ctx: CheckContext, tasks: list[dict[str, Any]], expected: l
 async def retry_attempts_and_backoff(ctx: CheckContext) -> None:
     """max_attempts 3, backoff [2], two failures: attempts 1, 2, 3 of one execution, each ≥ 2 s after the
     previous failure, no workflow task in between, one outcome."""
-    backoff = ctx.needs_short(2, "the retry backoff this check schedules", FIXED)
+    backoff = ctx.needs_short(2, "the retry backoff this check schedules")
     run = await schedule_activities(ctx, retry_policy={"max_attempts": 3, "backoff_seconds": [2]})
     tasks = [await lease_activity(ctx, run)]
     for attempt in (1, 2):
@@ -763,7 +760,7 @@ async def retry_backoff_schedule(ctx: CheckContext) -> None:
     """backoff_seconds [1, 2] waits about 1 s, then 2 s, then 2 s again (the last value repeats)."""
     req = "RETRY-BACKOFF-SCHEDULE"
     schedule = [1, 2, 2]
-    ctx.needs_short(max(schedule), "the retry backoff this check schedules", FIXED)
+    ctx.needs_short(max(schedule), "the retry backoff this check schedules")
     run = await schedule_activities(ctx, retry_policy={"max_attempts": 4, "backoff_seconds": [1, 2]})
     tasks = [await lease_activity(ctx, run)]
     for attempt, backoff in enumerate(schedule, start=1):
@@ -831,7 +828,7 @@ async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: float, se
 async def timeout_late_complete_stale(ctx: CheckContext) -> None:
     """A complete after the attempt's start_to_close_timeout (1 s) passed is 409 stale_attempt."""
     req = "TIMEOUT-LATE-COMPLETE-STALE"
-    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules")
     run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
     task, leased_at = await lease_activity_at(ctx, run)
     await _outlive(ctx, task, leased_at, 1)
@@ -873,7 +870,7 @@ async def timeout_records_timed_out(ctx: CheckContext) -> None:
     """With no retry left, a start_to_close timeout records ActivityTimedOut (failure_category timeout)
     and wakes the workflow."""
     req = "TIMEOUT-TIMED-OUT-EVENT"
-    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules")
     run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
     task = await lease_activity(ctx, run)
     event = await _timed_out(ctx, run, str(task.get("activity_execution_id")), 1, req)
@@ -891,7 +888,7 @@ async def timeout_records_timed_out(ctx: CheckContext) -> None:
 async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
     """A start_to_close timeout with attempts left is retried: attempt 2 arrives as a new task."""
     req = "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL"
-    ctx.needs_short(1, "the start_to_close_timeout this check schedules", FIXED)
+    ctx.needs_short(1, "the start_to_close_timeout this check schedules")
     run = await schedule_activities(
         ctx, retry_policy={"max_attempts": 2, "backoff_seconds": [0]}, options={"start_to_close_timeout": 1}
     )
@@ -912,7 +909,7 @@ async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
 async def timeout_schedule_to_close_terminal(ctx: CheckContext) -> None:
     """A schedule_to_close timeout is terminal even with attempts left: ActivityTimedOut, no retry."""
     req = "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL"
-    ctx.needs_short(2, "the schedule_to_close_timeout this check schedules", FIXED)
+    ctx.needs_short(2, "the schedule_to_close_timeout this check schedules")
     run = await schedule_activities(
         ctx,
         retry_policy={"max_attempts": 5, "backoff_seconds": [0]},

@@ -725,7 +725,7 @@ async def non_terminal_batch_waits(ctx: CheckContext) -> None:
 async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
     """After start_timer{delay_seconds:1} a workflow task is leasable with the pure-timer resume context."""
     delay = 1
-    ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack", "--max-wait")
+    ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack")
     run = await _leased_run(ctx)
     ctx.expect(
         await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]),
@@ -765,7 +765,7 @@ async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
 async def timer_not_leasable_early(ctx: CheckContext) -> None:
     """A 3-second timer's workflow task is not leasable before 3 s (0.5 s tolerance) after the complete."""
     delay, tolerance = 3, 0.5
-    ctx.needs_short(delay + 10, "a 3-second timer plus 10 s of slack", "--max-wait")
+    ctx.needs_short(delay + 10, "a 3-second timer plus 10 s of slack")
     run = await _leased_run(ctx)
     loop = asyncio.get_running_loop()
     reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}])

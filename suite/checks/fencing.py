@@ -34,16 +34,8 @@ CLOCK_SKEW = 2.0
 VERBS = ("heartbeat", "complete", "fail", "history")
 LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
 
-WF_LEASE = (
-    "workflow_task_lease_seconds",
-    "the workflow-task lease",
-    "a server started with a short test lease (reference server: --lease-seconds 3)",
-)
-ACT_LEASE = (
-    "activity_task_lease_seconds",
-    "the activity-task lease",
-    "a server started with a short activity lease (reference server: --activity-lease-seconds 3)",
-)
+WF_LEASE = ("workflow_task_lease_seconds", "the workflow-task lease", "workflow_task_lease_seconds")
+ACT_LEASE = ("activity_task_lease_seconds", "the activity-task lease", "activity_task_lease_seconds")
 
 
 # -- commands and bodies -----------------------------------------------------------------------------------
@@ -745,7 +737,7 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
     ctx.needs_short(
         lease + SLACK,
         "a long poll spanning the workflow-task lease",
-        "a server started with a short test lease (reference server: --lease-seconds 3)",
+        "workflow_task_lease_seconds",
     )
     hold = min(60, math.ceil(lease + SLACK))
     loop = asyncio.get_running_loop()
@@ -811,7 +803,6 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
     ctx.needs_short(
         delay + SLACK,
         "a long poll spanning a 2-second timer and retry backoff",
-        f"--max-wait of at least {delay + SLACK:g}s",
     )
     hold = math.ceil(delay + SLACK)
     queue = ctx.uid("q")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from suite.client import Reply
 from suite.context import CheckContext
-from suite.outcomes import HarnessError, NotCovered
+from suite.outcomes import HarnessError, NotCovered, profile_setting
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
 
@@ -41,10 +41,7 @@ SDK_EXTRAS: dict[str, Any] = {
     "conformance_unknown_field": {"ignored": True},
 }
 SCHEDULE_ACTIVITY = {"type": "schedule_activity", "activity_type": "conformance.Activity"}
-THROTTLE_SETTING = (
-    "worker_protocol.test_profile.max_active_leases_per_queue in cluster/info "
-    "(reference server: --max-active-leases-per-queue N)"
-)
+THROTTLE_SETTING = profile_setting("max_active_leases_per_queue")
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
@@ -517,7 +514,7 @@ async def long_poll_clamps_max(ctx: CheckContext) -> None:
     if ctx.target.max_wait < clamp + 5:
         raise NotCovered(
             f"a poll with timeout_seconds 120 may hold {clamp} s, longer than --max-wait={ctx.target.max_wait:g}s",
-            f"--max-wait={clamp + 5} or more, or a server whose test profile declares a shorter long_poll_max_seconds",
+            f"--max-wait {clamp + 5}, or a shorter {profile_setting('long_poll_max_seconds')}",
         )
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
@@ -844,7 +841,7 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
         raise NotCovered(
             "poll_status 'unavailable' needs a matching layer that cannot coordinate; a black-box "
             "client cannot cause that and the target advertises no switch for it",
-            "a target fault switch that makes matching unavailable (PROTOCOL.md Appendix C)",
+            profile_setting("matching_switch"),
         )
     for reply in seen:
         body = ctx.expect(reply, (503, 200), what="an unavailable poll")
@@ -1237,7 +1234,7 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     ctx.needs_short(
         None if lease is None else lease + 2,
         "a workflow-task lease expiry",
-        "a short workflow-task lease (reference server: --lease-seconds 3)",
+        "workflow_task_lease_seconds",
     )
     assert lease is not None
 

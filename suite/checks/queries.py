@@ -276,7 +276,7 @@ async def query_timeout_504(ctx: CheckContext) -> None:
     """With a registered worker that never polls, the query is 504 query_worker_timeout after ~the timeout."""
     req = "QUERY-TIMEOUT-504"
     timeout, advertised = _query_timeout(ctx)
-    ctx.needs_short(timeout, "the query timeout", "DW_QUERY_TASK_TIMEOUT (test_profile.query_task_timeout_seconds)")
+    ctx.needs_short(timeout, "the query timeout", "query_task_timeout_seconds")
     queue = ctx.uid("q")
     await ctx.register(queue)  # registered and fresh, but it never polls
     workflow_id, _ = await ctx.start(queue)
@@ -303,7 +303,7 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     task is not offered again; a second report after a terminal one is 409 query_task_not_leased too."""
     req = "QUERY-LATE-COMPLETE-NOT-LEASED"
     timeout, _ = _query_timeout(ctx)
-    ctx.needs_short(timeout, "the query timeout", "DW_QUERY_TASK_TIMEOUT (test_profile.query_task_timeout_seconds)")
+    ctx.needs_short(timeout, "the query timeout", "query_task_timeout_seconds")
     run = await waiting_run(ctx)
     call = start_query(ctx, run, "slow")
     try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, reject
 from hypothesis import seed as hypothesis_seed
@@ -26,8 +26,8 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test, initialize
 
 from suite.context import TargetInfo
-from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Verdict
-from suite.protocol.requirements import REGISTRY, Level, applicable
+from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, Record, Verdict, broken
+from suite.protocol.requirements import REGISTRY, applicable
 
 from .base import FOUND, LEDGER, UNKNOWN, MachineBase
 
@@ -46,7 +46,7 @@ class MachineBudget:
 
 @dataclass
 class MachineResult:
-    records: list[dict[str, Any]]
+    records: list[Record]
     failed: bool
     message: str
     bundle: str | None
@@ -55,9 +55,30 @@ class MachineResult:
 def run_machine(
     cls: type[MachineBase], target: TargetInfo, budget: MachineBudget, replay_dir: Path | None
 ) -> MachineResult:
-    bound = cls.bound(target)
+    """Run ``cls`` against ``target`` within ``budget``; one record per requirement the machine judges."""
     LEDGER[cls.name] = Counter()
-    settings = hypothesis_settings(
+    FOUND.clear()
+    started = time.monotonic()
+    outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
+    failure = _failure_of(outcome)
+    if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
+        failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
+    message, bundle = "", None
+    if outcome is not None:
+        steps = _steps(outcome, reported)
+        if replay_dir is not None:
+            bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
+        message = _message(outcome, failure, steps)
+    ledger = dict(LEDGER.get(cls.name, Counter()))
+    seconds = round(time.monotonic() - started, 3)
+    base = Record(Kind.MACHINE, f"machine:{cls.name}", doc=_first_line(cls), duration_seconds=seconds, ledger=ledger)
+    base = replace(base, budget=dict(budget.__dict__))
+    records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
+    return MachineResult(records, failure is not None or outcome is not None, message, bundle)
+
+
+def _settings(budget: MachineBudget) -> hypothesis_settings:
+    return hypothesis_settings(
         max_examples=budget.examples,
         stateful_step_count=budget.steps,
         deadline=None,
@@ -67,8 +88,14 @@ def run_machine(
         verbosity=Verbosity.normal,
         report_multiple_bugs=False,
     )
+
+
+def _explore(
+    bound: type[MachineBase], target: TargetInfo, budget: MachineBudget, name: str
+) -> tuple[BaseException | None, list[str]]:
+    """Run the examples; what the run raised (``None``: no violation) and what Hypothesis reported."""
+    settings = _settings(budget)
     reported: list[str] = []
-    FOUND.clear()
     outcome: BaseException | None = None
     # Under --faults the same choices do not meet the same faults twice, so Hypothesis' data tree would see
     # one sequence behave two ways (FlakyStrategyDefinition): each example then runs as its own test, with
@@ -103,71 +130,66 @@ def run_machine(
                 outcome = exc
                 break
     if faulty and discarded:
-        LEDGER.setdefault(cls.name, Counter())["example_discarded_by_faults"] += discarded
-    ledger = dict(LEDGER.get(cls.name, Counter()))
-    requirements: dict[str, str | None] = getattr(cls, "REQUIREMENTS", {})
-    base = {
-        "check": f"machine:{cls.name}",
-        "doc": _first_line(cls),
-        "capability": None,
-        "ledger": ledger,
-        "budget": budget.__dict__,
-    }
-    records: list[dict[str, Any]] = []
-    bundle = None
-    failure = _failure_of(outcome)
-    if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
-        failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
-    message = ""
-    if outcome is not None:
-        steps = _steps(outcome, reported)
-        if replay_dir is not None:
-            bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
-        if failure is not None:
-            message = f"{failure}\n\nMinimal failing step program:\n{steps}"
-        else:
-            message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
-            for inner in outcome.exceptions if isinstance(outcome, BaseExceptionGroup) else ():
-                message += "\n  caused by: " + "".join(traceback.format_exception(inner)).strip()
-    for req_id, state in requirements.items():
-        rec: dict[str, Any] = {**base, "requirements": [req_id]}
-        if not applicable(REGISTRY[req_id], target.certified_minor):
-            rec.update(verdict=Verdict.NOT_COVERED.value, message="not applicable at this protocol version")
-        elif failure is not None and failure.requirement == req_id:
-            level = REGISTRY[req_id].level
-            verdict = Verdict.FAILED if level is Level.MUST else Verdict.NON_STRICT
-            rec.update(
-                verdict=verdict.value,
-                message=message,
-                failed_requirement=req_id,
-                replay=bundle,
-                exchanges=[e.to_json() for e in failure.exchanges],
-            )
-        elif outcome is not None and failure is None:
-            verdict = Verdict.ERROR
-            rec.update(verdict=verdict.value, message=message)
-        elif state is not None and not ledger.get(state):
-            rec.update(
-                verdict=Verdict.NOT_COVERED.value,
-                message=f"the machine never reached '{state}' in {budget.examples} examples × "
-                f"{budget.steps} steps; raise --machine-examples/--machine-steps or shorten leases",
-            )
-        else:
-            rec.update(verdict=Verdict.PASSED.value, message="")
-        records.append(rec)
-    if failure is not None and failure.requirement not in requirements and failure.requirement in REGISTRY:
-        records.append(
-            {
-                **base,
-                "requirements": [failure.requirement],
-                "verdict": Verdict.FAILED.value,
-                "message": message,
-                "failed_requirement": failure.requirement,
-                "replay": bundle,
-                "exchanges": [e.to_json() for e in failure.exchanges],
-            }
+        LEDGER.setdefault(name, Counter())["example_discarded_by_faults"] += discarded
+    return outcome, reported
+
+
+def _message(outcome: BaseException, failure: CheckFailure | None, steps: str) -> str:
+    if failure is not None:
+        return f"{failure}\n\nMinimal failing step program:\n{steps}"
+    message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
+    for inner in outcome.exceptions if isinstance(outcome, BaseExceptionGroup) else ():
+        message += "\n  caused by: " + "".join(traceback.format_exception(inner)).strip()
+    return message
+
+
+def _records(
+    base: Record,
+    requirements: dict[str, str | None],
+    target: TargetInfo,
+    budget: MachineBudget,
+    outcome: BaseException | None,
+    failure: CheckFailure | None,
+    message: str,
+    bundle: str | None,
+) -> list[Record]:
+    """One record per requirement: passed only where the machine reached the state it needs."""
+    ledger = base.ledger or {}
+    evidence = tuple(e.to_json() for e in failure.exchanges) if failure is not None else ()
+
+    def failed(req_id: str) -> Record:
+        return replace(
+            base,
+            requirements=(req_id,),
+            verdict=broken(req_id),
+            failed_requirement=req_id,
+            message=message,
+            replay=bundle,
+            exchanges=evidence,
         )
-    return MachineResult(records, failure is not None or outcome is not None, message, bundle)
+
+    records: list[Record] = []
+    for req_id, state in requirements.items():
+        one = replace(base, requirements=(req_id,))
+        if not applicable(REGISTRY[req_id], target.certified_minor):
+            one = replace(one, verdict=Verdict.NOT_APPLICABLE, message="not applicable at this protocol version")
+        elif failure is not None and failure.requirement == req_id:
+            one = failed(req_id)
+        elif outcome is not None and failure is None:
+            one = replace(one, verdict=Verdict.ERROR, message=message)
+        elif state is not None and not ledger.get(state):
+            one = replace(
+                one,
+                verdict=Verdict.NOT_COVERED,
+                message=f"the machine never reached '{state}' in {budget.examples} examples × {budget.steps} steps",
+                setting=f"--machine-examples above {budget.examples} or --machine-steps above {budget.steps}, "
+                "or shorter leases",
+            )
+        records.append(one)
+    extra = failure.requirement if failure is not None else None
+    if extra is not None and extra not in requirements and extra in REGISTRY:
+        records.append(failed(extra))
+    return records
 
 
 def _salted(bound: type[MachineBase]) -> type[MachineBase]:
@@ -293,7 +315,7 @@ print("replayed without a violation")
     (folder / "README.txt").write_text(
         textwrap.dedent(f"""\
         machine: {cls.name}
-        seed: {budget.seed}   (re-run: DW_CONFORMANCE_SEED={budget.seed} pytest --target=... --requirement ...)
+        seed: {budget.seed}   (re-run: DW_CONFORMANCE_SEED={budget.seed} pytest --target=... dw::machine::{cls.name})
         failure: {failure if failure is not None else outcome}
         """),
         encoding="utf-8",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
@@ -39,6 +39,7 @@ __all__ = [
     "INVARIANT_COUNT",
     "REGISTRY",
     "REQUIREMENT_ID_PATTERN",
+    "TEST_PROFILE",
     "Area",
     "Level",
     "Requirement",
@@ -101,6 +102,17 @@ class Requirement:
     source: str  # e.g. "PROTOCOL.md §16.20; S3 verification table"
     sentence: str  # the normative sentence
     invariant: int | None  # the PROTOCOL.md §16 invariant it checks, if any
+    # The key of worker_protocol.test_profile (a setting or a control, see TEST_PROFILE) through which alone
+    # a black-box suite can cover this rule in reasonable time; None: any conforming server can be checked.
+    profile: str | None = None
+
+    @property
+    def section(self) -> str:
+        """The PROTOCOL.md section that states the rule (the first one its source cites past the §16
+        invariant list, else the invariant's)."""
+        cited = re.findall(r"§(\d+(?:\.\d+)*)", self.source)
+        rules = [c for c in cited if c.split(".")[0] != "16"]
+        return f"§{(rules or cited or ['?'])[0]}"
 
 
 INVARIANT_COUNT: Final = 69
@@ -2063,22 +2075,55 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
     ),
 )
 
-REGISTRY: Final[Mapping[str, Requirement]] = MappingProxyType({req.id: req for req in _REQUIREMENTS})
+# What a vendor's test build must expose in GET /api/cluster/info under worker_protocol.test_profile (PROTOCOL.md
+# Appendix C) for the rules below to be checkable: without it a conforming server is INCOMPLETE, never
+# CONFORMANT. A duration is read as its value; the suite waits for it only when it fits --max-wait.
+TEST_PROFILE: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "workflow_task_lease_seconds": "the workflow-task lease, short enough to wait out (the suite waits at most "
+        "--max-wait)",
+        "activity_task_lease_seconds": "the activity-task lease, short enough to wait out",
+        "query_task_timeout_seconds": "the query-task timeout, short enough to wait out",
+        "long_poll_max_seconds": "the long-poll clamp, when shorter than 60 s (otherwise --max-wait 65 covers it)",
+        "max_active_leases_per_queue": "the admission limit per queue, so a poll can be throttled on purpose",
+        "matching_switch": 'a control route (POST …/task-queues/{queue}/matching {"available": false}) that makes '
+        "one queue's matching unavailable",
+    }
+)
+_COVERED_THROUGH: Final[Mapping[str, str]] = {
+    "EXPIRY-HOLDER-FENCED": "workflow_task_lease_seconds",
+    "EXPIRY-REDELIVER-SAME-TASK": "workflow_task_lease_seconds",
+    "EXPIRY-ONLY-NEW-LEASE-COMMITS": "workflow_task_lease_seconds",
+    "EXPIRY-SELF-RECOVERY": "workflow_task_lease_seconds",
+    "DISPATCH-CRASH-TAKEOVER": "workflow_task_lease_seconds",
+    "DISPATCH-LATE-EVENT-FENCED": "workflow_task_lease_seconds",
+    "ACTIVITY-REDELIVERY-NEW-ATTEMPT": "activity_task_lease_seconds",
+    "QUERY-TIMEOUT-504": "query_task_timeout_seconds",
+    "QUERY-LATE-COMPLETE-NOT-LEASED": "query_task_timeout_seconds",
+    "LONGPOLL-CLAMP-MAX": "long_poll_max_seconds",
+    "POLL-STATUS-THROTTLED": "max_active_leases_per_queue",
+    "POLL-STATUS-RETRY-AFTER": "max_active_leases_per_queue",
+    "POLL-STATUS-UNAVAILABLE": "matching_switch",
+}
+
+REGISTRY: Final[Mapping[str, Requirement]] = MappingProxyType(
+    {req.id: replace(req, profile=_COVERED_THROUGH.get(req.id)) for req in _REQUIREMENTS}
+)
 
 
 def by_invariant(n: int) -> list[Requirement]:
     """The requirements that check PROTOCOL.md §16 invariant ``n``, in registry order."""
-    return [req for req in _REQUIREMENTS if req.invariant == n]
+    return [req for req in REGISTRY.values() if req.invariant == n]
 
 
 def by_area(area: Area) -> list[Requirement]:
     """The requirements of one area, in registry order."""
-    return [req for req in _REQUIREMENTS if req.area is area]
+    return [req for req in REGISTRY.values() if req.area is area]
 
 
 def by_level(level: Level) -> list[Requirement]:
     """The requirements of one level, in registry order."""
-    return [req for req in _REQUIREMENTS if req.level is level]
+    return [req for req in REGISTRY.values() if req.level is level]
 
 
 def applicable(req: Requirement, certified_minor: int) -> bool:
@@ -2094,7 +2139,7 @@ def validate_registry() -> None:
     """Raise ``ValueError`` listing every problem in :data:`REGISTRY`; return ``None`` when it is sound.
 
     Checks: IDs unique and UPPER-KEBAB; sentences and sources non-empty; minors in 0..advertised;
-    invariant numbers in 1..69 and every one of them covered.
+    invariant numbers in 1..69 and every one of them covered; test-profile marks name known keys.
     """
     problems: list[str] = []
     seen: set[str] = set()
@@ -2112,6 +2157,11 @@ def validate_registry() -> None:
             problems.append(f"{req.id}: minor {req.minor} outside 0..{ADVERTISED_MINOR}")
         if req.invariant is not None and not 1 <= req.invariant <= INVARIANT_COUNT:
             problems.append(f"{req.id}: invariant {req.invariant} outside 1..{INVARIANT_COUNT}")
+    for req_id, key in _COVERED_THROUGH.items():
+        if req_id not in REGISTRY or key not in TEST_PROFILE:
+            problems.append(
+                f"{req_id}: covered through {key!r}, but the requirement or the test-profile key is unknown"
+            )
     covered = {req.invariant for req in _REQUIREMENTS if req.invariant is not None}
     missing = sorted(set(range(1, INVARIANT_COUNT + 1)) - covered)
     if missing:

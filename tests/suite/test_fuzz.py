@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from suite import fuzz
 from suite.client import WORKER_HEADER, Exchange
 from suite.context import TargetInfo
+from suite.outcomes import EXIT_HARNESS_ERROR
 from suite.protocol.codec import decode_blob, encode_blob
 from tests.conftest import ServerProcess, run_suite
 
@@ -104,13 +105,13 @@ def test_a_failure_record_carries_the_requirement_and_a_curl_line() -> None:
     result.judged |= fuzz.judged_requirements(answer)
     for failure in fuzz.judge(answer):
         result.fail(failure)
-    records = {r["verdict"]: r for r in result.records(TARGET)}
+    records = {r.verdict.value: r for r in result.records(TARGET)}
     failed = records["failed"]
-    assert failed["check"] == "fuzz:heartbeat_worker"
-    assert failed["failed_requirement"] == fuzz.NO_5XX
-    assert failed["exchanges"][0]["curl"].startswith("curl ")
-    assert "Reproduce: curl" in failed["message"]
-    assert fuzz.NO_5XX not in records["passed"]["requirements"]
+    assert failed.check == "fuzz:heartbeat_worker"
+    assert failed.failed_requirement == fuzz.NO_5XX
+    assert failed.exchanges[0]["curl"].startswith("curl ")
+    assert "Reproduce: curl" in failed.message
+    assert fuzz.NO_5XX not in records["passed"].requirements
 
 
 # -- slow: against the reference server ---------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_reference_server_survives_a_small_fuzz_budget(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     server = server_factory("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3")
-    run = run_suite(server.url, tmp_path / "reports", "-k", "test_fuzz", "--fuzz-examples", "4")
+    run = run_suite(server.url, tmp_path / "reports", "-m", "dw_fuzz", "--fuzz-examples", "4")
     assert run.returncode == 0, run.stdout[-4000:]
     for requirement in FUZZ_VERDICTS:
         assert run.verdict(requirement) == "passed", (requirement, run.stdout[-3000:])
@@ -210,9 +211,12 @@ def test_a_server_error_is_caught_with_a_curl_reproduction(broken_heartbeat: str
 
 @pytest.mark.slow
 def test_a_zero_budget_disables_the_fuzz_items(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """With fuzzing off and only the fuzz items selected nothing is checked: no verdict, never a pass."""
     server = server_factory()
-    run = run_suite(server.url, tmp_path / "reports", "-k", "test_fuzz", "--fuzz-examples", "0")
-    assert run.returncode == 0, run.stdout[-3000:]
+    run = run_suite(server.url, tmp_path / "reports", "-m", "dw_fuzz", "--fuzz-examples", "0")
+    assert run.returncode == EXIT_HARNESS_ERROR, run.stdout[-3000:]
     assert run.results is not None
     assert not [c for c in run.results["checks"] if c["check"].startswith("fuzz:")]
     assert "fuzzing disabled" in run.stdout or "skipped" in run.stdout
+    assert "no verdict: no item ran" in run.results["summary"]["headline"]
+    assert "--fuzz-examples 0 is below the default 20" in run.results["summary"]["headline"]

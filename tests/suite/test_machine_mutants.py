@@ -41,8 +41,7 @@ def run_machine(url: str, machine: str, tmp_path: Path, *options: str) -> SuiteR
     return run_suite(
         url,
         tmp_path / "reports",
-        "-k",
-        f"test_machine and {machine}",
+        f"dw::machine::{machine}",
         "--machine-examples",
         "12",
         *options,

@@ -18,7 +18,8 @@ import pytest
 from suite.context import TargetInfo
 from suite.mutants import CORRECT, Matrix, MutantResult, gaps, list_faults, run_matrix, write_matrix
 from suite.protocol.requirements import REGISTRY
-from suite.reports import build_results, write_reports
+from suite.reports import write_reports
+from suite.results import build_results
 
 ROOT = Path(__file__).resolve().parents[2]
 

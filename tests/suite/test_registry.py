@@ -1,11 +1,14 @@
-"""Every requirement has a check and every check names real requirements (STYLE.md §3-§4)."""
+"""Every requirement has a check and every check names real requirements (STYLE.md §3-§4); machines and fuzz
+groups are entries of the same registry; requirements that need a test-profile setting say so."""
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
-from suite.protocol.requirements import REGISTRY
-from suite.registry import all_checks
+from suite.outcomes import Kind
+from suite.protocol.requirements import REGISTRY, TEST_PROFILE
+from suite.registry import all_checks, entries
 
 
 def test_every_requirement_has_a_check() -> None:
@@ -26,3 +29,42 @@ def test_check_names_are_unique_and_stable_identifiers() -> None:
     names = [c.name for c in all_checks()]
     assert len(names) == len(set(names))
     assert all(n.isidentifier() and n == n.lower() for n in names)
+
+
+def test_machines_and_fuzz_groups_join_the_registry_as_entries_of_their_kind() -> None:
+    all_entries = entries()
+    kinds = {e.kind for e in all_entries}
+    assert kinds == set(Kind)
+    ids = [e.test_id for e in all_entries]
+    assert len(ids) == len(set(ids)), "every item id is unique"
+    for e in all_entries:
+        assert e.requirements, e.test_id
+        assert set(e.requirements) <= set(REGISTRY), e.test_id
+        assert e.test_id == f"dw::{e.requirements[0] if e.kind is Kind.CHECK else e.kind.value}::{e.name}"
+    assert "dw::VERSION-TRIM::version_trimmed" in ids
+    assert "dw::machine::workflow_leases" in ids
+    assert "dw::fuzz::stateful" in ids
+
+
+def test_requirements_covered_only_through_the_test_profile_are_marked() -> None:
+    marked = {r.id: r.profile for r in REGISTRY.values() if r.profile}
+    assert marked["EXPIRY-SELF-RECOVERY"] == "workflow_task_lease_seconds"
+    assert marked["POLL-STATUS-UNAVAILABLE"] == "matching_switch"
+    assert set(marked.values()) == set(TEST_PROFILE)
+
+
+def test_the_readme_says_what_a_test_build_must_expose() -> None:
+    """Every test-profile key, and every requirement covered only through it, is in the README's table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### What a test build must expose") :]
+    table = table[: table.index("\n## ")]
+    for key in TEST_PROFILE:
+        row = next((line for line in table.splitlines() if line.startswith(f"| `{key}`")), None)
+        assert row is not None, key
+        for req in (r.id for r in REGISTRY.values() if r.profile == key):
+            assert f"`{req}`" in row, (key, req)
+
+
+def test_each_requirement_names_its_spec_section() -> None:
+    assert REGISTRY["VERSION-MISSING"].section == "§3.1"
+    assert all(r.section.startswith("§") and r.section != "§?" for r in REGISTRY.values())

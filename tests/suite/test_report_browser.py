@@ -1,16 +1,19 @@
-"""The HTML report renders in a real headless browser (Debian chromium) with its summary visible."""
+"""report.html renders in a real headless browser (Debian chromium) for a passing, a failing, an incomplete and
+a harness-error run: the badge says the run verdict in its colour, the headline is there, and no
+requirement ID wraps even in a narrow window."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from suite.context import TargetInfo
-from suite.reports import build_results, write_reports
+from suite.reports import write_reports
+from tests.suite.test_reports import _kinds
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -30,44 +33,66 @@ pytestmark = pytest.mark.skipif(
     reason="chromium is not installed (.ci/run installs it)",
 )
 
+# Measures the rendered page and writes what it found into the DOM, which --dump-dom then prints: the badge's
+# text and colour, and every requirement ID laid out on more than one line.
+MEASURE = """<script>
+const badge = document.getElementById("badge");
+const wrapped = [...document.querySelectorAll("code.id")].filter(el => el.getClientRects().length > 1);
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify({badge: badge.textContent, color: getComputedStyle(badge).backgroundColor,
+  ids: document.querySelectorAll("code.id").length, wrapped: wrapped.map(el => el.textContent)});
+document.body.appendChild(out);
+</script>"""
 
-def _report(tmp_path: Path) -> Path:
-    target = TargetInfo(url="http://127.0.0.1:9", cluster_info={"worker_protocol": {"version": "1.20"}})
-    records = [
-        {
-            "check": "c",
-            "requirements": ["VERSION-MISSING"],
-            "verdict": "passed",
-            "message": "",
-            "exchanges": [],
-            "requests": 1,
-        }
-    ]
-    run = {"run_id": "browser-run", "started_at": "2026-01-01T00:00:00+00:00", "seed": 1}
-    return write_reports(build_results(target, records, run, options={}), tmp_path / "browser-run") / "report.html"
+BADGES = {
+    "passing": ("CONFORMANT", "rgb(26, 127, 55)"),
+    "failing": ("NOT CONFORMANT", "rgb(207, 34, 46)"),
+    "incomplete": ("INCOMPLETE", "rgb(154, 103, 0)"),
+    "harness-error": ("HARNESS ERROR", "rgb(149, 56, 0)"),
+}
 
 
-def test_report_loads_and_shows_the_summary(tmp_path: Path) -> None:
-    page = _report(tmp_path)
+def _dump(page: Path, profile: Path) -> str:
     assert CHROMIUM is not None
-    profile = tmp_path / "profile"
-    dom = subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--window-size=720,900", "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     ).stdout
-    # The browser parsed the page and built the summary element with the badge in it.
-    assert 'id="summary"' in dom
-    assert 'id="badge"' in dom
-    assert "requirements passed" in dom
+
+
+@pytest.mark.parametrize("kind", list(BADGES))
+def test_report_renders_with_its_verdict(tmp_path: Path, kind: str) -> None:
+    import json
+
+    page = write_reports(_kinds()[kind], tmp_path / kind) / "report.html"
+    measured = page.with_name("measured.html")
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    dom = _dump(measured, tmp_path / "profile")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom)
+    assert found is not None, dom[-2000:]
+    facts = json.loads(found.group(1).replace("&quot;", '"'))
+    badge, color = BADGES[kind]
+    assert facts["badge"] == badge
+    assert facts["color"] == color
+    assert facts["ids"] > 0
+    assert facts["wrapped"] == []  # IDs never break mid-ID, even in a 720 px window
+    assert 'id="headline"' in dom
+    assert f"{badge}: " in dom
+
+
+def test_report_renders_to_an_image(tmp_path: Path) -> None:
+    page = write_reports(_kinds()["passing"], tmp_path / "run") / "report.html"
+    assert CHROMIUM is not None
     shot = tmp_path / "shot.png"
     subprocess.run(
         [
             CHROMIUM,
             *FLAGS,
-            f"--user-data-dir={profile}",
+            f"--user-data-dir={tmp_path / 'p'}",
             "--window-size=1200,800",
             f"--screenshot={shot}",
             page.as_uri(),
@@ -76,5 +101,4 @@ def test_report_loads_and_shows_the_summary(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     )
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG"), "chromium rendered the page to a PNG"
+    assert shot.read_bytes().startswith(b"\x89PNG"), "chromium rendered the page to a PNG"

@@ -1,29 +1,29 @@
-"""Reports: results.json validates against its schema, tokens never reach any report, the JUnit file
-parses, and the HTML page is one self-contained document with the summary badge."""
+"""Reports: results.json validates against its schema, tokens never reach any report, junit.xml is dated and
+timed, and report.html is the page a vendor attaches — dated, with the command line, the target, a legend,
+what was not covered and how to cover it, requirements by area with their spec section, fuzz statistics."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+import pytest
 from jsonschema import Draft202012Validator
 
 import schemas
-from suite.context import TargetInfo
-from suite.reports import build_results, quote_line, write_reports
+from suite.outcomes import FuzzStats, Kind, Record, Verdict
+from suite.plugin import progress_line, redacted_command
+from suite.reports import render_html, write_reports
+from suite.results import Completeness, build_results
+from tests.suite.runs import OPTIONS, RUN, changed, complete_records, results_of, target
 
 TOKEN = "s3cr3t-worker-token-value"
-
-
-def _target(strict: bool = False) -> TargetInfo:
-    return TargetInfo(
-        url="http://127.0.0.1:9",
-        cluster_info={"worker_protocol": {"version": "1.20", "server_capabilities": {"poll_status": True}}},
-        worker_token=TOKEN,
-        strict=strict,
-    )
+TRIM = "dw::VERSION-TRIM::version_trimmed"
+SCHEMA = Draft202012Validator(schemas.load_json("json/report.schema.json"))
 
 
 def _exchange() -> dict[str, Any]:
@@ -42,104 +42,199 @@ def _exchange() -> dict[str, Any]:
     }
 
 
-RECORDS = [
-    {
-        "check": "version_header_missing",
-        "requirements": ["VERSION-MISSING", "VERSION-ERROR-BODY"],
-        "verdict": "passed",
-        "message": "",
-        "exchanges": [],
-        "requests": 1,
-        "duration_seconds": 0.1,
-    },
-    {
-        "check": "drops_poll_status",
-        "requirements": ["POLL-STATUS-PRESENT"],
-        "verdict": "failed",
-        "message": "poll_status missing",
-        "failed_requirement": "POLL-STATUS-PRESENT",
-        "exchanges": [_exchange()],
-        "requests": 2,
-        "duration_seconds": 0.2,
-    },
-    {
-        "check": "page_sizes",
-        "requirements": ["DISCOVERY-PAGE-SIZE-BOTH-NAMES"],
-        "verdict": "non-strict",
-        "message": "missing default_history_page_size",
-        "failed_requirement": "DISCOVERY-PAGE-SIZE-BOTH-NAMES",
-        "exchanges": [],
-        "requests": 0,
-        "duration_seconds": 0.0,
-    },
-]
-RUN = {"run_id": "20260101T000000Z-abc123", "started_at": "2026-01-01T00:00:00+00:00", "seed": 7}
-OPTIONS = {"target": "http://127.0.0.1:9", "worker_token": "<set>", "operator_token": None}
+def _failing() -> list[Record]:
+    return changed(
+        complete_records(),
+        TRIM,
+        verdict=Verdict.FAILED,
+        failed_requirement="VERSION-TRIM",
+        message="the version was not trimmed",
+        exchanges=(_exchange(),),
+    )
 
 
-def test_results_validate_against_the_report_schema() -> None:
-    results = build_results(_target(), RECORDS, RUN, options=OPTIONS)
-    Draft202012Validator(schemas.load_json("json/report.schema.json")).validate(results)
+def _kinds() -> dict[str, dict[str, Any]]:
+    """A passing, a failing, an incomplete and a harness-error run."""
+    not_covered = [
+        Record(
+            Kind.CHECK, "c", TRIM, ("VERSION-TRIM",), Verdict.NOT_COVERED, "the lease is 300s", setting="--max-wait 305"
+        )
+    ]
+    return {
+        "passing": results_of(complete_records()),
+        "failing": results_of(_failing()),
+        "incomplete": results_of(not_covered, completeness=Completeness(narrowed_by=("-k 'trim'",), items=179)),
+        "harness-error": results_of(changed(complete_records(), TRIM, verdict=Verdict.ERROR, message="timeout")),
+    }
+
+
+@pytest.mark.parametrize("kind", ["passing", "failing", "incomplete", "harness-error"])
+def test_results_validate_against_the_report_schema(kind: str) -> None:
+    SCHEMA.validate(_kinds()[kind])
+
+
+def test_the_records_cross_between_processes_unchanged() -> None:
+    for record in [*complete_records(), *_failing()]:
+        assert Record.from_json(json.loads(json.dumps(record.to_json()))) == record
 
 
 def test_verdicts_are_per_requirement_and_worst_wins() -> None:
-    results = build_results(_target(), RECORDS, RUN, options=OPTIONS)
+    results = results_of(_failing())
     by_id = {r["id"]: r for r in results["requirements"]}
+    assert by_id["VERSION-TRIM"]["verdict"] == "failed"
+    assert by_id["VERSION-TRIM"]["exchanges"][0]["curl"].startswith("curl")
     assert by_id["VERSION-MISSING"]["verdict"] == "passed"
-    assert by_id["POLL-STATUS-PRESENT"]["verdict"] == "failed"
-    assert by_id["POLL-STATUS-PRESENT"]["exchanges"][0]["curl"].startswith("curl")
-    assert by_id["DISCOVERY-PAGE-SIZE-BOTH-NAMES"]["verdict"] == "non-strict"
-    assert by_id["LEASE-EXCLUSIVE"]["verdict"] == "not-covered"  # no check of it ran
     assert results["summary"]["failed"] == 1
     assert not results["summary"]["conformant"]
-    assert "NOT CONFORMANT" in quote_line(results)
 
 
-def test_strict_makes_should_violations_non_conformant() -> None:
-    records = [r for r in RECORDS if r["verdict"] != "failed"]
-    assert build_results(_target(), records, RUN, options=OPTIONS)["summary"]["conformant"]
-    assert not build_results(_target(strict=True), records, RUN, options=OPTIONS)["summary"]["conformant"]
+def test_a_check_that_failed_another_requirement_says_nothing_about_this_one() -> None:
+    record = Record(
+        Kind.CHECK,
+        "c",
+        "dw::A::c",
+        ("VERSION-TRIM", "VERSION-MISSING"),
+        Verdict.FAILED,
+        failed_requirement="VERSION-TRIM",
+    )
+    rows = {r["id"]: r for r in results_of([record])["requirements"]}
+    assert rows["VERSION-TRIM"]["verdict"] == "failed"
+    assert rows["VERSION-MISSING"]["verdict"] == "not-covered"
 
 
 def test_reports_are_written_without_tokens(tmp_path: Path) -> None:
-    results = build_results(_target(), RECORDS, RUN, options=OPTIONS)
+    results = build_results(
+        target(),
+        _failing(),
+        {**RUN, "command": redacted_command(["--target=x", "--worker-token", TOKEN])},
+        options=OPTIONS,
+    )
     out = write_reports(results, tmp_path / RUN["run_id"])
     for name in ("results.json", "junit.xml", "report.html"):
         text = (out / name).read_text(encoding="utf-8")
         assert TOKEN not in text, name
-    suite_el = ET.fromstring((out / "junit.xml").read_text(encoding="utf-8"))
-    assert suite_el.get("failures") == "1"
+    assert results["command"] == "pytest --target=x --worker-token '<redacted>'"
+    assert redacted_command([f"--operator-token={TOKEN}"]) == "pytest '--operator-token=<redacted>'"
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert 'id="badge"' in page
-    assert "NOT CONFORMANT" in page
     for external in ("<script", "<link", "src="):  # self-contained: nothing is fetched
         assert external not in page
-    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["run_id"] == RUN["run_id"]
+
+
+def test_junit_has_a_timestamp_and_times(tmp_path: Path) -> None:
+    out = write_reports(results_of(_failing()), tmp_path / "r")
+    suite_el = ET.fromstring((out / "junit.xml").read_text(encoding="utf-8"))
+    assert suite_el.get("failures") == "1"
+    assert suite_el.get("timestamp") == "2026-01-01T00:00:00"
+    assert suite_el.get("time") == "130.000"
+    cases = list(suite_el.iter("testcase"))
+    assert all(float(c.get("time", "x")) >= 0 for c in cases)
+    props = {p.get("name"): p.get("value") for p in suite_el.iter("property")}
+    assert props["verdict"] == "NOT CONFORMANT"
+    assert props["run_id"] == RUN["run_id"]
+
+
+def test_the_report_says_when_how_and_against_what_it_ran() -> None:
+    results = build_results(
+        target(embedded=True),
+        complete_records(),
+        RUN,
+        options={**OPTIONS, "max_wait": 30.0},
+        completeness=Completeness(items=179),
+    )
+    page = render_html(results)
+    assert "2026-01-01 00:00:00 UTC to 2026-01-01 00:02:10 UTC" in page
+    assert html.escape(RUN["command"]) in page
+    assert "embedded reference server 0.1.0 at http://127.0.0.1:9" in page
+    assert "no name given, version 0.1.0, id srv-1" in page
+    assert "<code>max_wait</code>" in page
+    assert "id='legend'" in page
+    for verdict in ("CONFORMANT", "NOT CONFORMANT", "INCOMPLETE", "HARNESS ERROR", "not-covered", "not-applicable"):
+        assert f">{verdict}<" in page
+    assert page.count('id="badge">CONFORMANT<') == 1
+
+
+def test_counts_appear_once() -> None:
+    page = render_html(results_of(complete_records()))
+    assert len(re.findall(r"\d+ passed", page)) == 1
+
+
+def test_not_covered_entries_name_the_setting_that_covers_them() -> None:
+    page = render_html(_kinds()["incomplete"])
+    section = page[page.index("id='not-covered'") : page.index("Requirements by area")]
+    assert "VERSION-TRIM" in section
+    assert "<code>--max-wait 305</code>" in section
+    assert "requirements were not run at all because of the selection -k &#x27;trim&#x27;" in section
+
+
+def test_requirements_are_grouped_by_area_with_their_section_and_ids_that_do_not_wrap() -> None:
+    results = results_of(complete_records())
+    page = render_html(results)
+    areas = sorted({r["area"] for r in results["requirements"]})
+    positions = [page.index(f"<h3 id='area-{a}'>") for a in areas]
+    assert positions == sorted(positions)
+    assert "<td class='section'>§3.1</td>" in page
+    assert "code.id,td.section,td.verdict{white-space:nowrap}" in page
+
+
+def test_fuzz_statistics_are_a_labelled_table_never_truncated(tmp_path: Path) -> None:
+    stats = [
+        FuzzStats(operation=f"op_{i}", group="g", cases=100 + i, statuses={"200": 3, "422": 97 + i}, seconds=1.5)
+        for i in range(40)
+    ]
+    records = [
+        Record(Kind.FUZZ, f"fuzz:op_{i}", "dw::fuzz::g", ("ROBUST-NO-5XX",), Verdict.PASSED, fuzz=s)
+        for i, s in enumerate(stats)
+    ]
+    results = results_of(records)
+    SCHEMA.validate(results)
+    assert len(results["fuzz_statistics"]) == 40
+    assert results["fuzz_statistics"][39]["statuses"] == {"200": 3, "422": 136}
+    page = render_html(results)
+    table = page[page.index("<table id='fuzz'>") :]
+    for label in ("Operation", "Cases", "Coverage phase", "Positive", "Negative", "Statuses", "Seconds"):
+        assert f"<th>{label}</th>" in table
+    assert "<td>op_39</td>" in table
+    assert "422×136" in table
+    row = next(r for r in results["requirements"] if r["id"] == "ROBUST-NO-5XX")
+    assert "cases" not in row["reason"]  # statistics are not squeezed into a note
 
 
 def test_machine_ledgers_reach_the_report(tmp_path: Path) -> None:
-    record = {
-        "check": "machine:workflow_leases",
-        "requirements": ["LEASE-EXCLUSIVE"],
-        "verdict": "passed",
-        "message": "",
-        "ledger": {"duplicate_claim_raced": 3, "lease_granted": 9},
-    }
-    results = build_results(_target(), [record], RUN, options=OPTIONS)
+    record = Record(
+        Kind.MACHINE, "machine:workflow_leases", "dw::machine::workflow_leases", ("LEASE-EXCLUSIVE",), Verdict.PASSED,
+        ledger={"duplicate_claim_raced": 3, "lease_granted": 9},
+    )  # fmt: skip
+    results = results_of([record])
     assert results["coverage_ledger"] == {"workflow_leases": {"duplicate_claim_raced": 3, "lease_granted": 9}}
-    Draft202012Validator(schemas.load_json("json/report.schema.json")).validate(results)
-    page = (write_reports(results, tmp_path / "r") / "report.html").read_text(encoding="utf-8")
+    SCHEMA.validate(results)
+    page = render_html(results)
     assert "State-machine coverage ledger" in page
     assert "duplicate_claim_raced" in page
 
 
-def test_a_run_through_the_fault_proxy_says_so_and_counts_its_re_runs(tmp_path: Path) -> None:
-    records = [{**RECORDS[0], "fault_reruns": 2, "indeterminate": ["POST /x: the answer was lost"]}, *RECORDS[1:]]
-    options = {**OPTIONS, "faults": "standard", "fault_seed": 5}
-    results = build_results(_target(), records, RUN, options=options)
-    Draft202012Validator(schemas.load_json("json/report.schema.json")).validate(results)
-    html = (write_reports(results, tmp_path) / "report.html").read_text(encoding="utf-8")
-    assert "<code>--faults standard</code>, seed 5" in html
-    assert "1 check ran again (2 re-runs in all)" in html
-    plain = build_results(_target(), RECORDS, RUN, options=OPTIONS)
-    assert "id='faults'" not in (write_reports(plain, tmp_path / "plain") / "report.html").read_text(encoding="utf-8")
+def test_a_run_through_the_fault_proxy_says_so_and_counts_its_re_runs() -> None:
+    records = changed(complete_records(), TRIM, fault_reruns=2, indeterminate=("POST /x: the answer was lost",))
+    results = results_of(records, options={"faults": "standard", "fault_seed": 5})
+    SCHEMA.validate(results)
+    page = render_html(results)
+    assert "<code>--faults standard</code>, seed 5" in page
+    assert "1 check ran again (2 re-runs in all)" in page
+    assert "id='faults'" not in render_html(results_of(complete_records()))
+
+
+def test_progress_lines_summarise_an_area_a_machine_and_a_fuzz_group() -> None:
+    checks = [r for r in complete_records() if r.kind is Kind.CHECK and r.test_id.startswith("dw::VERSION-")]
+    assert progress_line("versioning", checks).startswith(
+        f"versioning: {len(checks)} checks done — {len(checks)} passed"
+    )
+    machine = Record(
+        Kind.MACHINE, "machine:m", "dw::machine::m", ("LEASE-EXCLUSIVE",), Verdict.PASSED, duration_seconds=12.0,
+        ledger={"a": 1, "b": 0}, budget={"examples": 8, "steps": 40},
+    )  # fmt: skip
+    line = progress_line("machine:m", [machine, machine])
+    assert line == "machine m: 2 passed — 8 examples × 40 steps, 1 hard states reached, 12.0 s"
+    fuzz = Record(
+        Kind.FUZZ, "fuzz:op", "dw::fuzz::g", ("ROBUST-NO-5XX",), Verdict.PASSED, requests=30,
+        fuzz=FuzzStats(operation="op", group="g", cases=12, seconds=2.0),
+    )  # fmt: skip
+    assert progress_line("fuzz:g", [fuzz]) == "fuzz g: 1 passed — 1 operations, 12 cases, 30 requests, 2.0 s"

@@ -1,17 +1,41 @@
-"""How a check's outcome becomes a verdict, and how the run ends when the target cannot be reached."""
+"""How outcomes become verdicts, and how a run ends: CONFORMANT only when everything was checked.
+
+The run rules are shown on hand-built record streams (each test breaks one thing in a complete run), then
+end to end, as a user runs the suite: a selection is INCOMPLETE, a run that ran nothing or whose own item
+crashed is a harness error, never CONFORMANT.
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import json
+import textwrap
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from suite.context import TargetInfo
-from suite.outcomes import CheckFailure, HarnessError, NotCovered, Unimplemented, Verdict
-from suite.plugin import EXIT_HARNESS_ERROR, _judge
-from suite.registry import Check
+from suite.outcomes import (
+    EXIT_CODES,
+    EXIT_HARNESS_ERROR,
+    EXIT_INCOMPLETE_CERTIFY,
+    CheckFailure,
+    HarnessError,
+    NotCovered,
+    RunVerdict,
+    Unimplemented,
+    Verdict,
+)
+from suite.protocol.requirements import REGISTRY
+from suite.registry import Check, entries
+from suite.results import Completeness
+from suite.run import judge
+from tests.conftest import ServerProcess, run_suite
+from tests.suite.runs import changed, complete_records, pytest_cli, results_of
 
 TARGET = TargetInfo(url="http://127.0.0.1:9", cluster_info={})
+TRIM = "dw::VERSION-TRIM::version_trimmed"
 
 
 async def _noop(ctx: object) -> None:
@@ -22,41 +46,255 @@ def _check(requirement: str, capability: str | None = None) -> Check:
     return Check("probe", _noop, (requirement,), capability, False, "doc")  # type: ignore[arg-type]
 
 
+# -- one check's outcome ------------------------------------------------------------------------------------
+
+
 def test_must_failure_fails_and_should_failure_is_non_strict() -> None:
     failure = CheckFailure("broken", expected=1, received=2)
-    assert _judge(_check("FENCE-OWNER"), failure, True, TARGET)[0] is Verdict.FAILED
-    assert _judge(_check("ENVELOPE-ERROR-AND-MESSAGE"), failure, True, TARGET)[0] is Verdict.NON_STRICT
+    assert judge(_check("FENCE-OWNER"), failure, True, TARGET)[0] is Verdict.FAILED
+    assert judge(_check("ENVELOPE-ERROR-AND-MESSAGE"), failure, True, TARGET)[0] is Verdict.NON_STRICT
 
 
 def test_failure_names_the_requirement_it_broke() -> None:
     check = Check("probe", _noop, ("FENCE-OWNER", "FENCE-NO-STATE-CHANGE"), None, False, "doc")  # type: ignore[arg-type]
-    verdict, _, _, req = _judge(check, CheckFailure("x", requirement="FENCE-NO-STATE-CHANGE"), True, TARGET)
+    verdict, _, _, req = judge(check, CheckFailure("x", requirement="FENCE-NO-STATE-CHANGE"), True, TARGET)
     assert (verdict, req) == (Verdict.FAILED, "FENCE-NO-STATE-CHANGE")
 
 
 def test_optional_capability_not_advertised_is_unimplemented_or_informational() -> None:
     check = _check("FENCE-OWNER", capability="worker_sessions")
-    assert _judge(check, CheckFailure("x"), False, TARGET)[0] is Verdict.UNIMPLEMENTED
-    assert _judge(check, None, False, TARGET)[0] is Verdict.INFORMATIONAL
-    assert _judge(check, CheckFailure("x"), True, TARGET)[0] is Verdict.FAILED  # advertised but broken
-    assert _judge(check, None, True, TARGET)[0] is Verdict.PASSED
+    assert judge(check, CheckFailure("x"), False, TARGET)[0] is Verdict.UNIMPLEMENTED
+    assert judge(check, None, False, TARGET)[0] is Verdict.INFORMATIONAL
+    assert judge(check, CheckFailure("x"), True, TARGET)[0] is Verdict.FAILED  # advertised but broken
+    assert judge(check, None, True, TARGET)[0] is Verdict.PASSED
 
 
 def test_harness_problems_are_never_the_targets_failure() -> None:
-    assert _judge(_check("FENCE-OWNER"), HarnessError("timeout"), True, TARGET)[0] is Verdict.ERROR
-    assert _judge(_check("FENCE-OWNER"), NotCovered("long lease"), True, TARGET)[0] is Verdict.NOT_COVERED
-    assert _judge(_check("FENCE-OWNER"), Unimplemented("x"), True, TARGET)[0] is Verdict.UNIMPLEMENTED
+    assert judge(_check("FENCE-OWNER"), HarnessError("timeout"), True, TARGET)[0] is Verdict.ERROR
+    assert judge(_check("FENCE-OWNER"), NotCovered("long lease"), True, TARGET)[0] is Verdict.NOT_COVERED
+    assert judge(_check("FENCE-OWNER"), Unimplemented("x"), True, TARGET)[0] is Verdict.UNIMPLEMENTED
+    assert judge(_check("FENCE-OWNER"), RuntimeError("bug"), True, TARGET)[0] is Verdict.ERROR
+
+
+# -- the run verdict ------------------------------------------------------------------------------------------
+
+
+def _verdict(results: dict[str, object]) -> RunVerdict:
+    return RunVerdict(results["summary"]["verdict"])  # type: ignore[index]
+
+
+def test_a_complete_passing_run_is_conformant() -> None:
+    results = results_of(complete_records())
+    assert _verdict(results) is RunVerdict.CONFORMANT
+    assert results["summary"]["checked"] == results["summary"]["applicable"] == len(REGISTRY)
+    assert results["summary"]["headline"].startswith("CONFORMANT: http://127.0.0.1:9")
+    assert f"all {len(REGISTRY)} of {len(REGISTRY)} requirements checked" in results["summary"]["headline"]
+    assert EXIT_CODES[RunVerdict.CONFORMANT] == 0
+
+
+def test_a_selection_is_incomplete_and_says_how_much_was_checked() -> None:
+    records = [r for r in complete_records() if r.test_id == TRIM]
+    others = tuple(e.test_id for e in entries() if e.test_id != TRIM)
+    completeness = Completeness(narrowed_by=("--requirement VERSION-TRIM",), not_run=others, items=len(entries()))
+    results = results_of(records, completeness=completeness)
+    assert _verdict(results) is RunVerdict.INCOMPLETE
+    line = results["summary"]["headline"]
+    assert line.startswith("INCOMPLETE: ")
+    assert f"PARTIAL: 1 of {len(REGISTRY)} requirements checked, nothing that ran failed" in line
+    assert "the selection --requirement VERSION-TRIM" in line
+    assert "CONFORMANT" not in line.replace("INCOMPLETE", "")
+    assert EXIT_CODES[RunVerdict.INCOMPLETE] == 0  # server CI may gate on a subset…
+    assert EXIT_INCOMPLETE_CERTIFY not in EXIT_CODES.values()  # …but under --certify it has a code of its own
+
+
+def test_a_selection_that_ran_everything_is_still_incomplete() -> None:
+    completeness = Completeness(narrowed_by=("-k 'not nothing'",), items=len(entries()))
+    assert _verdict(results_of(complete_records(), completeness=completeness)) is RunVerdict.INCOMPLETE
+
+
+def test_a_must_not_covered_makes_the_run_incomplete_and_names_the_setting() -> None:
+    req = "EXPIRY-SELF-RECOVERY"
+    setting = "--max-wait 300, or a shorter worker_protocol.test_profile.workflow_task_lease_seconds"
+    records = [
+        replace(r, verdict=Verdict.NOT_COVERED, message="the lease is 300s", setting=setting)
+        if req in r.requirements
+        else r
+        for r in complete_records()
+    ]
+    results = results_of(records)
+    assert _verdict(results) is RunVerdict.INCOMPLETE
+    assert "requirements not covered (" in results["summary"]["headline"]
+    assert results["summary"]["not_covered_must"] >= 1
+    row = next(r for r in results["requirements"] if r["id"] == req)
+    assert row["verdict"] == "not-covered"
+    assert row["setting"] == setting
+
+
+def test_budgets_below_the_defaults_make_the_run_incomplete() -> None:
+    completeness = Completeness(reduced=("--machine-examples 2 is below the default 8",), items=len(entries()))
+    results = results_of(complete_records(), completeness=completeness)
+    assert _verdict(results) is RunVerdict.INCOMPLETE
+    assert "--machine-examples 2 is below the default 8" in results["summary"]["headline"]
+
+
+def test_items_that_did_not_run_make_the_run_incomplete() -> None:
+    records = complete_records()[1:]
+    completeness = Completeness(not_run=(records[0].test_id,), items=len(entries()))
+    assert _verdict(results_of(records, completeness=completeness)) is RunVerdict.INCOMPLETE
+
+
+def test_a_broken_must_is_not_conformant_even_beside_harness_errors() -> None:
+    records = changed(
+        complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM", message="no trim"
+    )
+    assert _verdict(results_of(records)) is RunVerdict.NOT_CONFORMANT
+    records = changed(records, "dw::machine::workflow_leases", verdict=Verdict.ERROR, message="network")
+    results = results_of(records)
+    assert _verdict(results) is RunVerdict.NOT_CONFORMANT
+    assert "broken: VERSION-TRIM" in results["summary"]["headline"]
+
+
+def test_a_run_with_only_harness_errors_is_a_harness_error_not_a_failure() -> None:
+    records = changed(complete_records(), "dw::machine::workflow_leases", verdict=Verdict.ERROR, message="timeout")
+    results = results_of(records)
+    assert _verdict(results) is RunVerdict.HARNESS_ERROR
+    line = results["summary"]["headline"]
+    assert line.startswith("HARNESS ERROR: ")
+    assert "no verdict: 1 harness error (not the target's failure)" in line
+    assert "NOT CONFORMANT" not in line
+    assert "0 failed" not in line
+    assert EXIT_CODES[RunVerdict.HARNESS_ERROR] == EXIT_HARNESS_ERROR == 10
+
+
+def test_a_run_that_ran_nothing_is_a_harness_error() -> None:
+    completeness = Completeness(narrowed_by=("-k 'nomatch'",), not_run=tuple(e.test_id for e in entries()))
+    results = results_of([], completeness=completeness)
+    assert _verdict(results) is RunVerdict.HARNESS_ERROR
+    assert "no verdict: no item ran (the selection -k 'nomatch')" in results["summary"]["headline"]
+
+
+def test_a_broken_should_fails_only_under_strict() -> None:
+    records = changed(
+        complete_records(),
+        "dw::ENVELOPE-ERROR-AND-MESSAGE::" + _name_of("ENVELOPE-ERROR-AND-MESSAGE"),
+        verdict=Verdict.NON_STRICT,
+        failed_requirement="ENVELOPE-ERROR-AND-MESSAGE",
+    )
+    assert _verdict(results_of(records)) is RunVerdict.CONFORMANT
+    assert _verdict(results_of(records, strict=True)) is RunVerdict.NOT_CONFORMANT
+
+
+def test_requirements_introduced_later_are_not_applicable_and_do_not_make_a_run_incomplete() -> None:
+    results = results_of(complete_records(), minor="1.0")
+    later = [r for r in results["requirements"] if REGISTRY[r["id"]].minor > 0]
+    assert later
+    assert all(r["verdict"] == "not-applicable" for r in later)
+    assert results["summary"]["applicable"] == len(REGISTRY) - len(later)
+    assert _verdict(results) is RunVerdict.CONFORMANT
+
+
+def _name_of(requirement: str) -> str:
+    return next(e.name for e in entries() if e.test_id.startswith(f"dw::{requirement}::"))
+
+
+# -- end to end ---------------------------------------------------------------------------------------------
 
 
 def test_unreachable_target_is_one_line_and_a_distinct_exit_code(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--target=http://127.0.0.1:1", "-p", "no:cacheprovider", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
+    run = pytest_cli(tmp_path, "--target=http://127.0.0.1:1", "-q")
+    assert run.returncode == EXIT_HARNESS_ERROR
+    lines = run.output.strip().splitlines()
+    assert any(line.startswith("Exit: harness error: cannot connect to http://127.0.0.1:1") for line in lines)
+    assert "Traceback" not in run.output
+
+
+def test_one_requirement_is_incomplete_and_exits_0(tmp_path: Path) -> None:
+    run = run_suite("embedded", tmp_path / "reports", "--requirement", "VERSION-TRIM")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.results is not None
+    assert run.results["summary"]["verdict"] == "INCOMPLETE"
+    assert f"PARTIAL: 1 of {len(REGISTRY)} requirements checked" in run.stdout
+    assert "\nCONFORMANT" not in run.stdout
+
+
+def test_a_selection_that_matches_nothing_is_a_harness_error(tmp_path: Path) -> None:
+    run = run_suite("embedded", tmp_path / "reports", "-k", "nomatch")
+    assert run.returncode == EXIT_HARNESS_ERROR, run.stdout[-3000:]
+    assert run.results is not None
+    assert run.results["summary"]["verdict"] == "HARNESS ERROR"
+    assert "no verdict: no item ran (the selection -k 'nomatch')" in run.stdout
+
+
+def test_collect_only_lists_stable_ids_writes_no_report_and_is_no_verdict(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    run = run_suite("http://127.0.0.1:1", reports, "--collect-only")  # the target is not even contacted
+    assert run.returncode == EXIT_HARNESS_ERROR, run.stdout[-3000:]
+    assert TRIM in run.stdout.splitlines()
+    assert "dw::machine::workflow_leases" in run.stdout
+    assert "dw::fuzz::stateful" in run.stdout
+    assert "HARNESS ERROR: no verdict — --collect-only" in run.stdout
+    assert run.results is None
+    assert not reports.exists()
+
+
+def test_one_item_is_rerun_by_its_id_from_outside_a_checkout(tmp_path: Path) -> None:
+    run = run_suite("embedded", tmp_path / "reports", TRIM, "-vv")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"{TRIM} PASSED" in run.stdout
+    assert run.results is not None
+    assert [c["test_id"] for c in run.results["checks"]] == [TRIM]
+    assert run.results["summary"]["verdict"] == "INCOMPLETE"
+
+
+def test_an_item_of_the_suite_that_crashes_is_a_harness_error(tmp_path: Path) -> None:
+    """A crash outside any verdict (here an exception raised around the item) never goes green."""
+    (tmp_path / "crash_item.py").write_text(
+        textwrap.dedent("""
+        import pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_call(item):
+            raise RuntimeError("the suite broke")
+        """),
+        encoding="utf-8",
     )
-    assert proc.returncode == EXIT_HARNESS_ERROR
-    output = (proc.stdout + proc.stderr).strip().splitlines()
-    assert any(line.startswith("Exit: harness error: cannot connect to http://127.0.0.1:1") for line in output)
-    assert "Traceback" not in proc.stdout + proc.stderr
+    run = run_suite("embedded", tmp_path / "reports", TRIM, "-p", "crash_item", env={"PYTHONPATH": str(tmp_path)})
+    assert run.returncode == EXIT_HARNESS_ERROR, run.stdout[-3000:]
+    assert run.results is not None
+    assert run.results["summary"]["verdict"] == "HARNESS ERROR"
+    record = run.results["checks"][0]
+    assert record["verdict"] == "error"
+    assert "failed outside a requirement verdict" in record["message"]
+    assert "RuntimeError: the suite broke" in record["message"]
+
+
+@pytest.mark.slow
+def test_a_server_on_default_settings_is_incomplete_with_the_exact_settings_that_cover_it(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """300 s leases and a 60 s query timeout: the requirements that need them are not covered, each naming
+    --max-wait N (N computed) or the test-profile key with the reference server's flag."""
+    server = server_factory("--query-timeout", "60")
+    wanted = ("EXPIRY-SELF-RECOVERY", "QUERY-TIMEOUT-504")
+    run = run_suite(
+        server.url, tmp_path / "reports", "-m", "dw_check", *[a for r in wanted for a in ("--requirement", r)]
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.results is not None
+    assert run.results["summary"]["verdict"] == "INCOMPLETE"
+    rows = {r["id"]: r for r in run.results["requirements"]}
+    lease = rows["EXPIRY-SELF-RECOVERY"]
+    assert lease["verdict"] == "not-covered"
+    assert lease["profile"] == "workflow_task_lease_seconds"
+    assert lease["setting"].startswith("--max-wait 30"), lease["setting"]  # 300 s and more
+    assert (
+        "worker_protocol.test_profile.workflow_task_lease_seconds (reference server: --lease-seconds 3)"
+        in (lease["setting"])
+    )
+    query = rows["QUERY-TIMEOUT-504"]
+    assert query["setting"] == (
+        "--max-wait 60, or a shorter worker_protocol.test_profile.query_task_timeout_seconds "
+        "(reference server: --query-timeout 3)"
+    )
+    assert "DW_QUERY_TASK_TIMEOUT" not in json.dumps(run.results)
+    assert "NOT COVERED EXPIRY-SELF-RECOVERY (MUST)" in run.stdout

@@ -1,0 +1,295 @@
+"""Running the registry: one pytest item per entry, one runner per kind, one record type out.
+
+The plugin collects :class:`SuiteCollector` (node id ``dw``) in place of any test module. It yields one
+:class:`EntryItem` per entry of :func:`suite.registry.entries`, under a collector per requirement (checks)
+or per kind, so the ids are ``dw::VERSION-TRIM::version_trimmed``, ``dw::machine::workflow_leases``,
+``dw::fuzz::worker-registration`` wherever the suite is installed — and one item is re-run by naming it:
+``pytest --target=URL dw::VERSION-TRIM::version_trimmed``.
+
+An item runs its entry with the runner of its kind (:data:`RUNNERS`), which returns
+:class:`~suite.outcomes.Record`\\ s; the item attaches them to its report (they cross from xdist workers to
+the controller that way) and ends as a pytest failure, skip or pass by their verdicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.protocol.requirements import REGISTRY, applicable
+
+from .client import ProtocolClient
+from .context import CheckContext, TargetInfo
+from .outcomes import (
+    CheckFailure,
+    HarnessError,
+    Indeterminate,
+    Kind,
+    NotCovered,
+    Record,
+    Unimplemented,
+    Verdict,
+    broken,
+)
+from .registry import Check, entries
+from .settings import RunSettings
+
+__all__ = [
+    "FAULT_ATTEMPTS",
+    "FAULT_RERUN_SECONDS",
+    "RECORD_KEY",
+    "RUNNERS",
+    "RUN_KEY",
+    "SETTINGS_KEY",
+    "TARGET_KEY",
+    "EntryItem",
+    "SuiteCollector",
+    "judge",
+    "records_of",
+    "run_check",
+]
+
+RECORD_KEY = "dw_record"
+TARGET_KEY = pytest.StashKey[TargetInfo]()
+SETTINGS_KEY = pytest.StashKey[RunSettings]()
+RUN_KEY = pytest.StashKey[dict[str, Any]]()  # run_id, started_at, seed, command line
+
+# Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
+# at most FAULT_ATTEMPTS times in all, and after the first few only while its attempts have taken less than
+# FAULT_RERUN_SECONDS (a check of many requests rarely runs clean; a slow one must not run for ever). Then it
+# is a harness error, never the target's failure.
+FAULT_ATTEMPTS = 40
+FAULT_RERUN_SECONDS = 180.0
+_FAULT_ATTEMPTS_ALWAYS = 4
+
+
+# -- collection -----------------------------------------------------------------------------------------
+
+
+class SuiteCollector(pytest.File):
+    """The whole suite, as node ``dw``: a collector per requirement (checks) or per kind, one item per entry."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        groups: dict[str, list[Check]] = {}
+        for entry in entries():
+            groups.setdefault(entry.group, []).append(entry)
+        for name, members in groups.items():
+            yield EntryGroup.from_parent(self, name=name, members=members)
+
+
+class EntryGroup(pytest.Collector):
+    def __init__(self, *, members: list[Check], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.members = members
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        for entry in self.members:
+            yield EntryItem.from_parent(self, name=entry.name, entry=entry)
+
+
+class EntryItem(pytest.Item):
+    """One entry of the registry; markers ``dw_check`` / ``dw_machine`` / ``dw_fuzz`` select a kind."""
+
+    def __init__(self, *, entry: Check, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.entry = entry
+        self.add_marker(f"dw_{entry.kind.value}")
+        if entry.slow:
+            self.add_marker("conformance_slow")
+
+    def runtest(self) -> None:
+        config = self.config
+        target, settings = config.stash[TARGET_KEY], config.stash[SETTINGS_KEY]
+        records = [
+            replace(r, test_id=self.nodeid) for r in RUNNERS[self.entry.kind](self.entry, target, settings, config)
+        ]
+        for record in records:
+            self.user_properties.append((RECORD_KEY, json.dumps(record.to_json(), default=str)))
+        _conclude(self.entry, records, target, settings)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.nodeid
+
+
+def records_of(report: pytest.TestReport) -> list[Record]:
+    """The records an item attached to its report (in the controller, for every worker's items)."""
+    return [Record.from_json(json.loads(str(v))) for k, v in report.user_properties if k == RECORD_KEY]
+
+
+def _conclude(entry: Check, records: list[Record], target: TargetInfo, settings: RunSettings) -> None:
+    """The item's pytest outcome: failed for a broken rule, failed (marked harness error) for an error, skipped
+    when nothing was judged."""
+    failing = [r for r in records if r.verdict is Verdict.FAILED or (r.verdict is Verdict.NON_STRICT and target.strict)]
+    seed = f"\nseed: {settings.seed}" if entry.kind is not Kind.CHECK else ""
+    if failing:
+        lines = [f"[{r.failed_requirement}] {r.check}: {r.message}" for r in failing]
+        lines += sorted({f"replay bundle: {r.replay}" for r in failing if r.replay})
+        pytest.fail("\n\n".join(lines) + seed, pytrace=False)
+    errors = [r for r in records if r.verdict is Verdict.ERROR]
+    if errors:
+        text = "\n".join(f"{r.check}: {r.message}" for r in errors)
+        pytest.fail(f"harness error (not a conformance failure):\n{text}", pytrace=False)
+    silent = (Verdict.NOT_COVERED, Verdict.UNIMPLEMENTED, Verdict.NOT_APPLICABLE)
+    if records and all(r.verdict in silent for r in records):
+        first = records[0]
+        setting = f" (to cover it: {first.setting})" if first.setting else ""
+        pytest.skip(f"{first.verdict.value}: {first.message}{setting}")
+
+
+# -- the runners --------------------------------------------------------------------------------------------
+
+Runner = Callable[[Check, TargetInfo, RunSettings, pytest.Config], list[Record]]
+
+
+def _base(entry: Check) -> Record:
+    record = Record(entry.kind, entry.record_name, entry.test_id, entry.requirements)
+    return replace(record, doc=entry.doc, capability=entry.capability)
+
+
+def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: pytest.Config) -> list[Record]:
+    """Run one check (again in a fresh world while a fault leaves its outcome unknown) and judge it."""
+    record = _base(check)
+    if not any(applicable(REGISTRY[r], target.certified_minor) for r in check.requirements):
+        message = f"not applicable when certifying protocol {target.protocol_version}"
+        return [replace(record, verdict=Verdict.NOT_APPLICABLE, message=message)]
+    advertised = check.capability is None or bool(target.server_capabilities.get(check.capability))
+    started = time.monotonic()
+    attempts = FAULT_ATTEMPTS if target.fault_ledger is not None else 1
+    unknown: list[str] = []
+    for n in range(attempts):
+        if n >= _FAULT_ATTEMPTS_ALWAYS and time.monotonic() - started > FAULT_RERUN_SECONDS:
+            break
+        ctx, outcome = _attempt(check, target)
+        if not isinstance(outcome, Indeterminate):
+            break
+        unknown.append(str(outcome))  # a fresh world (new queues and ids) for the next attempt
+    if unknown:
+        last_unknown = isinstance(outcome, Indeterminate)
+        record = replace(record, fault_reruns=len(unknown) - int(last_unknown), indeterminate=tuple(unknown[:5]))
+        if last_unknown:
+            outcome = Indeterminate(f"{len(unknown)} attempts in a row met a fault; the last: {unknown[-1]}")
+    schema_problems = [(e, err) for e in ctx.exchanges for err in e.schema_errors]
+    if outcome is None and schema_problems:
+        ex, err = schema_problems[0]
+        outcome = CheckFailure(
+            f"response does not match its schema: {err}",
+            expected="a schema-valid response",
+            received=ex.summary(),
+            exchanges=[ex],
+            requirement="SCHEMA-RESPONSES",
+        )
+    if isinstance(outcome, KeyboardInterrupt):
+        raise outcome
+    verdict, message, exchanges, failed_req = judge(check, outcome, advertised, target)
+    return [
+        replace(
+            record,
+            verdict=verdict,
+            message=message,
+            failed_requirement=failed_req,
+            setting=outcome.setting if isinstance(outcome, NotCovered) else None,
+            exchanges=tuple(e.to_json() for e in exchanges),
+            duration_seconds=round(time.monotonic() - started, 3),
+            requests=len(ctx.exchanges),
+        )
+    ]
+
+
+def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
+    """One run of a check in its own world; its outcome (``None``: it passed)."""
+    client = ProtocolClient(
+        target.url,
+        worker_token=target.worker_token,
+        operator_token=target.operator_token,
+        namespace=target.namespace,
+        worker_version=target.protocol_version,
+        validator=_validator(),
+        faults=target.fault_ledger,
+    )
+    ctx = CheckContext(target=target, client=client, check_name=check.name)
+    assert check.fn is not None
+    fn = check.fn
+
+    async def go() -> None:
+        try:
+            await fn(ctx)
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(go())
+    except BaseException as exc:
+        return ctx, exc
+    return ctx, None
+
+
+def judge(
+    check: Check, outcome: BaseException | None, advertised: bool, target: TargetInfo
+) -> tuple[Verdict, str, list[Any], str | None]:
+    """A check's outcome as a verdict, its message, the evidence and the requirement it broke."""
+    if outcome is None:
+        if not advertised:
+            return Verdict.INFORMATIONAL, f"works, but {check.capability!r} is not advertised", [], None
+        return Verdict.PASSED, "", [], None
+    if isinstance(outcome, CheckFailure):
+        req_id = outcome.requirement if outcome.requirement in REGISTRY else check.requirements[0]
+        assert req_id is not None
+        if not advertised:
+            message = f"{check.capability!r} not advertised; {outcome}"
+            return Verdict.UNIMPLEMENTED, message, outcome.exchanges, req_id
+        return broken(req_id), str(outcome), outcome.exchanges, req_id
+    if isinstance(outcome, NotCovered):
+        return Verdict.NOT_COVERED, outcome.reason, [], None
+    if isinstance(outcome, Unimplemented):
+        return Verdict.UNIMPLEMENTED, str(outcome), [], None
+    if isinstance(outcome, HarnessError):
+        return Verdict.ERROR, str(outcome), [], None
+    tb = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
+    return Verdict.ERROR, f"the check raised {tb}", [], None
+
+
+_VALIDATOR: Any = None
+
+
+def _validator() -> Any:
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        from .schema_check import ResponseValidator
+
+        _VALIDATOR = ResponseValidator()
+    return _VALIDATOR
+
+
+def run_machine_entry(entry: Check, target: TargetInfo, settings: RunSettings, config: pytest.Config) -> list[Record]:
+    """Run one state machine with the session's budget and seed; one record per requirement it judges."""
+    from .machines.runner import MachineBudget, run_machine
+
+    budget = MachineBudget(
+        examples=settings.budget.machine_examples,
+        steps=settings.budget.machine_steps,
+        shrink=settings.shrink,
+        seed=settings.seed,
+    )
+    replay_dir = Path(settings.report_dir) / str(config.stash[RUN_KEY]["run_id"]) / "replay"
+    return [replace(r, doc=entry.doc) for r in run_machine(entry.subject, target, budget, replay_dir).records]
+
+
+def run_fuzz_entry(entry: Check, target: TargetInfo, settings: RunSettings, config: pytest.Config) -> list[Record]:
+    """Fuzz one group of operations with the session's budget and seed; records per operation and rule."""
+    from .fuzz import FuzzBudget, fuzz_group
+
+    if settings.budget.fuzz_examples <= 0:
+        pytest.skip("fuzzing disabled (--fuzz-examples 0)")
+    budget = FuzzBudget(examples=settings.budget.fuzz_examples, seed=settings.seed)
+    return [r for result in fuzz_group(target, str(entry.subject), budget) for r in result.records(target, entry.name)]
+
+
+RUNNERS: dict[Kind, Runner] = {Kind.CHECK: run_check, Kind.MACHINE: run_machine_entry, Kind.FUZZ: run_fuzz_entry}

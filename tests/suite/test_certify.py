@@ -1,0 +1,237 @@
+"""Certification bundles: ``verify`` accepts a bundle of a complete CONFORMANT run and rejects every tampering.
+
+The bundles here are written by the same code a ``--certify`` run uses (:func:`suite.reports.write_reports`,
+:func:`suite.certify.write_manifest`) from a hand-built complete run; the slow test at the end makes one with
+a real ``pytest --target=embedded --certify -n 2`` run and verifies it with the console script.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.certify import ENVELOPE, MANIFEST, keygen, main, verify, write_manifest
+from suite.outcomes import Verdict
+from suite.reports import write_reports
+from suite.settings import DEFAULT_BUDGET, RunSettings
+from tests.suite.runs import RUN, changed, complete_records, results_of, target
+
+TRIM = "dw::VERSION-TRIM::version_trimmed"
+
+
+def _settings(**changes: Any) -> RunSettings:
+    base = RunSettings(
+        target="http://127.0.0.1:9",
+        namespace="default",
+        protocol_version="1.20",
+        report_dir="reports",
+        budget=DEFAULT_BUDGET,
+        shrink=True,
+        strict=False,
+        certify=True,
+        seed=7,
+    )
+    return replace(base, **changes)
+
+
+def _bundle(folder: Path, records: list[Any] | None = None, *, key: Path | None = None, run_id: str = "") -> Path:
+    results = results_of(records if records is not None else complete_records(), options={"certify": True})
+    if run_id:
+        results["run_id"] = run_id
+    out = write_reports(results, folder)
+    write_manifest(out, results, _settings(), target(), sign_key=str(key) if key else None)
+    return out
+
+
+def _rewrite_manifest(folder: Path) -> None:
+    """A forger's next step: recompute every hash so the manifest matches the edited files."""
+    write_manifest(folder, json.loads((folder / "results.json").read_text(encoding="utf-8")), _settings(), target())
+
+
+def _edit_json(path: Path, edit: Any) -> None:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edit(doc)
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
+def _rejected(folder: Path, because: str, public_key: Path | None = None) -> None:
+    ok, line = verify(folder, public_key)
+    assert not ok, line
+    assert line.startswith(f"REJECTED: {folder}: ")
+    assert because in line, line
+    assert "\n" not in line
+
+
+def test_a_complete_conformant_bundle_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _bundle(tmp_path / "run")
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    assert {f["path"] for f in manifest["files"]} == {"results.json", "junit.xml", "report.html"}
+    assert manifest["registry"]["requirements"][0] == "VERSION-MISSING"
+    assert manifest["target"]["discovery"]["server_id"] == "srv-1"
+    assert len(manifest["suite"]["files"]["digest"]) == 64
+    assert main(["verify", str(folder)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    assert out[0].startswith(f"VERIFIED: {folder}: CONFORMANT")
+
+
+def test_a_bundle_of_a_run_that_is_not_conformant_is_rejected(tmp_path: Path) -> None:
+    failing = changed(complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM")
+    _rejected(_bundle(tmp_path / "failed", failing), "the run is NOT CONFORMANT")
+    covered = changed(complete_records(), TRIM, verdict=Verdict.NOT_COVERED)
+    _rejected(_bundle(tmp_path / "partial", covered), "the run is INCOMPLETE")
+
+
+def test_a_verdict_flipped_in_results_json_is_rejected(tmp_path: Path) -> None:
+    folder = _bundle(
+        tmp_path / "run", changed(complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM")
+    )
+
+    def flip(doc: dict[str, Any]) -> None:
+        next(r for r in doc["requirements"] if r["id"] == "VERSION-TRIM")["verdict"] = "passed"
+        doc["summary"]["verdict"] = "CONFORMANT"
+
+    _edit_json(folder / "results.json", flip)
+    _rejected(folder, "results.json was changed after the run")
+    _rewrite_manifest(folder)  # the hashes now match: the verdicts must still follow from the records
+    _rejected(folder, "VERSION-TRIM is declared passed but its records say failed")
+
+
+def test_a_failed_check_removed_is_rejected(tmp_path: Path) -> None:
+    failing = changed(complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM")
+    folder = _bundle(tmp_path / "run", failing)
+
+    def drop(doc: dict[str, Any]) -> None:
+        doc["checks"] = [c for c in doc["checks"] if c["test_id"] != TRIM]
+        next(r for r in doc["requirements"] if r["id"] == "VERSION-TRIM")["verdict"] = "passed"
+        doc["summary"]["verdict"] = "CONFORMANT"
+
+    _edit_json(folder / "results.json", drop)
+    _rejected(folder, "results.json was changed after the run")
+    _rewrite_manifest(folder)
+    _rejected(folder, f"item {TRIM} of the suite has no record in results.json")
+
+
+@pytest.mark.parametrize("name", ["report.html", "junit.xml"])
+def test_an_edited_report_is_rejected(tmp_path: Path, name: str) -> None:
+    folder = _bundle(tmp_path / "run")
+    path = folder / name
+    path.write_text(path.read_text(encoding="utf-8").replace("VERSION-TRIM", "VERSION-TRIMMED"), encoding="utf-8")
+    _rejected(folder, f"{name} was changed after the run")
+
+
+@pytest.mark.parametrize("name", ["report.html", "junit.xml"])
+def test_a_report_swapped_for_another_runs_is_rejected(tmp_path: Path, name: str) -> None:
+    folder = _bundle(tmp_path / "run")
+    other = _bundle(
+        tmp_path / "other", changed(complete_records(), TRIM, verdict=Verdict.NOT_COVERED), run_id="other-run"
+    )
+    shutil.copy(other / name, folder / name)
+    _rejected(folder, f"{name} was changed after the run")
+    _rewrite_manifest(folder)
+    _rejected(folder, f"{name} is from another run or states another verdict")
+
+
+def test_a_manifest_from_another_run_is_rejected(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+    other = _bundle(tmp_path / "other", run_id="20260102T000000Z-def456")
+    shutil.copy(other / MANIFEST, folder / MANIFEST)
+    _rejected(folder, f"the manifest is of run 20260102T000000Z-def456, the results of run {RUN['run_id']}")
+
+
+def test_an_unlisted_or_missing_file_is_rejected(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+    (folder / "extra.txt").write_text("slipped in", encoding="utf-8")
+    _rejected(folder, "extra.txt is in the bundle but not in the manifest")
+    (folder / "extra.txt").unlink()
+    (folder / "junit.xml").unlink()
+    _rejected(folder, "junit.xml is listed in the manifest but missing")
+
+
+def test_a_narrowed_or_reduced_run_is_rejected_even_with_matching_hashes(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+
+    def narrow(doc: dict[str, Any]) -> None:
+        doc["completeness"]["narrowed_by"] = ["-k 'version'"]
+
+    _edit_json(folder / "results.json", narrow)
+    _rewrite_manifest(folder)
+    _rejected(folder, "the run was narrowed: -k 'version'")
+
+
+def test_a_bundle_made_by_a_modified_suite_is_rejected(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+    _edit_json(folder / MANIFEST, lambda doc: doc["suite"]["files"].update(digest="0" * 64))
+    _rejected(folder, "made by a modified suite")
+
+
+def test_a_signed_bundle_verifies_with_its_key_and_not_with_another(tmp_path: Path) -> None:
+    private, public = keygen(tmp_path / "vendor.key")
+    _, stranger = keygen(tmp_path / "stranger.key")
+    assert private.stat().st_mode & 0o077 == 0  # the private key is readable by its owner only
+    folder = _bundle(tmp_path / "run", key=private)
+    envelope = json.loads((folder / ENVELOPE).read_text(encoding="utf-8"))
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+    ok, line = verify(folder, public)
+    assert ok, line
+    assert ", signed by key " in line
+    _rejected(folder, f"{ENVELOPE} is not signed by the key in {stranger}", stranger)
+    with pytest.raises(FileExistsError):
+        keygen(tmp_path / "vendor.key")
+
+
+def test_a_signed_bundle_whose_files_were_re_hashed_fails_the_signature(tmp_path: Path) -> None:
+    private, public = keygen(tmp_path / "vendor.key")
+    folder = _bundle(tmp_path / "run", key=private)
+    page = folder / "report.html"
+    page.write_text(page.read_text(encoding="utf-8") + "<!-- edited -->", encoding="utf-8")
+    _rewrite_manifest(folder)  # the forger rewrites the manifest but cannot sign it
+    _rejected(folder, "the signed statement does not match the bundle's files", public)
+
+
+def test_the_console_script_is_installed(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("dw-certify")
+    assert script.exists()
+    proc = subprocess.run([str(script), "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == f"REJECTED: {tmp_path}: no manifest: not a --certify bundle ({MANIFEST})"
+
+
+@pytest.mark.slow
+def test_a_real_certify_run_is_conformant_and_its_bundle_verifies(tmp_path: Path) -> None:
+    """The whole suite, as a vendor runs it: ``--certify -n 2`` against the embedded server, signed."""
+    private, public = keygen(tmp_path / "vendor.key")
+    reports = tmp_path / "reports"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--target=embedded",
+        "--certify",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        f"--report-dir={reports}",
+        f"--sign-key={private}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "\nCONFORMANT: embedded reference server" in proc.stdout
+    (folder,) = [p.parent for p in reports.glob(f"*/{MANIFEST}")]
+    ok, line = verify(folder, public)
+    assert ok, line
+    assert line.startswith(f"VERIFIED: {folder}: CONFORMANT")
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    assert results["completeness"]["not_run"] == []
+    assert results["summary"]["checked"] == results["summary"]["applicable"]
+    assert "[dw] machine workflow_leases:" in proc.stdout  # a progress line per machine…
+    assert "[dw] versioning:" in proc.stdout  # …and per area
+    assert "[dw]" not in (folder / "report.html").read_text(encoding="utf-8")  # …that never reaches a report

@@ -1,0 +1,158 @@
+"""The suite's own input: every bad option fails before the first request, in one line, with exit 4 — and
+``--certify`` refuses, just as early, everything that would narrow the run.
+
+The target of these runs is an address nothing listens on: a run that got past its option checks would end
+in a harness error (exit 10) instead, so exit 4 shows the check came before any request.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.outcomes import EXIT_USAGE
+from suite.plugin import HINT
+from suite.protocol.requirements import REGISTRY
+from suite.settings import LIMITS
+from tests.suite.runs import UNREACHABLE, pytest_cli
+
+
+def _usage_error(run_output: str) -> str:
+    errors = [line for line in run_output.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1, run_output[-2000:]
+    assert "Traceback" not in run_output
+    return errors[0]
+
+
+# A bad argument → the start of the one line that refuses it.
+BAD = {
+    "--max-wait -5": "--max-wait=-5: must be a number of seconds from 1 to 3600",
+    "--max-wait soon": "--max-wait=soon: must be a number of seconds from 1 to 3600",
+    "--max-wait nan": "--max-wait=nan: must be a number",
+    "--machine-examples -1": "--machine-examples=-1: must be a whole number from 1 to 10000",
+    "--machine-steps 0": "--machine-steps=0: must be a whole number from 1 to 10000",
+    "--fuzz-examples -3": "--fuzz-examples=-3: must be a whole number from 0 to 10000",
+    "--fuzz-examples 2.5": "--fuzz-examples=2.5: must be a whole number",
+    "--fault-seed -1": "--fault-seed=-1: must be a whole number from 0 to 4294967295",
+    "--protocol-version 2.0": "--protocol-version=2.0: must be 1.0 … 1.20",
+    "--requirement NOT-A-REQ": "--requirement=NOT-A-REQ: not a requirement ID",
+    "--faults explode=1": "--faults=explode=1:",
+    "--namespace=": "--namespace='': give the name of an existing namespace",
+    "--format xml": "--format=xml: must be text or json",
+    "dw::NOT-A-REQ": "dw::NOT-A-REQ: no item of the suite has this id or prefix",
+    "tests/": "tests/: with --target the suite runs its own items",
+    "--sign-key k.pem": "--sign-key=k.pem: signing needs --certify",
+    # --certify refuses whatever would narrow the run, in the same way
+    "--certify --requirement VERSION-TRIM": "--certify refuses --requirement VERSION-TRIM: a certification run",
+    "--certify -k version": "--certify refuses -k 'version': a certification run",
+    "--certify -m dw_check": "--certify refuses -m 'dw_check': a certification run",
+    "--certify --deselect dw::machine::x": "--certify refuses --deselect dw::machine::x: a certification run",
+    "--certify dw::VERSION-TRIM": "--certify refuses dw::VERSION-TRIM: a certification run",
+    "--certify --machine-examples 2": "--certify refuses --machine-examples 2 is below the default 8: a",
+    "--certify --machine-steps 10": "--certify refuses --machine-steps 10 is below the default 40: a",
+    "--certify --fuzz-examples 0": "--certify refuses --fuzz-examples 0 is below the default 20: a",
+    "--certify --max-wait 10": "--certify refuses --max-wait 10 is below the default 30: a",
+    "--certify --faults standard": "--certify refuses --faults standard: a certification run checks every",
+    "--certify --collect-only": "--certify refuses --collect-only: a certification run checks every requirement",
+}
+
+
+@pytest.mark.parametrize("given", list(BAD))
+def test_bad_options_fail_before_the_first_request(tmp_path: Path, given: str) -> None:
+    args, says = given.split(), BAD[given]
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", *args)
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    assert says in _usage_error(run.output)
+
+
+def test_every_budget_and_wait_has_a_range() -> None:
+    """Each numeric option of the suite is parsed through a Limit: none is accepted unchecked."""
+    assert set(LIMITS) == {"max_wait", "machine_examples", "machine_steps", "fuzz_examples", "fault_seed", "seed"}
+    for limit in LIMITS.values():
+        with pytest.raises(pytest.UsageError, match=limit.option):
+            limit.parse(limit.low - 1)
+        with pytest.raises(pytest.UsageError, match=limit.option):
+            limit.parse(limit.high + 1)
+        assert limit.parse(limit.low) == limit.low
+
+
+def test_a_bad_seed_in_the_environment_is_a_usage_error(tmp_path: Path) -> None:
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", env={"DW_CONFORMANCE_SEED": "lucky"})
+    assert run.returncode == EXIT_USAGE
+    assert "DW_CONFORMANCE_SEED=lucky: must be a whole number" in _usage_error(run.output)
+
+
+@pytest.mark.parametrize("target", ["notaurl", "ftp://example.com", "http://", "http://host:99999", "localhost:8080"])
+def test_a_target_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, target: str) -> None:
+    run = pytest_cli(tmp_path, f"--target={target}")
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    assert f"--target={target}: give an http(s) URL" in _usage_error(run.output)
+
+
+def test_a_report_dir_that_cannot_be_written_is_refused_first(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", f"--report-dir={blocker / 'reports'}")
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    line = _usage_error(run.output)
+    assert f"--report-dir={blocker / 'reports'}: cannot create or write it" in line
+    assert "pass a writable directory" in line
+
+
+def test_an_unknown_namespace_is_a_usage_error_not_the_targets_failure(tmp_path: Path) -> None:
+    run = pytest_cli(tmp_path, "--target=embedded", "--namespace", "NoSuchSpace", f"--report-dir={tmp_path / 'r'}")
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    line = _usage_error(run.output)
+    assert "--namespace=nosuchspace: the target has no such namespace" in line
+    assert "404 namespace_not_found" in line
+    assert not list((tmp_path / "r").glob("*/results.json"))  # no verdict was written on the target
+
+
+def test_certify_refuses_a_sign_key_that_is_not_an_ed25519_private_key(tmp_path: Path) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("not a key", encoding="utf-8")
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", "--certify", "--sign-key", str(key))
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    assert f"--sign-key={key}:" in _usage_error(run.output)
+
+
+def test_list_requirements_as_text_and_json(tmp_path: Path) -> None:
+    text = pytest_cli(tmp_path, "--list-requirements")
+    assert text.returncode == 0, text.output[-2000:]
+    lines = text.output.strip().splitlines()
+    assert len(lines) == len(REGISTRY)
+    trim = next(line for line in lines if line.startswith("VERSION-TRIM "))
+    assert "MUST" in trim
+    assert "versioning" in trim
+    assert REGISTRY["VERSION-TRIM"].section in trim
+    doc = pytest_cli(tmp_path, "--list-requirements", "--format", "json")
+    assert doc.returncode == 0
+    rows = json.loads(doc.output)
+    assert [r["id"] for r in rows] == list(REGISTRY)
+    assert {"id", "level", "area", "minor", "section", "sentence"} <= set(rows[0])
+    assert rows[0]["sentence"] == next(iter(REGISTRY.values())).sentence
+
+
+def test_plain_pytest_without_target_prints_a_hint_when_it_collects_nothing(tmp_path: Path) -> None:
+    run = pytest_cli(tmp_path)
+    assert run.returncode == 5  # pytest's own "no tests collected"
+    assert HINT in run.output.splitlines()
+    (tmp_path / "test_other.py").write_text("def test_one():\n    pass\n", encoding="utf-8")
+    other = pytest_cli(tmp_path)
+    assert other.returncode == 0
+    assert HINT not in other.output  # any other pytest run is left alone
+
+
+def test_help_documents_every_exit_status(tmp_path: Path) -> None:
+    run = pytest_cli(tmp_path, "--help")
+    flat = " ".join(run.output.split())
+    for text in (
+        "0 CONFORMANT",
+        "1 NOT CONFORMANT",
+        "4 usage error",
+        "10 harness error",
+        "11 INCOMPLETE under --certify",
+    ):
+        assert text in flat, text
