@@ -104,6 +104,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Print the requirement registry (ID, level, area, minor, section, sentence) and exit",
     )
     group.addoption("--format", default="text", metavar="text|json", help="--list-requirements: text or json")
+    _add_target_options(group)
+    _add_budget_options(group)
+
+
+def _add_target_options(group: Any) -> None:
     group.addoption(
         "--worker-token",
         default=os.environ.get("DW_WORKER_TOKEN"),
@@ -137,6 +142,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help=_limit_help("max_wait", "Longest the suite may wait for a lease expiry or timer, in seconds"),
     )
+    group.addoption(
+        "--requirement",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="Run only the items of these requirement IDs (repeatable; the run is then INCOMPLETE)",
+    )
+    group.addoption(
+        "--faults",
+        default=None,
+        metavar="SPEC",
+        help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1, or "
+        "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
+    )
+    group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
+
+
+def _add_budget_options(group: Any) -> None:
     # --strict is pytest's own flag (strict mode); with --target it also makes SHOULD violations fail the run.
     group.addoption(
         "--machine-examples",
@@ -165,21 +188,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             "Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases; 0 disables fuzzing",
         ),
     )
-    group.addoption(
-        "--requirement",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="Run only the items of these requirement IDs (repeatable; the run is then INCOMPLETE)",
-    )
-    group.addoption(
-        "--faults",
-        default=None,
-        metavar="SPEC",
-        help="Talk to the target through a seeded fault-injecting proxy, e.g. drop_response=0.05,delay=0.1, or "
-        "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
-    )
-    group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
 
 
 def _enabled(config: pytest.Config) -> bool:
@@ -604,7 +612,7 @@ def progress_line(area: str, records: list[Record]) -> str:
         requests = sum(r.requests for r in records)
         return f"fuzz {name}: {judged} — {ops} operations, {cases} cases, {requests} requests, {seconds:.1f} s"
     checks = len({r.check for r in records})
-    return f"{area}: {checks} checks done — {judged} ({sum(r.requests for r in records)} requests, {seconds:.1f} s)"
+    return f"{area}: {checks} check{'' if checks == 1 else 's'} done — {judged} ({sum(r.requests for r in records)} requests, {seconds:.1f} s)"
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:

@@ -215,6 +215,7 @@ def test_one_requirement_is_incomplete_and_exits_0(tmp_path: Path) -> None:
     assert run.results["summary"]["verdict"] == "INCOMPLETE"
     assert f"PARTIAL: 1 of {len(REGISTRY)} requirements checked" in run.stdout
     assert "\nCONFORMANT" not in run.stdout
+    assert "[dw]" not in run.stdout  # -q: no progress lines
 
 
 def test_a_selection_that_matches_nothing_is_a_harness_error(tmp_path: Path) -> None:
@@ -241,6 +242,7 @@ def test_one_item_is_rerun_by_its_id_from_outside_a_checkout(tmp_path: Path) -> 
     run = run_suite("embedded", tmp_path / "reports", TRIM, "-vv")
     assert run.returncode == 0, run.stdout[-3000:]
     assert f"{TRIM} PASSED" in run.stdout
+    assert "[dw] versioning: 1 check done — 1 passed" in run.stdout  # the area's progress line
     assert run.results is not None
     assert [c["test_id"] for c in run.results["checks"]] == [TRIM]
     assert run.results["summary"]["verdict"] == "INCOMPLETE"
