@@ -612,7 +612,9 @@ def progress_line(area: str, records: list[Record]) -> str:
         requests = sum(r.requests for r in records)
         return f"fuzz {name}: {judged} — {ops} operations, {cases} cases, {requests} requests, {seconds:.1f} s"
     checks = len({r.check for r in records})
-    return f"{area}: {checks} check{'' if checks == 1 else 's'} done — {judged} ({sum(r.requests for r in records)} requests, {seconds:.1f} s)"
+    requests = sum(r.requests for r in records)
+    plural = "" if checks == 1 else "s"
+    return f"{area}: {checks} check{plural} done — {judged} ({requests} requests, {seconds:.1f} s)"
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:
