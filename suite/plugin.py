@@ -137,12 +137,6 @@ def _add_target_options(group: Any) -> None:
         "--report-dir", default="reports", help="Where reports/<run-id>/ is written, probed first (default reports)"
     )
     group.addoption(
-        "--max-wait",
-        default=str(DEFAULT_BUDGET.max_wait),
-        metavar="SECONDS",
-        help=_limit_help("max_wait", "Longest the suite may wait for a lease expiry or timer, in seconds"),
-    )
-    group.addoption(
         "--requirement",
         action="append",
         default=[],
@@ -159,34 +153,28 @@ def _add_target_options(group: Any) -> None:
     group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
 
 
+# The budget options: attribute of Budget → (metavar, help); ranges and defaults come from LIMITS and Budget.
+_BUDGET_HELP = {
+    "max_wait": ("SECONDS", "Longest the suite may wait for a lease expiry or timer, in seconds"),
+    "machine_examples": ("N", "Random sequences per state machine"),
+    "machine_steps": ("N", "Steps per sequence of a state machine"),
+    "fuzz_examples": (
+        "N",
+        "Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases; 0 disables fuzzing",
+    ),
+}
+
+
 def _add_budget_options(group: Any) -> None:
     # --strict is pytest's own flag (strict mode); with --target it also makes SHOULD violations fail the run.
-    group.addoption(
-        "--machine-examples",
-        default=str(DEFAULT_BUDGET.machine_examples),
-        metavar="N",
-        help=_limit_help("machine_examples", "Random sequences per state machine"),
-    )
-    group.addoption(
-        "--machine-steps",
-        default=str(DEFAULT_BUDGET.machine_steps),
-        metavar="N",
-        help=_limit_help("machine_steps", "Steps per sequence of a state machine"),
-    )
+    for name, (metavar, text) in _BUDGET_HELP.items():
+        default = str(getattr(DEFAULT_BUDGET, name))
+        group.addoption(LIMITS[name].option, default=default, metavar=metavar, help=_limit_help(name, text))
     group.addoption(
         "--no-machine-shrink",
         action="store_true",
         default=False,
         help="Report a state machine's first failing sequence without shrinking it (faster, longer replay)",
-    )
-    group.addoption(
-        "--fuzz-examples",
-        default=str(DEFAULT_BUDGET.fuzz_examples),
-        metavar="N",
-        help=_limit_help(
-            "fuzz_examples",
-            "Random Schemathesis cases per OpenAPI operation, plus up to 5×N coverage-phase cases; 0 disables fuzzing",
-        ),
     )
 
 
