@@ -229,6 +229,7 @@ REFERENCE_FLAGS: Mapping[str, str] = {
     "query_task_timeout_seconds": "--query-timeout 3",
     "long_poll_max_seconds": "--long-poll-max 8",
     "max_active_leases_per_queue": "--max-active-leases-per-queue 16",
+    "cancellation_cleanup_seconds": "--cancellation-cleanup-seconds 3",
     "matching_switch": "always served",
 }
 

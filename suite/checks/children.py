@@ -201,7 +201,9 @@ async def _cooperative_cleanup(
 async def child_closed_past_its_cleanup_deadline(ctx: CheckContext) -> None:
     """A child that does not close is closed as cancelled once its cleanup deadline passes."""
     seconds = ctx.target.test_profile.get("cancellation_cleanup_seconds")
-    ctx.needs_short(seconds if isinstance(seconds, (int, float)) else None, "cooperative cleanup", "its deadline")
+    ctx.needs_short(
+        seconds if isinstance(seconds, (int, float)) else None, "cooperative cleanup", "cancellation_cleanup_seconds"
+    )
     parent_id, _, child_id, _, _ = await cooperative_child(ctx)
 
     async def closed() -> dict[str, Any] | None:

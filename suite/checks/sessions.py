@@ -17,7 +17,7 @@ from suite.outcomes import Indeterminate, NotCovered
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
 
-from .activities import ACTIVITY_TYPE, FIXED, poll_activity
+from .activities import ACTIVITY_TYPE, poll_activity
 
 __all__: list[str] = []
 
@@ -238,7 +238,7 @@ async def session_one_owner_race(ctx: CheckContext) -> None:
 @check("SESSION-ACTIVITY-HEARTBEAT-RENEWS", capability=CAP)
 async def session_renewed_by_activity_heartbeat(ctx: CheckContext) -> None:
     """Heartbeats of an in-session activity keep a 2 s session lease alive past its first expiry."""
-    ctx.needs_short(4, "the session lease this check schedules", FIXED)
+    ctx.needs_short(4, "the session lease this check schedules")
     queue, [worker] = await workers(ctx, [])
     sid = ctx.uid("s")
     await schedule_in_session(ctx, queue, {"session_id": sid, "lease_seconds": 2})
@@ -281,7 +281,7 @@ async def session_renewed_by_activity_heartbeat(ctx: CheckContext) -> None:
 async def session_expiry_and_reacquisition(ctx: CheckContext) -> None:
     """A 1 s session lapses; the old holder's heartbeat is refused; another worker reacquires it; the old holder
     is then fenced (owner mismatch) while its own activity attempt stays live."""
-    ctx.needs_short(3, "the session lease this check schedules", FIXED)
+    ctx.needs_short(3, "the session lease this check schedules")
     queue, [old, new] = await workers(ctx, [], [])
     sid = ctx.uid("s")
     await schedule_in_session(ctx, queue, {"session_id": sid, "lease_seconds": 1})
@@ -334,7 +334,7 @@ async def session_expiry_and_reacquisition(ctx: CheckContext) -> None:
 @check("SESSION-REACQUIRE-DISALLOWED", capability=CAP)
 async def session_reacquire_disallowed(ctx: CheckContext) -> None:
     """A lapsed session with allow_reacquire_after_failure false is reacquired by nobody."""
-    ctx.needs_short(3, "the session lease this check schedules", FIXED)
+    ctx.needs_short(3, "the session lease this check schedules")
     _, [holder, other] = await workers(ctx, [], [])
     sid = ctx.uid("s")
     ctx.expect(await create(ctx, holder, sid, lease_seconds=1, allow_reacquire_after_failure=False), 201)
@@ -346,7 +346,7 @@ async def session_reacquire_disallowed(ctx: CheckContext) -> None:
 @check("SESSION-TTL-TERMINAL", capability=CAP)
 async def session_ttl_is_terminal(ctx: CheckContext) -> None:
     """A renewal never moves the lease past the TTL; after the TTL the id is closed for good."""
-    ctx.needs_short(4, "the session TTL this check schedules", FIXED)
+    ctx.needs_short(4, "the session TTL this check schedules")
     _, [holder] = await workers(ctx, [])
     sid = ctx.uid("s")
     ctx.expect(await create(ctx, holder, sid, lease_seconds=1, ttl_seconds=2), 201)

@@ -26,7 +26,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test, initialize
 
 from suite.context import TargetInfo
-from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, Record, Verdict, broken
+from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotCovered, Record, Verdict, broken
 from suite.protocol.requirements import REGISTRY, applicable
 
 from .base import FOUND, LEDGER, UNKNOWN, MachineBase
@@ -64,7 +64,9 @@ def run_machine(
     if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
         failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
     message, bundle = "", None
-    if outcome is not None:
+    if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
+        message = outcome.reason
+    elif outcome is not None:
         steps = _steps(outcome, reported)
         if replay_dir is not None:
             bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
@@ -175,6 +177,8 @@ def _records(
             one = replace(one, verdict=Verdict.NOT_APPLICABLE, message="not applicable at this protocol version")
         elif failure is not None and failure.requirement == req_id:
             one = failed(req_id)
+        elif isinstance(outcome, NotCovered):
+            one = replace(one, verdict=Verdict.NOT_COVERED, message=message, setting=outcome.setting)
         elif outcome is not None and failure is None:
             one = replace(one, verdict=Verdict.ERROR, message=message)
         elif state is not None and not ledger.get(state):

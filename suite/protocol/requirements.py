@@ -2086,6 +2086,7 @@ TEST_PROFILE: Final[Mapping[str, str]] = MappingProxyType(
         "query_task_timeout_seconds": "the query-task timeout, short enough to wait out",
         "long_poll_max_seconds": "the long-poll clamp, when shorter than 60 s (otherwise --max-wait 65 covers it)",
         "max_active_leases_per_queue": "the admission limit per queue, so a poll can be throttled on purpose",
+        "cancellation_cleanup_seconds": "the cleanup deadline of a cooperative cancellation, short enough to wait out",
         "matching_switch": 'a control route (POST …/task-queues/{queue}/matching {"available": false}) that makes '
         "one queue's matching unavailable",
     }
@@ -2104,6 +2105,7 @@ _COVERED_THROUGH: Final[Mapping[str, str]] = {
     "POLL-STATUS-THROTTLED": "max_active_leases_per_queue",
     "POLL-STATUS-RETRY-AFTER": "max_active_leases_per_queue",
     "POLL-STATUS-UNAVAILABLE": "matching_switch",
+    "CANCEL-COOPERATIVE-DEADLINE": "cancellation_cleanup_seconds",
 }
 
 REGISTRY: Final[Mapping[str, Requirement]] = MappingProxyType(

@@ -193,6 +193,20 @@ def test_requirements_introduced_later_are_not_applicable_and_do_not_make_a_run_
     assert _verdict(results) is RunVerdict.CONFORMANT
 
 
+def test_a_machine_the_target_cannot_drive_is_not_covered_never_an_error(tmp_path: Path) -> None:
+    """The session machine against a target that does not advertise worker sessions: its setup says so, and
+    every requirement it judges is not covered, with no replay bundle (there is no failure to replay)."""
+    from suite.machines.runner import MachineBudget, run_machine
+    from suite.machines.sessions import SessionMachine
+
+    target = TargetInfo(url="http://127.0.0.1:1", cluster_info={"worker_protocol": {"server_capabilities": {}}})
+    result = run_machine(SessionMachine, target, MachineBudget(examples=2, steps=5), tmp_path)
+    assert result.records
+    assert {r.verdict for r in result.records} == {Verdict.NOT_COVERED}
+    assert result.records[0].message == "the target does not advertise worker_sessions"
+    assert list(tmp_path.iterdir()) == []
+
+
 def _name_of(requirement: str) -> str:
     return next(e.name for e in entries() if e.test_id.startswith(f"dw::{requirement}::"))
 
