@@ -232,12 +232,21 @@ def _load(path: Path, what: str) -> Any:
 
 
 def _schema_valid(doc: Any, schema: str, name: str) -> None:
-    from jsonschema import Draft202012Validator
+    # jsonschema-rs (a dependency of Schemathesis) validates a full run's results in about 10 ms, where the
+    # pure-Python validator takes half a second; both implement Draft 2020-12.
+    try:
+        import jsonschema_rs
 
-    error = next(iter(Draft202012Validator(schemas.load_json(schema)).iter_errors(doc)), None)
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "the document"
-        raise Rejected(f"{name} does not match its schema at {where}: {error.message[:200]}")
+        rs_error = next(iter(jsonschema_rs.validator_for(schemas.load_json(schema)).iter_errors(doc)), None)
+        problem = None if rs_error is None else ("/".join(map(str, rs_error.instance_path)), rs_error.message)
+    except ImportError:
+        from jsonschema import Draft202012Validator
+
+        error = next(iter(Draft202012Validator(schemas.load_json(schema)).iter_errors(doc)), None)
+        problem = None if error is None else ("/".join(str(p) for p in error.absolute_path), error.message)
+    if problem is not None:
+        where, message = problem
+        raise Rejected(f"{name} does not match its schema at {where or 'the document'}: {message[:200]}")
 
 
 def _check_files(folder: Path, manifest: Mapping[str, Any]) -> None:

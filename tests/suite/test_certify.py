@@ -166,6 +166,13 @@ def test_a_narrowed_or_reduced_run_is_rejected_even_with_matching_hashes(tmp_pat
     _rejected(folder, "the run was narrowed: -k 'version'")
 
 
+def test_results_that_break_their_schema_are_rejected(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+    _edit_json(folder / "results.json", lambda doc: doc["requirements"][0].update(verdict="great"))
+    _rewrite_manifest(folder)
+    _rejected(folder, "results.json does not match its schema at requirements/0/verdict")
+
+
 def test_a_bundle_made_by_a_modified_suite_is_rejected(tmp_path: Path) -> None:
     folder = _bundle(tmp_path / "run")
     _edit_json(folder / MANIFEST, lambda doc: doc["suite"]["files"].update(digest="0" * 64))
