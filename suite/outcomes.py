@@ -47,6 +47,7 @@ __all__ = [
     "Unimplemented",
     "Verdict",
     "broken",
+    "exit_status",
     "profile_setting",
     "worst",
 ]
@@ -109,6 +110,13 @@ EXIT_CODES: Mapping[RunVerdict, int] = {
     RunVerdict.INCOMPLETE: 0,
     RunVerdict.HARNESS_ERROR: EXIT_HARNESS_ERROR,
 }
+
+
+def exit_status(verdict: RunVerdict, *, certify: bool) -> int:
+    """The exit status of a run: a certification run exits 0 only when CONFORMANT."""
+    if certify and verdict is RunVerdict.INCOMPLETE:
+        return EXIT_INCOMPLETE_CERTIFY
+    return EXIT_CODES[verdict]
 
 
 class Kind(StrEnum):

@@ -33,7 +33,6 @@ from suite.protocol.requirements import REGISTRY
 
 from .context import TargetInfo
 from .outcomes import (
-    EXIT_CODES,
     EXIT_HARNESS_ERROR,
     EXIT_INCOMPLETE_CERTIFY,
     HarnessError,
@@ -41,6 +40,7 @@ from .outcomes import (
     Record,
     RunVerdict,
     Verdict,
+    exit_status,
 )
 from .registry import TEST_ID_ROOT, Check, entries
 from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
@@ -559,10 +559,7 @@ class Recorder:
         verdict = RunVerdict(self.results["summary"]["verdict"])
         if session.exitstatus == pytest.ExitCode.INTERRUPTED:
             return
-        code = EXIT_CODES[verdict]
-        if self.settings.certify and verdict is RunVerdict.INCOMPLETE:
-            code = EXIT_INCOMPLETE_CERTIFY
-        session.exitstatus = code
+        session.exitstatus = exit_status(verdict, certify=self.settings.certify)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.collect_only:

@@ -108,11 +108,17 @@ class Requirement:
 
     @property
     def section(self) -> str:
-        """The PROTOCOL.md section that states the rule (the first one its source cites past the §16
-        invariant list, else the invariant's)."""
+        """Where the spec states the rule: the first PROTOCOL.md section its source cites past the §16 invariant
+        list, else an appendix, else the invariant, else the seed or document the source names first."""
         cited = re.findall(r"§(\d+(?:\.\d+)*)", self.source)
         rules = [c for c in cited if c.split(".")[0] != "16"]
-        return f"§{(rules or cited or ['?'])[0]}"
+        if rules or cited:
+            return f"§{(rules or cited)[0]}"
+        appendix = re.search(r"(?:PROTOCOL\.md |Appendix )([A-C]\.\d+)", self.source)
+        if appendix:
+            return f"App. {appendix.group(1)}"
+        seed = re.match(r"S(\d)\b", self.source)
+        return f"seed 00{seed.group(1)}" if seed else self.source.split()[0].rstrip(":;,")
 
 
 INVARIANT_COUNT: Final = 69

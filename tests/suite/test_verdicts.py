@@ -26,6 +26,7 @@ from suite.outcomes import (
     RunVerdict,
     Unimplemented,
     Verdict,
+    exit_status,
 )
 from suite.protocol.requirements import REGISTRY
 from suite.registry import Check, entries
@@ -105,6 +106,20 @@ def test_a_selection_is_incomplete_and_says_how_much_was_checked() -> None:
     assert "CONFORMANT" not in line.replace("INCOMPLETE", "")
     assert EXIT_CODES[RunVerdict.INCOMPLETE] == 0  # server CI may gate on a subset…
     assert EXIT_INCOMPLETE_CERTIFY not in EXIT_CODES.values()  # …but under --certify it has a code of its own
+
+
+@pytest.mark.parametrize(
+    ("verdict", "plain", "certify"),
+    [
+        (RunVerdict.CONFORMANT, 0, 0),
+        (RunVerdict.NOT_CONFORMANT, 1, 1),
+        (RunVerdict.INCOMPLETE, 0, EXIT_INCOMPLETE_CERTIFY),
+        (RunVerdict.HARNESS_ERROR, EXIT_HARNESS_ERROR, EXIT_HARNESS_ERROR),
+    ],
+)
+def test_exit_status_of_each_run_verdict(verdict: RunVerdict, plain: int, certify: int) -> None:
+    assert exit_status(verdict, certify=False) == plain
+    assert exit_status(verdict, certify=True) == certify
 
 
 def test_a_selection_that_ran_everything_is_still_incomplete() -> None:
