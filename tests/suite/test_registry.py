@@ -71,3 +71,21 @@ def test_each_requirement_names_its_spec_section() -> None:
     assert REGISTRY["SESSION-LAZY-CREATE"].section == "App. A.2"
     assert REGISTRY["CANCEL-COOPERATIVE-REQUEST"].section == "seed 000"
     assert all(r.section and r.section[0] in "§AsSi" for r in REGISTRY.values())
+
+
+def test_every_not_covered_advice_names_a_known_test_profile_key() -> None:
+    """``needs_short(seconds, what, key)``: the key is one the advice can name with its reference-server flag."""
+    import ast
+
+    from suite.outcomes import REFERENCE_FLAGS
+
+    root = Path(__file__).resolve().parents[2] / "suite"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "needs_short" and len(node.args) > 2:
+                key = node.args[2]
+                if isinstance(key, ast.Constant):  # a key passed on from a caller is checked at its literal
+                    found.append(key.value)
+                    assert key.value in REFERENCE_FLAGS, f"{path.name}:{node.lineno}: {key.value!r}"
+    assert "workflow_task_lease_seconds" in found
