@@ -53,7 +53,6 @@ from suite.protocol.fencing import (
     stop_reason,
 )
 from suite.protocol.lifecycles import (
-    ACTIVITY_ATTEMPT,
     ACTIVITY_EXECUTION,
     ACTIVITY_TASK,
     RUN_LIVE_STATUSES,
@@ -65,13 +64,16 @@ from suite.protocol.lifecycles import (
     TaskEvent,
     TaskStatus,
 )
+from suite.protocol.sessions import Admission
 
 from . import sessions
 from .app import validation_error
-from .engine import TERMINAL_RUN_STATUSES, T, append_event, empty_resume, open_workflow_task, ts, wake_run
+from .engine import TERMINAL_RUN_STATUSES, append_event, empty_resume, open_workflow_task, ts, wake_run
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
+from .transitions import ACTIVITY_ATTEMPTS, ACTIVITY_EXECUTIONS, ACTIVITY_TASKS, claim, initial, move
+from .tx import T
 
 __all__ = [
     "FAILURE_KINDS",
@@ -350,16 +352,19 @@ def _move_attempt(t: T, attempt_id: str, event: AttemptEvent, *, owner: str | No
     """running → completed | failed | cancelled | expired. Every attempt transition leaves ``running``, so the
     ``status = 'running'`` condition is the whole race. With ``owner`` this is the outcome-recording write:
     only the live lease the guard saw may move it."""
-    target = ACTIVITY_ATTEMPT.step(AttemptStatus.RUNNING, event).value
-    sql = "UPDATE activity_attempts SET status = ?, closed_at = ? WHERE attempt_id = ? AND status = 'running'"
-    args: list[Any] = [target, t.now, attempt_id]
-    if owner is not None:
-        sql += " AND lease_owner = ? AND lease_expires_at > ?"
-        args += [owner, t.now]
-    moved = t.db.execute(sql, args).rowcount == 1
-    if moved:
-        t.fx.transition("activity_attempt", attempt_id, AttemptStatus.RUNNING.value, target, cause=event.value)
-    return moved
+    moved = move(
+        t,
+        ACTIVITY_ATTEMPTS,
+        attempt_id,
+        AttemptStatus.RUNNING,
+        event,
+        also="closed_at = ?",
+        args=(t.now,),
+        where="lease_owner = ? AND lease_expires_at > ?" if owner is not None else "",
+        where_args=(owner, t.now) if owner is not None else (),
+        cause=event.value,
+    )
+    return moved is not None
 
 
 def _move_task(t: T, task_id: str, event: TaskEvent) -> bool:
@@ -367,28 +372,28 @@ def _move_task(t: T, task_id: str, event: TaskEvent) -> bool:
     row = t.one("SELECT status FROM activity_tasks WHERE task_id = ?", task_id)
     if row is None or not ACTIVITY_TASK.can(TaskStatus(row["status"]), event):
         return False
-    target = ACTIVITY_TASK.step(TaskStatus(row["status"]), event).value
-    t.db.execute(
-        "UPDATE activity_tasks SET status = ?, lease_expires_at = NULL WHERE task_id = ? AND status = ?",
-        (target, task_id, row["status"]),
-    )
-    t.fx.transition("activity_task", task_id, row["status"], target, cause=event.value)
-    return True
+    moved = move(t, ACTIVITY_TASKS, task_id, row["status"], event, also="lease_expires_at = NULL", cause=event.value)
+    return moved is not None
 
 
 def _move_execution(t: T, execution_id: str, event: ExecutionEvent) -> bool:
+    """Move the execution by ``event`` if its table allows it in the execution's state (a closed execution
+    is left as it is); a terminal state records ``closed_at``."""
     row = t.one("SELECT status FROM activity_executions WHERE execution_id = ?", execution_id)
     if row is None or not ACTIVITY_EXECUTION.can(ExecutionStatus(row["status"]), event):
         return False
-    target = ACTIVITY_EXECUTION.step(ExecutionStatus(row["status"]), event)
-    closed = ACTIVITY_EXECUTION.is_terminal(target)
-    t.db.execute(
-        "UPDATE activity_executions SET status = ?, closed_at = CASE WHEN ? THEN ? ELSE closed_at END"
-        " WHERE execution_id = ? AND status = ?",
-        (target.value, closed, t.now, execution_id, row["status"]),
+    closed = ACTIVITY_EXECUTION.is_terminal(ACTIVITY_EXECUTION.table[(ExecutionStatus(row["status"]), event)])
+    moved = move(
+        t,
+        ACTIVITY_EXECUTIONS,
+        execution_id,
+        row["status"],
+        event,
+        also="closed_at = CASE WHEN ? THEN ? ELSE closed_at END",
+        args=(closed, t.now),
+        cause=event.value,
     )
-    t.fx.transition("activity_execution", execution_id, row["status"], target.value, cause=event.value)
-    return True
+    return moved is not None
 
 
 # -- shared pieces -----------------------------------------------------------------------------------------
@@ -473,7 +478,7 @@ def _schedule_retry(
     t.db.execute(
         "INSERT INTO activity_tasks (task_id, namespace, execution_id, run_id, task_queue, activity_type,"
         " compatibility, status, available_at, created_at, schedule_to_start_deadline)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             task_id,
             old_task["namespace"],
@@ -482,6 +487,7 @@ def _schedule_retry(
             old_task["task_queue"],
             execution["activity_type"],
             old_task["compatibility"],
+            initial(ACTIVITY_TASKS),
             available_at,
             t.now,
             # schedule_to_start runs from the moment the retry becomes claimable, not from its creation:
@@ -494,7 +500,7 @@ def _schedule_retry(
         (task_id, execution["execution_id"]),
     )
     _move_execution(t, execution["execution_id"], ExecutionEvent.RETRY)
-    t.fx.transition("activity_task", task_id, None, TaskStatus.READY.value, run_id=execution["run_id"])
+    t.fx.transition("activity_task", task_id, None, initial(ACTIVITY_TASKS), run_id=execution["run_id"])
     t.fx.wake.add(("activity", old_task["namespace"], old_task["task_queue"]))
     append_event(
         t,
@@ -570,7 +576,6 @@ def _match_args(worker: sqlite3.Row, queue: str) -> tuple[Any, ...]:
 def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
     """Lease one activity task to the polling worker: the task payload (§11.1), ``None`` when nothing
     matches, or ``"throttled"`` when the admission limit refuses a lease (§7.4, Appendix C)."""
-    namespace, worker_id, task_queue, worker = poll.namespace, poll.worker_id, poll.queue, poll.worker
     enforce_activity_timeouts(t)
     lease_until = t.now + t.settings.activity_lease_seconds * US
     replay = replayed_task(t, poll)
@@ -580,8 +585,8 @@ def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
         assert task is not None
         t.db.execute("UPDATE activity_tasks SET lease_expires_at = ? WHERE task_id = ?", (lease_until, replay))
         t.db.execute(
-            "UPDATE activity_attempts SET lease_expires_at = ? WHERE attempt_id = ? AND status = 'running'",
-            (lease_until, task["current_attempt_id"]),
+            "UPDATE activity_attempts SET lease_expires_at = ? WHERE attempt_id = ? AND status = ?",
+            (lease_until, task["current_attempt_id"], AttemptStatus.RUNNING),
         )
         return task_payload(t, replay)
     limit = t.settings.max_active_leases_per_queue
@@ -589,8 +594,8 @@ def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
         active = t.one(
             "SELECT COUNT(*) AS n FROM activity_tasks WHERE namespace = ? AND task_queue = ?"
             " AND status = 'leased' AND lease_expires_at > ?",
-            namespace,
-            task_queue,
+            poll.namespace,
+            poll.queue,
             t.now,
         )
         if active is not None and int(active["n"]) >= limit:
@@ -601,67 +606,72 @@ def claim_activity_task(t: T, poll: Poll) -> dict[str, Any] | str | None:
         " AND ((k.status = 'ready' AND k.available_at <= ?)"
         " OR (k.status = 'leased' AND k.lease_expires_at <= ?))"
         " ORDER BY k.available_at, k.task_id LIMIT 100",
-        *_match_args(worker, task_queue),
+        *_match_args(poll.worker, poll.queue),
         t.now,
         t.now,
     )
     for cand in candidates:
         # SESSION-ADMISSION: an in-session task is leased only to a worker the session admits.
-        admission = sessions.admit_claim(t, worker, cand["task_id"], task_queue)
+        admission = sessions.admit_claim(t, poll.worker, cand["task_id"], poll.queue)
         if admission is not None and not admission.admitted:
             continue
-        attempt_id = new_id(t.now)
-        # The claim is the conditional write (§7.5): only a ready task, or one whose lease has expired, moves.
-        won = t.db.execute(
-            "UPDATE activity_tasks SET status = 'leased', lease_owner = ?, lease_expires_at = ?,"
-            " current_attempt_id = ? WHERE task_id = ?"
-            " AND ((status = 'ready' AND available_at <= ?)"
-            " OR (status = 'leased' AND lease_expires_at <= ?))",
-            (worker_id, lease_until, attempt_id, cand["task_id"], t.now, t.now),
-        ).rowcount
-        if won != 1:
-            continue  # lost the race: not an error, try the next candidate (§7.5)
-        if cand["status"] == TaskStatus.LEASED.value:
-            # §9 "Activity redelivery": "A lease expiry closes the attempt (status `expired`). The re-claim of
-            # the same activity task creates a **new `activity_attempt_id`** and `attempt_number + 1`". §11.6:
-            # not a retry — no backoff, no ActivityRetryScheduled.
-            _move_attempt(t, cand["current_attempt_id"], AttemptEvent.EXPIRE)
-            t.fx.transition("activity_task", cand["task_id"], "leased", "ready", cause=TaskEvent.EXPIRE.value)
-            _move_execution(t, cand["execution_id"], ExecutionEvent.LEASE_LOST)
-        t.fx.transition("activity_task", cand["task_id"], "ready", "leased", lease_owner=worker_id)
-        if admission is not None:
-            sessions.commit_admission(t, worker, cand["task_id"], admission)  # lazy creation / reacquisition
-        execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", cand["execution_id"])
-        assert execution is not None
-        _move_execution(t, cand["execution_id"], ExecutionEvent.CLAIM)
-        number = int(execution["attempt_count"]) + 1
-        s2c, hb = execution["start_to_close_timeout"], execution["heartbeat_timeout"]
-        t.db.execute(
-            "UPDATE activity_executions SET attempt_count = ? WHERE execution_id = ?",
-            (number, cand["execution_id"]),
-        )
-        t.db.execute(
-            "INSERT INTO activity_attempts (attempt_id, task_id, execution_id, attempt_number, lease_owner,"
-            " status, started_at, lease_expires_at, start_to_close_deadline, heartbeat_deadline)"
-            " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-            (
-                attempt_id,
-                cand["task_id"],
-                cand["execution_id"],
-                number,
-                worker_id,
-                t.now,
-                lease_until,
-                # §11.7: start_to_close is "one attempt, from claim to outcome"; heartbeat is "the maximum gap
-                # between heartbeats", so the first gap starts at the claim.
-                t.now + s2c * US if s2c else None,
-                t.now + hb * US if hb else None,
-            ),
-        )
-        t.fx.transition("activity_attempt", attempt_id, None, AttemptStatus.RUNNING.value, task_id=cand["task_id"])
-        lease_taken(t, poll, cand["task_id"], number)
-        return task_payload(t, cand["task_id"])
+        if _lease(t, poll, cand, lease_until, admission):
+            return task_payload(t, cand["task_id"])
+        # lost the race: not an error, try the next candidate (§7.5)
     return None
+
+
+def _lease(t: T, poll: Poll, cand: sqlite3.Row, lease_until: int, admission: Admission | None) -> bool:
+    """Lease the candidate task to a new attempt; False when another claim got it first. The claim is the
+    conditional write (§7.5): only a ready task, or one whose lease has expired, moves."""
+    attempt_id = new_id(t.now)
+    redelivery = cand["status"] == TaskStatus.LEASED
+    also, args = (
+        "lease_owner = ?, lease_expires_at = ?, current_attempt_id = ?",
+        (poll.worker_id, lease_until, attempt_id),
+    )
+    moved = claim(t, ACTIVITY_TASKS, cand["task_id"], cand["status"], also=also, args=args)
+    if moved is None:
+        return False
+    if redelivery:
+        # §9 "Activity redelivery": "A lease expiry closes the attempt (status `expired`). The re-claim of
+        # the same activity task creates a **new `activity_attempt_id`** and `attempt_number + 1`". §11.6:
+        # not a retry — no backoff, no ActivityRetryScheduled.
+        _move_attempt(t, cand["current_attempt_id"], AttemptEvent.EXPIRE)
+        t.fx.transition("activity_task", cand["task_id"], "leased", "ready", cause=TaskEvent.EXPIRE.value)
+        _move_execution(t, cand["execution_id"], ExecutionEvent.LEASE_LOST)
+    t.fx.transition("activity_task", cand["task_id"], "ready", "leased", lease_owner=poll.worker_id)
+    if admission is not None:
+        sessions.commit_admission(t, poll.worker, cand["task_id"], admission)  # lazy creation / reacquisition
+    execution = _execution(t, cand["execution_id"])
+    _move_execution(t, cand["execution_id"], ExecutionEvent.CLAIM)
+    number = int(execution["attempt_count"]) + 1
+    s2c, hb = execution["start_to_close_timeout"], execution["heartbeat_timeout"]
+    t.db.execute(
+        "UPDATE activity_executions SET attempt_count = ? WHERE execution_id = ?", (number, cand["execution_id"])
+    )
+    t.db.execute(
+        "INSERT INTO activity_attempts (attempt_id, task_id, execution_id, attempt_number, lease_owner,"
+        " status, started_at, lease_expires_at, start_to_close_deadline, heartbeat_deadline)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            attempt_id,
+            cand["task_id"],
+            cand["execution_id"],
+            number,
+            poll.worker_id,
+            initial(ACTIVITY_ATTEMPTS),
+            t.now,
+            lease_until,
+            # §11.7: start_to_close is "one attempt, from claim to outcome"; heartbeat is "the maximum gap
+            # between heartbeats", so the first gap starts at the claim.
+            t.now + s2c * US if s2c else None,
+            t.now + hb * US if hb else None,
+        ),
+    )
+    t.fx.transition("activity_attempt", attempt_id, None, initial(ACTIVITY_ATTEMPTS), task_id=cand["task_id"])
+    lease_taken(t, poll, cand["task_id"], number)
+    return True
 
 
 def task_payload(t: T, task_id: str) -> dict[str, Any]:

@@ -29,11 +29,15 @@ from typing import Any
 
 from suite.protocol import history as hist
 from suite.protocol.errors import Rejection
+from suite.protocol.lifecycles import CancellationRequestEvent, RunEvent
 
 from .app import validation_error
-from .engine import TERMINAL_RUN_STATUSES, T, append_event, close_run, ts, wake_run
+from .engine import TERMINAL_RUN_STATUSES, append_event, close_run, ts, wake_run
 from .faults import fault
 from .store import dumps, loads, new_id
+from .transitions import CANCELLATION_REQUESTS as REQUESTS
+from .transitions import initial, move
+from .tx import T
 
 __all__ = ["DDL", "deliver", "enforce_deadlines", "install", "observation", "on_child_closed", "request"]
 
@@ -67,8 +71,7 @@ def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
         close_run(
             t,
             child["run_id"],
-            "cancelled",
-            closed_reason="cancelled",
+            RunEvent.CANCEL,
             event_type="WorkflowCancelled",
             payload={"reason": "parent_closed", "parent_close_policy": "request_cancellation"},
         )
@@ -77,8 +80,8 @@ def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
     deadline = t.now + t.settings.cancellation_cleanup_seconds * US
     t.db.execute(
         "INSERT INTO cancellation_requests (request_id, run_id, parent_run_id, child_call_id, requested_at,"
-        " cleanup_deadline_at, status) VALUES (?, ?, ?, ?, ?, ?, 'requested')",
-        (request_id, child["run_id"], call["parent_run_id"], call["child_call_id"], t.now, deadline),
+        " cleanup_deadline_at, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (request_id, child["run_id"], call["parent_run_id"], call["child_call_id"], t.now, deadline, initial(REQUESTS)),
     )
     append_event(
         t,
@@ -96,7 +99,7 @@ def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
         workflow_command_id=request_id,
     )
     wake_run(t, child["run_id"])
-    t.fx.transition("cancellation_request", request_id, None, "requested", run_id=child["run_id"])
+    t.fx.transition("cancellation_request", request_id, None, initial(REQUESTS), run_id=child["run_id"])
 
 
 def _open_request(t: T, run_id: str) -> sqlite3.Row | None:
@@ -122,9 +125,16 @@ def on_child_closed(t: T, child_run: sqlite3.Row, status: str, *, closed_by: str
     row = _open_request(t, child_run["run_id"])
     if row is None:
         return
-    t.db.execute(
-        "UPDATE cancellation_requests SET status = 'resolved', outcome = ?, closed_by = ? WHERE request_id = ?",
-        (status, closed_by, row["request_id"]),
+    also, args = "outcome = ?, closed_by = ?", (status, closed_by)
+    move(
+        t,
+        REQUESTS,
+        row["request_id"],
+        row["status"],
+        CancellationRequestEvent.RESOLVE,
+        also=also,
+        args=args,
+        quiet=True,
     )
     append_event(
         t,
@@ -158,8 +168,7 @@ def enforce_deadlines(t: T) -> float | None:
             close_run(
                 t,
                 row["run_id"],
-                "cancelled",
-                closed_reason="cancelled",
+                RunEvent.CANCEL,
                 event_type="WorkflowCancelled",
                 payload={"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]},
             )
@@ -221,9 +230,16 @@ def deliver(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict
             workflow_task_id=task_id,
             workflow_command_id=row["request_id"],
         )
-        t.db.execute(
-            "UPDATE cancellation_requests SET status = 'delivered', delivery = ? WHERE request_id = ?",
-            (dumps(recorded), row["request_id"]),
+        also, args = "delivery = ?", (dumps(recorded),)
+        move(
+            t,
+            REQUESTS,
+            row["request_id"],
+            row["status"],
+            CancellationRequestEvent.DELIVER,
+            also=also,
+            args=args,
+            quiet=True,
         )
     else:
         recorded = loads(row["delivery"])  # a retried delivery answers the committed one

@@ -1,40 +1,89 @@
-"""The durable core: runs, history and workflow tasks, and the effects a state change has.
+"""The durable core: runs, history and workflow tasks, run close and children.
 
-Every public function here takes a :class:`T` — one open SQLite transaction, the current time and an
-effects collector — so a route composes several steps into one atomic state change. Effects (queue
-wake-ups, lifecycle events for observers) are published only after the transaction commits: a
-notification is a hint that follows durable state, never the other way round (seed 003: "the queue is
-a notification, the lease is ownership").
+Every public function here takes a :class:`~reference_server.tx.T` (one open transaction), so a route
+composes several steps into one atomic state change. Every status change goes through
+:mod:`reference_server.transitions`, so the model's lifecycle tables decide it.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
+from suite.protocol.commands import RetryPolicy
 from suite.protocol.fencing import rfc3339
+from suite.protocol.lifecycles import (
+    CHILD_CLOSED_EVENTS,
+    RUN,
+    RUN_CLOSED_REASONS,
+    RUN_TERMINAL_STATUSES,
+    WORKFLOW_TASK_LEASE,
+    ChildEvent,
+    ChildStatus,
+    ExecutionEvent,
+    LeaseEvent,
+    QueryTaskEvent,
+    RunEvent,
+    RunStatus,
+    TaskEvent,
+    TaskStatus,
+    TimerEvent,
+    UpdateEvent,
+    lease_state_at,
+)
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 
-from .config import Settings
 from .faults import fault
-from .store import Clock, Store, dumps, from_us, loads, new_id
+from .store import dumps, from_us, loads, new_id
+from .transitions import (
+    ACTIVITY_EXECUTIONS,
+    ACTIVITY_TASKS,
+    CHILDREN,
+    QUERY_TASKS,
+    RUNS,
+    TIMERS,
+    UPDATES,
+    WORKFLOW_TASKS,
+    initial,
+    move,
+    move_all,
+    step,
+)
+from .tx import T
 
 __all__ = [
+    "DEFERRED_RESUME_KEY",
     "RESUME_KEYS",
     "TERMINAL_RUN_STATUSES",
-    "Effects",
-    "Engine",
-    "T",
+    "append_event",
+    "apply_parent_close_policies",
+    "child_closed",
+    "close_run",
+    "create_workflow_task",
+    "defer_resume",
+    "deferred_resume",
+    "describe_run",
     "empty_resume",
+    "event_json",
+    "history_page",
+    "next_step",
+    "open_workflow_task",
+    "record_wake",
+    "release_leases",
+    "run_event",
+    "start_child_run",
+    "start_run",
+    "task_resume",
+    "ts",
+    "wake_run",
 ]
 
 # PROTOCOL.md §8.3: all 20 resume-context keys are always present on a leased workflow task.
 RESUME_KEYS: tuple[str, ...] = RESUME_CONTEXT_KEYS
 
-TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "terminated"})
+TERMINAL_RUN_STATUSES: frozenset[RunStatus] = RUN_TERMINAL_STATUSES
+"""The model's terminal run statuses (``StrEnum`` members compare equal to the stored text)."""
 
 
 def empty_resume(**values: Any) -> dict[str, Any]:
@@ -47,58 +96,6 @@ def empty_resume(**values: Any) -> dict[str, Any]:
 
 def ts(us: int | None) -> str | None:
     return None if us is None else rfc3339(from_us(us))
-
-
-@dataclass
-class Effects:
-    """What to publish after commit."""
-
-    wake: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, namespace, task_queue)
-    transitions: list[dict[str, Any]] = field(default_factory=list)
-    run_changed: set[str] = field(default_factory=set)  # run ids whose waiters (updates, queries) re-check
-
-    def transition(self, entity: str, entity_id: str, from_state: str | None, to_state: str, **extra: Any) -> None:
-        self.transitions.append({"entity": entity, "id": entity_id, "from": from_state, "to": to_state, **extra})
-
-
-@dataclass
-class T:
-    """One open transaction."""
-
-    db: sqlite3.Connection
-    now: int
-    settings: Settings
-    fx: Effects
-
-    def one(self, sql: str, *args: Any) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self.db.execute(sql, args).fetchone()
-        return row
-
-    def all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
-        return list(self.db.execute(sql, args).fetchall())
-
-    def run(self, run_id: str) -> sqlite3.Row:
-        row = self.one("SELECT * FROM runs WHERE run_id = ?", run_id)
-        assert row is not None, run_id
-        return row
-
-
-class Engine:
-    """Owns the store and the clock; hands out transactions."""
-
-    def __init__(self, store: Store, clock: Clock, settings: Settings) -> None:
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-
-    @contextmanager
-    def tx(self) -> Iterator[T]:
-        fx = Effects()
-        with self.store.tx() as db:
-            yield T(db=db, now=self.clock.now_us(), settings=self.settings, fx=fx)
-
-    def now(self) -> int:
-        return self.clock.now_us()
 
 
 # -- history ---------------------------------------------------------------------------------------------
@@ -237,7 +234,7 @@ def create_workflow_task(t: T, run: sqlite3.Row, resume: Mapping[str, Any], *, a
     task_id = new_id(t.now)
     t.db.execute(
         "INSERT INTO workflow_tasks (task_id, namespace, run_id, task_queue, workflow_type, compatibility, status,"
-        " attempt, available_at, created_at, resume_context) VALUES (?, ?, ?, ?, ?, ?, 'ready', 0, ?, ?, ?)",
+        " attempt, available_at, created_at, resume_context) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
         (
             task_id,
             run["namespace"],
@@ -245,25 +242,40 @@ def create_workflow_task(t: T, run: sqlite3.Row, resume: Mapping[str, Any], *, a
             run["task_queue"],
             run["workflow_type"],
             run["compatibility"],
+            initial(WORKFLOW_TASKS),
             available_at if available_at is not None else t.now,
             t.now,
             dumps(dict(resume)),
         ),
     )
-    if run["status"] == "waiting":
-        set_run_status(t, run["run_id"], "running")
+    # §9.1: a new workflow task wakes the run (waiting → running; pending and running stay as they are).
+    run_event(t, run["run_id"], RunEvent.WAKE)
     t.fx.wake.add(("workflow", run["namespace"], run["task_queue"]))
-    t.fx.transition("workflow_task", task_id, None, "ready", run_id=run["run_id"])
+    t.fx.transition("workflow_task", task_id, None, initial(WORKFLOW_TASKS), run_id=run["run_id"])
     return task_id
 
 
-def set_run_status(t: T, run_id: str, status: str) -> None:
-    old = t.run(run_id)["status"]
-    if old == status:
-        return
-    t.db.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
-    t.fx.transition("run", run_id, old, status)
-    t.fx.run_changed.add(run_id)
+def release_leases(t: T, where: str, args: tuple[Any, ...]) -> None:
+    """The leases of the leased workflow tasks matching ``where`` end, live or lapsed (the lease machine's
+    RELEASE); the caller moves the tasks themselves. A lease is two columns, not a status: nothing to write."""
+    now = from_us(t.now)
+    for leased in t.all(f"SELECT lease_expires_at FROM workflow_tasks WHERE status = 'leased' AND {where}", *args):
+        expires = leased["lease_expires_at"]
+        state = lease_state_at(None if expires is None else from_us(expires), now)
+        step(WORKFLOW_TASK_LEASE, state, LeaseEvent.RELEASE)
+
+
+def run_event(t: T, run_id: str, *events: RunEvent) -> RunStatus:
+    """Walk the run through ``events`` by the RUN table and write where it ends (one observed transition)."""
+    old = RunStatus(t.run(run_id)["status"])
+    new = old
+    for event in events:
+        new = step(RUN, new, event)
+    if new != old:
+        t.db.execute("UPDATE runs SET status = ? WHERE run_id = ? AND status = ?", (new.value, run_id, old.value))
+        t.fx.transition("run", run_id, old.value, new.value)
+        t.fx.run_changed.add(run_id)
+    return new
 
 
 # -- runs ------------------------------------------------------------------------------------------------
@@ -304,7 +316,7 @@ def start_run(
         " is_current, input_blob, memo, search_attributes, business_key, execution_timeout_seconds,"
         " run_timeout_seconds, run_deadline, execution_deadline, compatibility, started_at, parent_run_id,"
         " parent_child_call_id, first_run_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_id,
             namespace,
@@ -312,6 +324,7 @@ def start_run(
             run_number,
             workflow_type,
             task_queue,
+            initial(RUNS),
             input_blob,
             dumps(dict(memo or {})),
             dumps(dict(search_attributes or {})),
@@ -327,7 +340,7 @@ def start_run(
             first_run_id or run_id,
         ),
     )
-    t.fx.transition("run", run_id, None, "pending", workflow_id=workflow_id)
+    t.fx.transition("run", run_id, None, initial(RUNS), workflow_id=workflow_id)
     common = {"workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue}
     append_event(t, run_id, "StartAccepted", {**common, "run_id": run_id})
     append_event(
@@ -351,54 +364,31 @@ def start_run(
 def close_run(
     t: T,
     run_id: str,
-    status: str,
+    event: RunEvent,
     *,
-    closed_reason: str,
     event_type: str,
     payload: Mapping[str, Any],
     output_blob: str | None = None,
     failure: Mapping[str, Any] | None = None,
     workflow_task_id: str | None = None,
 ) -> None:
-    """Close a run: one terminal event, every open task cancelled, children handled by their
-    parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
+    """Close a run by a closing ``event`` of the RUN table: one terminal event, every open task cancelled,
+    children handled by their parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
     run = t.run(run_id)
-    assert run["status"] not in TERMINAL_RUN_STATUSES, run_id
+    status = step(RUN, run["status"], event)  # IllegalTransition for a run that is already closed
+    assert RUN.is_terminal(status), (run_id, event)
+    closed_reason = RUN_CLOSED_REASONS[event]
     append_event(t, run_id, event_type, payload, workflow_task_id=workflow_task_id)
     t.db.execute(
         "UPDATE runs SET status = ?, closed_reason = ?, closed_at = ?, output_blob = COALESCE(?, output_blob),"
-        " failure = COALESCE(?, failure) WHERE run_id = ?",
-        (status, closed_reason, t.now, output_blob, dumps(dict(failure)) if failure else None, run_id),
+        " failure = COALESCE(?, failure) WHERE run_id = ? AND status = ?",
+        (status, closed_reason, t.now, output_blob, dumps(dict(failure)) if failure else None, run_id, run["status"]),
     )
-    t.fx.transition("run", run_id, run["status"], status, closed_reason=closed_reason)
+    t.fx.transition("run", run_id, run["status"], status.value, closed_reason=closed_reason)
     t.fx.run_changed.add(run_id)
-    if fault(t.settings, "cancel-leaves-tasks-open") and status in ("cancelled", "terminated"):
+    if fault(t.settings, "cancel-leaves-tasks-open") and event in (RunEvent.CANCEL, RunEvent.TERMINATE):
         return  # the bug: the run is closed, but its open tasks, timers, queries and children are left as they were
-    # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2).
-    t.db.execute(
-        "UPDATE workflow_tasks SET status = 'cancelled' WHERE run_id = ? AND status IN ('ready', 'leased')",
-        (run_id,),
-    )
-    # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
-    t.db.execute(
-        "UPDATE activity_tasks SET status = 'cancelled' WHERE run_id = ? AND status = 'ready'",
-        (run_id,),
-    )
-    t.db.execute(
-        "UPDATE activity_executions SET status = 'cancelled', closed_at = ?"
-        " WHERE run_id = ? AND status IN ('pending', 'running') AND ? IN ('cancelled', 'terminated')",
-        (t.now, run_id, status),
-    )
-    t.db.execute("UPDATE timers SET status = 'cancelled' WHERE run_id = ? AND status = 'pending'", (run_id,))
-    # Decided rule (README): an accepted update can never complete once its run closed.
-    t.db.execute(
-        "UPDATE updates SET status = 'rejected', closed_at = ?, failure = ? WHERE run_id = ? AND status = 'accepted'",
-        (t.now, dumps({"reason": "rejected_not_active", "message": "The workflow run closed."}), run_id),
-    )
-    t.db.execute(
-        "UPDATE query_tasks SET status = 'failed', failure = ? WHERE run_id = ? AND status = 'pending'",
-        (dumps({"reason": "query_rejected", "message": "The workflow run closed."}), run_id),
-    )
+    _close_open_work(t, run_id, event)
     apply_parent_close_policies(t, run_id)
     if run["parent_run_id"] and run["parent_child_call_id"]:
         # The row as closed above, not ``run`` (read before the UPDATE): child_closed reads the closed run's
@@ -408,14 +398,55 @@ def close_run(
         child_closed(t, t.run(run_id), status, payload)
 
 
+def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
+    """What a closed run leaves open is closed with it, each by its own table."""
+    # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2);
+    # its lease (live or lapsed) ends with it.
+    now = from_us(t.now)
+    for leased in t.all("SELECT lease_expires_at FROM workflow_tasks WHERE run_id = ? AND status = 'leased'", run_id):
+        expires = leased["lease_expires_at"]
+        step(
+            WORKFLOW_TASK_LEASE, lease_state_at(None if expires is None else from_us(expires), now), LeaseEvent.RELEASE
+        )
+    move_all(t, WORKFLOW_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,))
+    # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
+    move_all(t, ACTIVITY_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,), states=(TaskStatus.READY,))
+    if event in (RunEvent.CANCEL, RunEvent.TERMINATE):
+        move_all(
+            t,
+            ACTIVITY_EXECUTIONS,
+            ExecutionEvent.CANCEL,
+            "run_id = ?",
+            (run_id,),
+            also="closed_at = ?",
+            also_args=(t.now,),
+        )
+    move_all(t, TIMERS, TimerEvent.CANCEL, "run_id = ?", (run_id,))
+    # Decided rule (README): an accepted update can never complete once its run closed.
+    closed = dumps({"reason": "rejected_not_active", "message": "The workflow run closed."})
+    move_all(
+        t,
+        UPDATES,
+        UpdateEvent.RUN_CLOSED,
+        "run_id = ?",
+        (run_id,),
+        also="closed_at = ?, failure = ?",
+        also_args=(t.now, closed),
+    )
+    rejected = dumps({"reason": "query_rejected", "message": "The workflow run closed."})
+    move_all(
+        t, QUERY_TASKS, QueryTaskEvent.RUN_CLOSED, "run_id = ?", (run_id,), also="failure = ?", also_args=(rejected,)
+    )
+
+
 def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
     children = t.all(
         "SELECT * FROM children WHERE parent_run_id = ? AND status IN ('running', 'backoff')", parent_run_id
     )
     for child in children:
         policy = child["parent_close_policy"]
-        if child["status"] == "backoff":
-            t.db.execute("UPDATE children SET status = 'cancelled' WHERE child_call_id = ?", (child["child_call_id"],))
+        if child["status"] == ChildStatus.BACKOFF:
+            move(t, CHILDREN, child["child_call_id"], ChildStatus.BACKOFF, ChildEvent.PARENT_CLOSED, quiet=True)
             continue
         child_run_id = child["current_run_id"]
         if child_run_id is None or policy == "abandon":
@@ -423,41 +454,27 @@ def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
         child_run = t.run(child_run_id)
         if child_run["status"] in TERMINAL_RUN_STATUSES:
             continue
+        closing = {"reason": "parent_closed", "parent_close_policy": policy}
         if policy == "terminate":
-            close_run(
-                t,
-                child_run_id,
-                "terminated",
-                closed_reason="terminated",
-                event_type="WorkflowTerminated",
-                payload={"reason": "parent_closed", "parent_close_policy": policy},
-            )
+            close_run(t, child_run_id, RunEvent.TERMINATE, event_type="WorkflowTerminated", payload=closing)
         elif policy == "request_cancellation":
             from . import cancellation  # cooperative: the child is asked, and closed only past its deadline
 
             cancellation.request(t, child_run, child)
         else:  # request_cancel: "closes the child at once" [S0]
             append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
-            close_run(
-                t,
-                child_run_id,
-                "cancelled",
-                closed_reason="cancelled",
-                event_type="WorkflowCancelled",
-                payload={"reason": "parent_closed", "parent_close_policy": policy},
-            )
+            close_run(t, child_run_id, RunEvent.CANCEL, event_type="WorkflowCancelled", payload=closing)
 
 
-def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str, Any]) -> None:
+def child_closed(t: T, child_run: sqlite3.Row, status: RunStatus, payload: Mapping[str, Any]) -> None:
     """Report a child run's close to its parent, or retry it per the child retry policy (§8.7.1)."""
-    from suite.protocol.commands import RetryPolicy
-
     call = t.one("SELECT * FROM children WHERE child_call_id = ?", child_run["parent_child_call_id"])
     if call is None or call["current_run_id"] != child_run["run_id"]:
         return
     parent = t.run(call["parent_run_id"])
+    closed = CHILD_CLOSED_EVENTS[status]
     if parent["status"] in TERMINAL_RUN_STATUSES:
-        t.db.execute("UPDATE children SET status = ? WHERE child_call_id = ?", (status, call["child_call_id"]))
+        move(t, CHILDREN, call["child_call_id"], call["status"], closed, quiet=True)
         from . import cancellation
 
         closed_by = "cleanup_deadline" if payload.get("reason") == "cleanup_deadline_exceeded" else "child"
@@ -465,50 +482,12 @@ def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str
         return
     if child_run["closed_reason"] == "continued":
         return  # the chain goes on; the parent hears from the last run of it
-    policy_doc = loads(call["retry_policy"])
-    if status == "failed" and policy_doc:
-        # Null policy fields mean "absent", as the model validated them; int(None) raised here inside the
-        # scheduler's maintenance pass, which then failed on every pass and stalled every timer, retry and
-        # timeout of the server (found by the OpenAPI fuzz, suite/fuzz.py).
-        policy = RetryPolicy(
-            max_attempts=int(policy_doc.get("max_attempts") or 1),
-            backoff_seconds=tuple(policy_doc.get("backoff_seconds") or ()),
-            non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types") or ()),
-        )
-        failure = loads(child_run["failure"]) or {}
-        if policy.should_retry(
-            int(call["attempt"]),
-            failure.get("exception_type"),
-            failure.get("exception_class"),
-            bool(failure.get("non_retryable")),
-        ):
-            # Child retry backoff applies after a failed child run.
-            delay = policy.backoff_before(int(call["attempt"]) + 1)
-            t.db.execute(
-                "UPDATE children SET status = 'backoff', retry_at = ?, attempt = attempt + 1 WHERE child_call_id = ?",
-                (t.now + delay * 1_000_000, call["child_call_id"]),
-            )
-            append_event(
-                t,
-                parent["run_id"],
-                "ChildWorkflowRetryScheduled",
-                {
-                    "sequence": call["step_sequence"],
-                    "child_call_id": call["child_call_id"],
-                    "retry_after_attempt": call["attempt"],
-                    "retry_backoff_seconds": delay,
-                    "failed_child_run_id": child_run["run_id"],
-                },
-            )
-            return
-    event_type = {
-        "completed": "ChildRunCompleted",
-        "failed": "ChildRunFailed",
-        "cancelled": "ChildRunCancelled",
-        "terminated": "ChildRunTerminated",
-    }[status]
-    t.db.execute("UPDATE children SET status = ? WHERE child_call_id = ?", (status, call["child_call_id"]))
-    seq = append_event(
+    if status is RunStatus.FAILED and _retry_child(t, call, child_run, parent):
+        return
+    event_type = _CHILD_EVENT_TYPES[status]
+    move(t, CHILDREN, call["child_call_id"], call["status"], closed, quiet=True)
+    output = child_run["output_blob"]
+    record_wake(
         t,
         parent["run_id"],
         event_type,
@@ -517,26 +496,63 @@ def child_closed(t: T, child_run: sqlite3.Row, status: str, payload: Mapping[str
             "child_call_id": call["child_call_id"],
             "child_workflow_id": call["child_workflow_id"],
             "child_workflow_run_id": child_run["run_id"],
-            "output": child_run["output_blob"],
-            "result": {"codec": "avro", "blob": child_run["output_blob"]} if child_run["output_blob"] else None,
+            "output": output,
+            "result": {"codec": "avro", "blob": output} if output else None,
             "payload_codec": "avro",
             **{k: v for k, v in payload.items() if k in ("message", "exception_type", "exception_class", "reason")},
         },
+        workflow_wait_kind="child",
+        open_wait_id=f"child:{call['child_call_id']}",
+        resume_source_kind="child_workflow_run",
+        resume_source_id=child_run["run_id"],
+        child_call_id=call["child_call_id"],
+        child_workflow_run_id=child_run["run_id"],
     )
-    wake_run(
+
+
+_CHILD_EVENT_TYPES: Mapping[RunStatus, str] = {
+    RunStatus.COMPLETED: "ChildRunCompleted",
+    RunStatus.FAILED: "ChildRunFailed",
+    RunStatus.CANCELLED: "ChildRunCancelled",
+    RunStatus.TERMINATED: "ChildRunTerminated",
+}
+
+
+def _retry_child(t: T, call: sqlite3.Row, child_run: sqlite3.Row, parent: sqlite3.Row) -> bool:
+    """A failed child run is retried when the call's retry policy allows another attempt (§8.7.1): the call
+    waits out the backoff (``ChildWorkflowRetryScheduled``), and the parent hears nothing yet (§14.2)."""
+    policy_doc = loads(call["retry_policy"])
+    if not policy_doc:
+        return False
+    # Null policy fields mean "absent", as the model validated them; int(None) raised here inside the
+    # scheduler's maintenance pass, which then failed on every pass and stalled every timer, retry and
+    # timeout of the server (found by the OpenAPI fuzz, suite/fuzz.py).
+    policy = RetryPolicy(
+        max_attempts=int(policy_doc.get("max_attempts") or 1),
+        backoff_seconds=tuple(policy_doc.get("backoff_seconds") or ()),
+        non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types") or ()),
+    )
+    failure = loads(child_run["failure"]) or {}
+    attempt = int(call["attempt"])
+    non_retryable = bool(failure.get("non_retryable"))
+    if not policy.should_retry(attempt, failure.get("exception_type"), failure.get("exception_class"), non_retryable):
+        return False
+    delay = policy.backoff_before(attempt + 1)
+    also, retry_at = "retry_at = ?, attempt = attempt + 1", t.now + delay * 1_000_000
+    move(t, CHILDREN, call["child_call_id"], call["status"], ChildEvent.RETRY, also=also, args=(retry_at,), quiet=True)
+    append_event(
         t,
         parent["run_id"],
-        empty_resume(
-            workflow_wait_kind="child",
-            open_wait_id=f"child:{call['child_call_id']}",
-            resume_source_kind="child_workflow_run",
-            resume_source_id=child_run["run_id"],
-            child_call_id=call["child_call_id"],
-            child_workflow_run_id=child_run["run_id"],
-            workflow_sequence=seq,
-            workflow_event_type=event_type,
-        ),
+        "ChildWorkflowRetryScheduled",
+        {
+            "sequence": call["step_sequence"],
+            "child_call_id": call["child_call_id"],
+            "retry_after_attempt": call["attempt"],
+            "retry_backoff_seconds": delay,
+            "failed_child_run_id": child_run["run_id"],
+        },
     )
+    return True
 
 
 def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
@@ -554,10 +570,23 @@ def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
         parent_child_call_id=call["child_call_id"],
         extra_started={"parent_workflow_id": parent["workflow_id"], "parent_run_id": parent["run_id"]},
     )
-    t.db.execute(
-        "UPDATE children SET current_run_id = ?, status = 'running', retry_at = NULL WHERE child_call_id = ?",
-        (child_run_id, call["child_call_id"]),
-    )
+    if call["status"] == ChildStatus.BACKOFF:
+        also = "current_run_id = ?, retry_at = NULL"
+        move(
+            t,
+            CHILDREN,
+            call["child_call_id"],
+            ChildStatus.BACKOFF,
+            ChildEvent.RESTART,
+            also=also,
+            args=(child_run_id,),
+            quiet=True,
+        )
+    else:
+        t.db.execute(
+            "UPDATE children SET current_run_id = ?, retry_at = NULL WHERE child_call_id = ?",
+            (child_run_id, call["child_call_id"]),
+        )
     append_event(
         t,
         parent["run_id"],

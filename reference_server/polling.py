@@ -29,11 +29,11 @@ from suite.protocol.errors import Rejection
 
 from .app import Ctx, validation_error
 from .config import Settings
-from .engine import T
 from .faults import fault
 from .hub import Hub
 from .ports import Core
 from .store import Clock
+from .tx import T
 
 __all__ = [
     "KINDS",

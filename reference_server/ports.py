@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from .config import Settings
-from .engine import T
 from .hub import Hub
 from .store import Clock
+from .tx import T
 
 __all__ = ["Core", "MatchingSwitch", "Waits"]
 

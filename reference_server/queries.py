@@ -51,10 +51,12 @@ from suite.protocol.fencing import QueryTaskView, guard_query_task
 from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
 
 from .app import validation_error
-from .engine import T, append_event, event_json, history_page, ts
+from .engine import append_event, event_json, history_page, ts
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
+from .transitions import QUERY_TASKS, claim, initial, move
+from .tx import T
 
 __all__ = [
     "MAX_PENDING_PER_QUEUE",
@@ -91,11 +93,6 @@ def result_key(namespace: str, query_task_id: str) -> tuple[str, str, str]:
     return ("query_result", namespace, query_task_id)
 
 
-def _step(status: str, event: QueryTaskEvent) -> str:
-    """The model decides the next state; an illegal pair raises ``IllegalTransition`` (a server bug)."""
-    return QUERY_TASK.step(QueryTaskStatus(status), event).value
-
-
 def _effective_status(row: sqlite3.Row, now: int) -> str:
     """A live task past its deadline is timed out whether or not the sweep has written it yet (§10.1
     step 4: "not retried after the control-plane timeout")."""
@@ -107,15 +104,10 @@ def _effective_status(row: sqlite3.Row, now: int) -> str:
 
 def _time_out(t: T, row: sqlite3.Row) -> None:
     """pending|leased → timed_out, and tell the waiting caller."""
-    new = _step(row["status"], QueryTaskEvent.TIME_OUT)
-    cur = t.db.execute(
-        "UPDATE query_tasks SET status = ? WHERE query_task_id = ? AND status = ?",
-        (new, row["query_task_id"], row["status"]),
-    )
-    if cur.rowcount == 1:
-        forget_polls(t, "query", row["query_task_id"])
-        t.fx.transition("query_task", row["query_task_id"], row["status"], new, run_id=row["run_id"])
-        t.fx.wake.add(result_key(row["namespace"], row["query_task_id"]))
+    qid = row["query_task_id"]
+    if move(t, QUERY_TASKS, qid, row["status"], QueryTaskEvent.TIME_OUT, run_id=row["run_id"]) is not None:
+        forget_polls(t, "query", qid)
+        t.fx.wake.add(result_key(row["namespace"], qid))
 
 
 # -- maintenance ---------------------------------------------------------------------------------------
@@ -231,24 +223,22 @@ def claim_query_task(t: T, poll: Poll) -> dict[str, Any] | None:
     )
     for cand in candidates:
         # The conditional write decides any race; a lost one is not an error (§7.5).
-        cur = t.db.execute(
-            "UPDATE query_tasks SET status = ?, attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?"
-            " WHERE query_task_id = ? AND deadline > ?"
-            " AND (status = 'pending' OR (status = 'leased' AND lease_expires_at <= ?))",
-            (
-                _step(QueryTaskStatus.PENDING, QueryTaskEvent.CLAIM),
-                worker_id,
-                lease_until,
-                cand["query_task_id"],
-                t.now,
-                t.now,
-            ),
+        redelivery = cand["status"] == QueryTaskStatus.LEASED
+        also, args = "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?", (worker_id, lease_until)
+        moved = claim(
+            t,
+            QUERY_TASKS,
+            cand["query_task_id"],
+            cand["status"],
+            also=also,
+            args=args,
+            where="deadline > ?",
+            where_args=(t.now,),
         )
-        if cur.rowcount != 1:
+        if moved is None:
             continue
-        if cand["status"] == QueryTaskStatus.LEASED.value:
-            back = _step(cand["status"], QueryTaskEvent.EXPIRE)
-            t.fx.transition("query_task", cand["query_task_id"], cand["status"], back, cause="lease_expired")
+        if redelivery:
+            t.fx.transition("query_task", cand["query_task_id"], "leased", "pending", cause="lease_expired")
         t.fx.transition(
             "query_task",
             cand["query_task_id"],
@@ -388,15 +378,21 @@ def report_query_task(
     # FENCE-UNKNOWN-QUERY-TASK, QUERY-LATE-COMPLETE-NOT-LEASED, QUERY-FENCE-OWNER, QUERY-FENCE-ATTEMPT.
     guard_query_task(view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert row is not None
-    new = _step(QueryTaskStatus.LEASED, event)
     column = "result" if event is QueryTaskEvent.COMPLETE else "failure"
     # The write is conditional on the very lease the guard saw, so two reports can never both land.
-    cur = t.db.execute(
-        f"UPDATE query_tasks SET status = ?, {column} = ? WHERE query_task_id = ? AND status = 'leased'"
-        " AND lease_owner = ? AND attempt = ? AND lease_expires_at > ? AND deadline > ?",
-        (new, dumps(doc), query_task_id, owner, attempt, t.now, t.now),
+    new = move(
+        t,
+        QUERY_TASKS,
+        query_task_id,
+        QueryTaskStatus.LEASED,
+        event,
+        also=f"{column} = ?",
+        args=(dumps(doc),),
+        where="lease_owner = ? AND attempt = ? AND lease_expires_at > ? AND deadline > ?",
+        where_args=(owner, attempt, t.now, t.now),
+        quiet=True,
     )
-    if cur.rowcount != 1:
+    if new is None:
         raise Rejection(
             409,
             "query_task_not_leased",
@@ -406,9 +402,9 @@ def report_query_task(
     forget_polls(t, "query", query_task_id)
     if fault(t.settings, "query-writes-history"):
         append_event(t, row["run_id"], "QueryCompleted", {"query_task_id": query_task_id})  # the bug: not read-only
-    t.fx.transition("query_task", query_task_id, "leased", new, run_id=row["run_id"])
+    t.fx.transition("query_task", query_task_id, "leased", new.value, run_id=row["run_id"])
     t.fx.wake.add(result_key(namespace, query_task_id))
-    return new
+    return new.value
 
 
 # -- the control-plane call (§10.1, §10.5, §12.2) ------------------------------------------------------
@@ -449,7 +445,7 @@ def create_query_task(t: T, run: sqlite3.Row, name: str, args_blob: str | None, 
     t.db.execute(
         "INSERT INTO query_tasks (query_task_id, namespace, run_id, task_queue, query_name,"
         " arguments_blob, status, attempt, deadline, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
         (
             qid,
             run["namespace"],
@@ -457,11 +453,12 @@ def create_query_task(t: T, run: sqlite3.Row, name: str, args_blob: str | None, 
             run["task_queue"],
             name,
             args_blob,
+            initial(QUERY_TASKS),
             t.now + int(timeout * 1_000_000),
             t.now,
         ),
     )
-    t.fx.transition("query_task", qid, None, QUERY_TASK.initial.value, run_id=run["run_id"])
+    t.fx.transition("query_task", qid, None, initial(QUERY_TASKS), run_id=run["run_id"])
     t.fx.wake.add(("query", run["namespace"], run["task_queue"]))
     return qid
 

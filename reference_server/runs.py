@@ -1,6 +1,6 @@
 """Control-plane operations on runs (§12): start, the run a call targets, signal, update, cancel, terminate.
 
-Each operation that changes state is one function of a transaction (:class:`reference_server.engine.T`);
+Each operation that changes state is one function of a transaction (:class:`reference_server.tx.T`);
 the routes of :mod:`reference_server.routes.control` validate the request, call it inside ``run_tx`` and
 shape the answer. A closed run refuses every command with 409 ``rejected_not_active`` (§12.2).
 """
@@ -12,10 +12,13 @@ from typing import Any
 
 from suite.protocol.codec import decode_blob, value_to_json
 from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.lifecycles import RunEvent
 
 from . import engine as E
-from .engine import TERMINAL_RUN_STATUSES, T
+from .engine import TERMINAL_RUN_STATUSES
 from .store import loads, new_id
+from .transitions import UPDATES, initial
+from .tx import T
 
 __all__ = [
     "accept_update",
@@ -170,8 +173,8 @@ def accept_update(t: T, run_id: str, name: str, input_blob: str | None, request_
     update_id = new_id(t.now)
     t.db.execute(
         "INSERT INTO updates (update_id, run_id, update_name, input_blob, request_id, status, accepted_at)"
-        " VALUES (?, ?, ?, ?, ?, 'accepted', ?)",
-        (update_id, current["run_id"], name, input_blob, request_id, t.now),
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (update_id, current["run_id"], name, input_blob, request_id, initial(UPDATES), t.now),
     )
     payload = {"update_id": update_id, "update_name": name, "arguments": input_blob, "payload_codec": "avro"}
     E.record_wake(
@@ -188,16 +191,18 @@ def accept_update(t: T, run_id: str, name: str, input_blob: str | None, request_
     return update_id
 
 
-def close_by_request(t: T, run_id: str, status: str, reason: str | None) -> None:
+_CLOSE_EVENTS = {
+    RunEvent.CANCEL: ("CancelRequested", "WorkflowCancelled"),
+    RunEvent.TERMINATE: ("TerminateRequested", "WorkflowTerminated"),
+}
+
+
+def close_by_request(t: T, run_id: str, event: RunEvent, reason: str | None) -> None:
     """§12.2 cancel or terminate: ``CancelRequested`` / ``TerminateRequested``, then the run is closed."""
-    requested, event = (
-        ("CancelRequested", "WorkflowCancelled")
-        if status == "cancelled"
-        else ("TerminateRequested", "WorkflowTerminated")
-    )
+    requested, closed = _CLOSE_EVENTS[event]
     current = live_run(t, run_id, "The workflow run is already closed.")
     E.append_event(t, current["run_id"], requested, {"reason": reason})
-    E.close_run(t, current["run_id"], status, closed_reason=status, event_type=event, payload={"reason": reason})
+    E.close_run(t, current["run_id"], event, event_type=closed, payload={"reason": reason})
 
 
 def update_outcome(db: sqlite3.Connection, update_id: str, base: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:

@@ -19,9 +19,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from suite.protocol.lifecycles import ChildEvent, ConditionWaitEvent, RunEvent, TimerEvent, TimerStatus
+
 from . import engine as E
 from .config import Settings
-from .engine import TERMINAL_RUN_STATUSES, T
+from .engine import TERMINAL_RUN_STATUSES
+from .transitions import CHILDREN, CONDITION_WAITS, TIMERS, move, move_all
+from .tx import T
 
 __all__ = ["Scheduler", "Step", "fire_timers", "retry_children", "time_out_runs"]
 
@@ -96,10 +100,7 @@ def fire_timers(t: T) -> float | None:
     """Fire every due timer: ``TimerFired`` (and ``ConditionWaitTimedOut`` for a condition timeout), then
     wake the run with the timer's resume context (§8.3)."""
     for timer in t.all("SELECT * FROM timers WHERE status = 'pending' AND fire_at <= ? LIMIT 100", t.now):
-        t.db.execute(
-            "UPDATE timers SET status = 'fired' WHERE timer_id = ? AND status = 'pending'",
-            (timer["timer_id"],),
-        )
+        move(t, TIMERS, timer["timer_id"], timer["status"], TimerEvent.FIRE, quiet=True)
         run = t.run(timer["run_id"])
         if run["status"] in TERMINAL_RUN_STATUSES:
             continue
@@ -109,7 +110,7 @@ def fire_timers(t: T) -> float | None:
             "delay_seconds": timer["delay_seconds"],
             "timer_kind": timer["timer_kind"],
         }
-        t.fx.transition("timer", timer["timer_id"], "pending", "fired", run_id=run["run_id"])
+        t.fx.transition("timer", timer["timer_id"], timer["status"], TimerStatus.FIRED.value, run_id=run["run_id"])
         if timer["timer_kind"] == "condition_timeout":
             E.wake_run(t, run["run_id"], _condition_timed_out(t, timer, payload))
             continue
@@ -132,10 +133,7 @@ def _condition_timed_out(t: T, timer: Any, payload: dict[str, Any]) -> dict[str,
     wait_id = timer["condition_wait_id"]
     payload["condition_wait_id"] = wait_id
     seq = E.append_event(t, timer["run_id"], "TimerFired", payload)
-    t.db.execute(
-        "UPDATE condition_waits SET status = 'timed_out' WHERE condition_wait_id = ? AND status = 'open'",
-        (wait_id,),
-    )
+    move_all(t, CONDITION_WAITS, ConditionWaitEvent.TIME_OUT, "condition_wait_id = ?", (wait_id,))
     wait = t.one("SELECT * FROM condition_waits WHERE condition_wait_id = ?", wait_id)
     E.append_event(
         t,
@@ -162,10 +160,7 @@ def retry_children(t: T) -> float | None:
     for call in t.all("SELECT * FROM children WHERE status = 'backoff' AND retry_at <= ? LIMIT 100", t.now):
         parent = t.run(call["parent_run_id"])
         if parent["status"] in TERMINAL_RUN_STATUSES:
-            t.db.execute(
-                "UPDATE children SET status = 'cancelled' WHERE child_call_id = ?",
-                (call["child_call_id"],),
-            )
+            move(t, CHILDREN, call["child_call_id"], call["status"], ChildEvent.PARENT_CLOSED, quiet=True)
             continue
         E.start_child_run(t, call, parent)
     return _seconds_until(t, "SELECT MIN(retry_at) AS at FROM children WHERE status = 'backoff'")
@@ -180,8 +175,7 @@ def time_out_runs(t: T) -> float | None:
         E.close_run(
             t,
             run["run_id"],
-            "failed",
-            closed_reason="timed_out",
+            RunEvent.TIME_OUT,
             event_type="WorkflowTimedOut",
             payload={"timeout_type": "run", "run_timeout_seconds": run["run_timeout_seconds"]},
             failure={"message": "Workflow run timed out.", "failure_category": "timeout"},

@@ -16,8 +16,8 @@ from suite.protocol import capabilities as caps
 from . import cancellation, sessions
 from .activities import enforce_activity_timeouts
 from .app import CONTROL, OPEN, WORKER, App
+from .commands import IMPLEMENTED_OPTIONAL_COMMANDS
 from .config import Settings
-from .engine import Engine, T
 from .faults import fault
 from .http import HttpServer, Request, Response
 from .hub import Hub
@@ -32,7 +32,7 @@ from .routes.worker import cancellation as cooperative
 from .routes.worker import sessions as worker_sessions
 from .scheduler import Scheduler
 from .store import Clock, Store, SystemClock, new_id
-from .workflow_tasks import IMPLEMENTED_OPTIONAL_COMMANDS
+from .tx import Engine, T
 
 __all__ = ["Server"]
 

@@ -17,9 +17,11 @@ from suite.protocol import sessions as model
 from suite.protocol.errors import Rejection
 from suite.protocol.sessions import SESSION, Admission, SessionEvent, SessionOptions, SessionStatus, SessionView
 
-from .engine import T, ts
+from .engine import ts
 from .faults import fault
 from .store import dumps, from_us, loads, to_us
+from .transitions import WORKER_SESSIONS, move, step
+from .tx import T
 
 __all__ = [
     "DDL",
@@ -123,15 +125,20 @@ def _holder_stale(t: T, namespace: str, owner: str | None) -> bool:
 
 def _step(t: T, row: sqlite3.Row, event: SessionEvent, **changes: Any) -> None:
     """Move one session through the lifecycle table and write ``changes`` with it."""
-    before = SessionStatus(row["status"])
-    after = SESSION.step(before, event)
-    changes = {"status": after.value, "updated_at": t.now, **changes}
+    changes = {"updated_at": t.now, **changes}
     assignments = ", ".join(f"{name} = ?" for name in changes)
-    t.db.execute(
-        f"UPDATE worker_sessions SET {assignments} WHERE namespace = ? AND session_id = ? AND status = ?",
-        (*changes.values(), row["namespace"], row["session_id"], before.value),
+    move(
+        t,
+        WORKER_SESSIONS,
+        row["session_id"],
+        row["status"],
+        event,
+        also=assignments,
+        args=tuple(changes.values()),
+        where="namespace = ?",
+        where_args=(row["namespace"],),
+        cause=event.value,
     )
-    t.fx.transition("worker_session", row["session_id"], before.value, after.value, cause=event.value)
 
 
 def _settle(t: T, row: sqlite3.Row | None) -> sqlite3.Row | None:
@@ -269,7 +276,7 @@ def _apply(t: T, namespace: str, options: SessionOptions, worker_id: str, decisi
                 options.queue,
                 options.connection,
                 dumps(list(options.requirements)),
-                SESSION.step(SessionStatus.NONE, SessionEvent.CREATE).value,
+                step(SESSION, SessionStatus.NONE, SessionEvent.CREATE).value,
                 worker_id,
                 options.lease_seconds,
                 options.ttl_seconds,

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.protocol.errors import Rejection
+from suite.protocol.lifecycles import WORKER, TaskEvent, WorkerEvent, WorkerStatus
 
 from .app import validation_error
-from .engine import T
+from .engine import release_leases
 from .store import dumps, loads
+from .transitions import WORKERS, WORKFLOW_TASKS, initial, move, move_all, step
+from .tx import T
 
 __all__ = ["RUNTIMES", "Registration", "deregister_worker", "parse_registration", "register_worker"]
 
@@ -130,11 +133,12 @@ def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
                     f"Workflow type '{wf_type}' was registered with a different definition.",
                     {"workflow_type": wf_type, "worker_id": wid},
                 )
+    status = initial(WORKERS) if existing is None else step(WORKER, existing["status"], WorkerEvent.REGISTER).value
     t.db.execute(
         "INSERT OR REPLACE INTO workers (namespace, worker_id, task_queue, runtime, sdk_version, build_id,"
         " workflow_types, activity_types, fingerprints, capabilities, max_workflow_tasks, max_activity_tasks,"
         " status, registered_at, last_heartbeat_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             namespace,
             wid,
@@ -148,11 +152,12 @@ def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
             dumps(reg.capabilities),
             reg.max_workflow_tasks,
             reg.max_activity_tasks,
+            status,
             t.now,
             t.now,
         ),
     )
-    t.fx.transition("worker", wid, existing["status"] if existing else None, "active", task_queue=reg.task_queue)
+    t.fx.transition("worker", wid, existing["status"] if existing else None, status, task_queue=reg.task_queue)
     from . import sessions
 
     sessions.note_registration(t, namespace, wid, reg.max_worker_sessions)
@@ -160,19 +165,26 @@ def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
 
 def deregister_worker(t: T, namespace: str, worker_id: str) -> int:
     """Deregister ``worker_id``; its workflow-task leases go back to ready now. Returns how many."""
-    cur = t.db.execute(
-        "UPDATE workers SET status = 'deregistered' WHERE namespace = ? AND worker_id = ? AND status = 'active'",
-        (namespace, worker_id),
-    )
-    if cur.rowcount != 1:
+    if (
+        move(
+            t,
+            WORKERS,
+            worker_id,
+            WorkerStatus.ACTIVE,
+            WorkerEvent.DEREGISTER,
+            where="namespace = ?",
+            where_args=(namespace,),
+        )
+        is None
+    ):
         raise Rejection(404, "worker_not_found", f"Worker '{worker_id}' is not registered.", {"worker_id": worker_id})
-    t.fx.transition("worker", worker_id, "active", "deregistered")
-    # A deregistered worker will never report: its workflow-task leases go back to ready now.
-    cur = t.db.execute(
-        "UPDATE workflow_tasks SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL"
-        " WHERE namespace = ? AND status = 'leased' AND lease_owner = ?",
-        (namespace, worker_id),
+    # A deregistered worker will never report: its workflow-task leases end now and the tasks are ready again
+    # (the next claim bumps the attempt).
+    where, args = "namespace = ? AND lease_owner = ?", (namespace, worker_id)
+    release_leases(t, where, args)
+    recovered = move_all(
+        t, WORKFLOW_TASKS, TaskEvent.ABANDON, where, args, also="lease_owner = NULL, lease_expires_at = NULL"
     )
-    if cur.rowcount:
+    if recovered:
         t.fx.wake.add(("workflow", namespace, "*"))
-    return int(cur.rowcount)
+    return recovered

@@ -50,7 +50,9 @@ from suite.protocol.lifecycles import RunEvent
 from suite.protocol.sessions import parse_options as parse_session_options
 
 __all__ = [
+    "ACTIVITY_TIMEOUTS",
     "ALL_TYPES",
+    "CHILD_TIMEOUTS",
     "DEFAULT_CHILD_CANCELLATION_POLICY",
     "DEFAULT_PARENT_CLOSE_POLICY",
     "DEFAULT_RETRY_POLICY",
@@ -115,13 +117,14 @@ DEFAULT_CHILD_CANCELLATION_POLICY: Final = "abandon"
 # §13.1: "v2 has **one** language-neutral codec: **`avro`**."
 SUPPORTED_PAYLOAD_CODECS: Final[tuple[str, ...]] = ("avro",)
 
-_ACTIVITY_TIMEOUTS = (
+ACTIVITY_TIMEOUTS: Final[tuple[str, ...]] = (
     "start_to_close_timeout",
     "schedule_to_start_timeout",
     "schedule_to_close_timeout",
     "heartbeat_timeout",
 )
-_CHILD_TIMEOUTS = ("execution_timeout_seconds", "run_timeout_seconds")
+"""The four §11.7 activity timeouts a ``schedule_activity`` may carry (seconds, ≥1), in snapshot order."""
+CHILD_TIMEOUTS: Final[tuple[str, ...]] = ("execution_timeout_seconds", "run_timeout_seconds")
 
 # §8.7.1 "Which fields are allowed on which command (UPS `validateWorkflowTaskCommandScopes`; 422 with
 # per-field errors)".
@@ -131,9 +134,9 @@ SCOPED_FIELDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
         "retry_policy": frozenset({"schedule_activity", "start_child_workflow"}),
         # "`start_to_close_timeout`, `schedule_to_start_timeout`, `schedule_to_close_timeout` and
         # `heartbeat_timeout` only on `schedule_activity`."
-        **{name: frozenset({"schedule_activity"}) for name in _ACTIVITY_TIMEOUTS},
+        **{name: frozenset({"schedule_activity"}) for name in ACTIVITY_TIMEOUTS},
         # "`execution_timeout_seconds` and `run_timeout_seconds` only on `start_child_workflow`."
-        **{name: frozenset({"start_child_workflow"}) for name in _CHILD_TIMEOUTS},
+        **{name: frozenset({"start_child_workflow"}) for name in CHILD_TIMEOUTS},
         # "`non_retryable` only on `fail_workflow` and `fail_update`."
         "non_retryable": frozenset({"fail_workflow", "fail_update"}),
     }
@@ -456,7 +459,7 @@ def _schedule_activity(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
     _string(cmd, "connection", p, errs, required=False)
     _string(cmd, "queue", p, errs, required=False)
     _retry_policy(cmd.get("retry_policy"), f"{p}.retry_policy", errs)
-    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in _ACTIVITY_TIMEOUTS}
+    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in ACTIVITY_TIMEOUTS}
     # §8.7.1 / §11.7: "`heartbeat ≤ start_to_close`, `start_to_close ≤ schedule_to_close`,
     # `schedule_to_start ≤ schedule_to_close`".
     _ordered(t, "heartbeat_timeout", "start_to_close_timeout", p, errs)
@@ -488,7 +491,7 @@ def _start_child_workflow(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None
         errs.add(f"{p}.parent_close_policy", f"must be one of {sorted(PARENT_CLOSE_POLICIES)}")
     _retry_policy(cmd.get("retry_policy"), f"{p}.retry_policy", errs)
     # "Timeouts are ints ≥1 with `run ≤ execution`."
-    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in _CHILD_TIMEOUTS}
+    t = {name: _integer(cmd, name, p, errs, required=False, minimum=1) for name in CHILD_TIMEOUTS}
     _ordered(t, "run_timeout_seconds", "execution_timeout_seconds", p, errs)
 
 

@@ -16,6 +16,12 @@ The machines (PROTOCOL.md §9.1 "State machines the RS should implement (UPP enu
 ``ACTIVITY_ATTEMPT``       one activity attempt: running → completed | failed | cancelled | expired
 ``ACTIVITY_EXECUTION``     one logical activity: pending → running → …, back to pending between retries
 ``QUERY_TASK``             one ephemeral query task: pending → leased → completed | failed | timed_out
+``TIMER``                  a timer: pending → fired | cancelled
+``CONDITION_WAIT``         an open condition wait: open → satisfied | timed_out
+``UPDATE``                 an update: accepted → completed | failed | rejected
+``CHILD``                  one child-workflow call: running ⇄ backoff → completed | failed | cancelled | …
+``CANCELLATION_REQUEST``   a cooperative cancellation request: requested → delivered → resolved
+``WORKER``                 a worker registration: active ⇄ deregistered
 =========================  ======================================================================
 
 Counters that ride along with a transition (the workflow-task attempt) are given by small pure helpers next
@@ -38,15 +44,28 @@ __all__ = [
     "ACTIVITY_EXECUTION",
     "ACTIVITY_TASK",
     "ALL_LIFECYCLES",
+    "CANCELLATION_REQUEST",
+    "CHILD",
+    "CHILD_CLOSED_EVENTS",
+    "CONDITION_WAIT",
     "QUERY_TASK",
     "RUN",
     "RUN_CLOSED_REASONS",
     "RUN_LIVE_STATUSES",
     "RUN_TERMINAL_STATUSES",
+    "TIMER",
+    "UPDATE",
+    "WORKER",
     "WORKFLOW_TASK",
     "WORKFLOW_TASK_LEASE",
     "AttemptEvent",
     "AttemptStatus",
+    "CancellationRequestEvent",
+    "CancellationRequestStatus",
+    "ChildEvent",
+    "ChildStatus",
+    "ConditionWaitEvent",
+    "ConditionWaitStatus",
     "ExecutionEvent",
     "ExecutionStatus",
     "LeaseEvent",
@@ -58,6 +77,12 @@ __all__ = [
     "RunStatus",
     "TaskEvent",
     "TaskStatus",
+    "TimerEvent",
+    "TimerStatus",
+    "UpdateEvent",
+    "UpdateStatus",
+    "WorkerEvent",
+    "WorkerStatus",
     "lease_attempt_after",
     "lease_state_at",
 ]
@@ -152,6 +177,10 @@ class TaskEvent(StrEnum):
     CANCEL = "cancel"
     """The run was closed with the task open: §9.1 "The run was cancelled or terminated (observed on the next
     call)", or a workflow that completed, failed or continued as new with an activity still open."""
+    ABANDON = "abandon"
+    """Workflow only: the lease holder deregistered, so its lease is given up at once and the task is ready
+    again (SDK-INTEROP §4 ``DELETE /worker/registrations``: ``recovered_workflow_task_count``); the next claim
+    bumps the attempt."""
 
 
 _T = TaskStatus
@@ -168,6 +197,7 @@ WORKFLOW_TASK_TRANSITIONS: dict[tuple[TaskStatus, TaskEvent], TaskStatus] = {
     (_T.READY, _TE.CLAIM): _T.LEASED,
     (_T.READY, _TE.CANCEL): _T.CANCELLED,
     (_T.LEASED, _TE.EXPIRE): _T.READY,
+    (_T.LEASED, _TE.ABANDON): _T.READY,
     (_T.LEASED, _TE.COMPLETE): _T.COMPLETED,
     (_T.LEASED, _TE.FAIL): _T.FAILED,
     (_T.LEASED, _TE.CANCEL): _T.CANCELLED,
@@ -242,7 +272,7 @@ class LeaseEvent(StrEnum):
     RECOVER = "recover"
     """The expired lease is cleared and the task goes back to ``ready``."""
     RELEASE = "release"
-    """The task left ``leased``: complete, fail, or the run was cancelled or terminated."""
+    """The task left ``leased``: complete, fail, the run was closed, or the holder deregistered."""
 
 
 _L = LeaseState
@@ -326,6 +356,9 @@ class RunEvent(StrEnum):
     """A workflow task completed with ``fail_workflow``."""
     BATCH_CONTINUE_AS_NEW = "batch_continue_as_new"
     """A workflow task completed with ``continue_as_new``."""
+    TASK_FAIL = "task_fail"
+    """A workflow task failed and no new history arrived during its lease: no task is open, the run waits
+    (§8.8 "a task failure is a replay problem, not a workflow failure"; repair or a new event wakes it)."""
     CANCEL = "cancel"
     """Control-plane cancel was accepted."""
     TERMINATE = "terminate"
@@ -353,8 +386,8 @@ RUN_LIVE_STATUSES: frozenset[RunStatus] = frozenset({_R.PENDING, _R.RUNNING, _R.
 # - WAKE is legal in every live state so the server can fire it whenever it creates a workflow task. It
 #   moves `waiting` to `running` and leaves `pending` / `running` as they are ("pending" lasts until the
 #   first workflow task completes, whatever else happens meanwhile).
-# - A batch can only complete from `pending` or `running`: completing needs a leased workflow task, and a run
-#   with an open workflow task is never `waiting`.
+# - A batch can only complete (and a task only fail) from `pending` or `running`: either needs a leased
+#   workflow task, and a run with an open workflow task is never `waiting`.
 # - TIME_OUT closes the run as `failed` with closed_reason "timed_out": the run-status enum has no timed-out
 #   value, and a timed-out run did not succeed.
 RUN_TRANSITIONS: dict[tuple[RunStatus, RunEvent], RunStatus] = {
@@ -369,6 +402,7 @@ RUN_TRANSITIONS: dict[tuple[RunStatus, RunEvent], RunStatus] = {
             (_RE.BATCH_COMPLETE, _R.COMPLETED),
             (_RE.BATCH_FAIL, _R.FAILED),
             (_RE.BATCH_CONTINUE_AS_NEW, _R.COMPLETED),
+            (_RE.TASK_FAIL, _R.WAITING),
         )
     },
     **{
@@ -540,6 +574,9 @@ class QueryTaskEvent(StrEnum):
     FAIL = "fail"
     TIME_OUT = "time_out"
     """The control-plane caller's wait ended (§10.5 ``query_worker_timeout``)."""
+    RUN_CLOSED = "run_closed"
+    """The run closed while the task was still pending: nobody had leased it, and it is failed with
+    ``query_rejected`` so the waiting caller gets 409 at once rather than a timeout."""
 
 
 _Q = QueryTaskStatus
@@ -548,10 +585,12 @@ _QE = QueryTaskEvent
 # §10.5: "After a timeout the query task is marked `timed_out`, and a late complete gets 409
 # `query_task_not_leased`." §10.1: query tasks "are **not retried** after the control-plane timeout" —
 # timed_out is terminal. §10.6: "A second complete or fail after a terminal one gets 409
-# `query_task_not_leased`."
+# `query_task_not_leased`." Decision: a task still pending when its run closes is failed (RUN_CLOSED); a
+# leased one is left to its worker, which can still answer from the complete history.
 QUERY_TASK_TRANSITIONS: dict[tuple[QueryTaskStatus, QueryTaskEvent], QueryTaskStatus] = {
     (_Q.PENDING, _QE.CLAIM): _Q.LEASED,
     (_Q.PENDING, _QE.TIME_OUT): _Q.TIMED_OUT,
+    (_Q.PENDING, _QE.RUN_CLOSED): _Q.FAILED,
     (_Q.LEASED, _QE.EXPIRE): _Q.PENDING,
     (_Q.LEASED, _QE.COMPLETE): _Q.COMPLETED,
     (_Q.LEASED, _QE.FAIL): _Q.FAILED,
@@ -568,6 +607,212 @@ QUERY_TASK: Lifecycle[QueryTaskStatus, QueryTaskEvent] = Lifecycle(
 )
 
 
+# ---------------------------------------------------------------------------------------------------------
+# What a run waits on: timers, condition waits, updates, child workflows (§8.7.1, §12.2, SDK-INTEROP §6.4)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class TimerStatus(StrEnum):
+    """A ``start_timer`` (or a condition wait's timeout): pending until it fires or its run or wait ends."""
+
+    PENDING = "pending"
+    FIRED = "fired"
+    CANCELLED = "cancelled"
+
+
+class TimerEvent(StrEnum):
+    FIRE = "fire"
+    """``fire_at`` passed: ``TimerFired`` and a wake of the run."""
+    CANCEL = "cancel"
+    """The run closed, or the condition wait the timer bounds was satisfied first."""
+
+
+TIMER: Lifecycle[TimerStatus, TimerEvent] = Lifecycle(
+    name="timer",
+    states=TimerStatus,
+    events=TimerEvent,
+    table={
+        (TimerStatus.PENDING, TimerEvent.FIRE): TimerStatus.FIRED,
+        (TimerStatus.PENDING, TimerEvent.CANCEL): TimerStatus.CANCELLED,
+    },
+    initial=TimerStatus.PENDING,
+    terminal=frozenset({TimerStatus.FIRED, TimerStatus.CANCELLED}),
+)
+
+
+class ConditionWaitStatus(StrEnum):
+    """An ``open_condition_wait`` (SDK-INTEROP §6.4): open until satisfied or timed out."""
+
+    OPEN = "open"
+    SATISFIED = "satisfied"
+    TIMED_OUT = "timed_out"
+
+
+class ConditionWaitEvent(StrEnum):
+    SATISFY = "satisfy"
+    """A completed batch no longer re-emits the wait: the replayed history satisfied it."""
+    TIME_OUT = "time_out"
+    """Its timeout timer fired first (``ConditionWaitTimedOut``)."""
+
+
+CONDITION_WAIT: Lifecycle[ConditionWaitStatus, ConditionWaitEvent] = Lifecycle(
+    name="condition_wait",
+    states=ConditionWaitStatus,
+    events=ConditionWaitEvent,
+    table={
+        (ConditionWaitStatus.OPEN, ConditionWaitEvent.SATISFY): ConditionWaitStatus.SATISFIED,
+        (ConditionWaitStatus.OPEN, ConditionWaitEvent.TIME_OUT): ConditionWaitStatus.TIMED_OUT,
+    },
+    initial=ConditionWaitStatus.OPEN,
+    terminal=frozenset({ConditionWaitStatus.SATISFIED, ConditionWaitStatus.TIMED_OUT}),
+)
+
+
+class UpdateStatus(StrEnum):
+    """§12.2 ``update_status``: ``accepted`` until a workflow task completes or fails it, or its run closes."""
+
+    ACCEPTED = "accepted"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+class UpdateEvent(StrEnum):
+    COMPLETE = "complete"
+    """A ``complete_update`` command (``UpdateCompleted`` with outcome ``completed``)."""
+    FAIL = "fail"
+    """A ``fail_update`` command (``UpdateCompleted`` with outcome ``failed``)."""
+    RUN_CLOSED = "run_closed"
+    """The run closed first: the update can never complete (409 ``rejected_not_active`` to a waiting caller)."""
+
+
+UPDATE: Lifecycle[UpdateStatus, UpdateEvent] = Lifecycle(
+    name="update",
+    states=UpdateStatus,
+    events=UpdateEvent,
+    table={
+        (UpdateStatus.ACCEPTED, UpdateEvent.COMPLETE): UpdateStatus.COMPLETED,
+        (UpdateStatus.ACCEPTED, UpdateEvent.FAIL): UpdateStatus.FAILED,
+        (UpdateStatus.ACCEPTED, UpdateEvent.RUN_CLOSED): UpdateStatus.REJECTED,
+    },
+    initial=UpdateStatus.ACCEPTED,
+    terminal=frozenset({UpdateStatus.COMPLETED, UpdateStatus.FAILED, UpdateStatus.REJECTED}),
+)
+
+
+class ChildStatus(StrEnum):
+    """One ``start_child_workflow`` call: its current child run's outcome, or ``backoff`` between retries."""
+
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+
+
+class ChildEvent(StrEnum):
+    CHILD_COMPLETED = "child_completed"
+    CHILD_FAILED = "child_failed"
+    CHILD_CANCELLED = "child_cancelled"
+    CHILD_TERMINATED = "child_terminated"
+    RETRY = "retry"
+    """The child run failed and its retry policy allows another attempt: wait out the backoff (§8.7.1)."""
+    RESTART = "restart"
+    """The backoff passed: the next child run starts."""
+    PARENT_CLOSED = "parent_closed"
+    """The parent closed while the call waited out a backoff: no further child run starts."""
+
+
+CHILD_CLOSED_EVENTS: Mapping[RunStatus, ChildEvent] = MappingProxyType(
+    {
+        RunStatus.COMPLETED: ChildEvent.CHILD_COMPLETED,
+        RunStatus.FAILED: ChildEvent.CHILD_FAILED,
+        RunStatus.CANCELLED: ChildEvent.CHILD_CANCELLED,
+        RunStatus.TERMINATED: ChildEvent.CHILD_TERMINATED,
+    }
+)
+"""The call's event for each status its child run closed with (§8.7.1 ``ChildRun{Completed,Failed,…}``)."""
+
+_C = ChildStatus
+CHILD: Lifecycle[ChildStatus, ChildEvent] = Lifecycle(
+    name="child",
+    states=ChildStatus,
+    events=ChildEvent,
+    table={
+        (_C.RUNNING, ChildEvent.CHILD_COMPLETED): _C.COMPLETED,
+        (_C.RUNNING, ChildEvent.CHILD_FAILED): _C.FAILED,
+        (_C.RUNNING, ChildEvent.CHILD_CANCELLED): _C.CANCELLED,
+        (_C.RUNNING, ChildEvent.CHILD_TERMINATED): _C.TERMINATED,
+        (_C.RUNNING, ChildEvent.RETRY): _C.BACKOFF,
+        (_C.BACKOFF, ChildEvent.RESTART): _C.RUNNING,
+        (_C.BACKOFF, ChildEvent.PARENT_CLOSED): _C.CANCELLED,
+    },
+    initial=ChildStatus.RUNNING,
+    terminal=frozenset({_C.COMPLETED, _C.FAILED, _C.CANCELLED, _C.TERMINATED}),
+)
+
+
+class CancellationRequestStatus(StrEnum):
+    """A cooperative cancellation request to a child (seed 000 ``request_cancellation``)."""
+
+    REQUESTED = "requested"
+    DELIVERED = "delivered"
+    RESOLVED = "resolved"
+
+
+class CancellationRequestEvent(StrEnum):
+    DELIVER = "deliver"
+    """A worker committed the delivery at one of its calls (``CooperativeCancellationDelivered``)."""
+    RESOLVE = "resolve"
+    """The child closed, by itself or past its cleanup deadline (``ChildCancellationResolved``)."""
+
+
+CANCELLATION_REQUEST: Lifecycle[CancellationRequestStatus, CancellationRequestEvent] = Lifecycle(
+    name="cancellation_request",
+    states=CancellationRequestStatus,
+    events=CancellationRequestEvent,
+    table={
+        (CancellationRequestStatus.REQUESTED, CancellationRequestEvent.DELIVER): CancellationRequestStatus.DELIVERED,
+        (CancellationRequestStatus.REQUESTED, CancellationRequestEvent.RESOLVE): CancellationRequestStatus.RESOLVED,
+        (CancellationRequestStatus.DELIVERED, CancellationRequestEvent.RESOLVE): CancellationRequestStatus.RESOLVED,
+    },
+    initial=CancellationRequestStatus.REQUESTED,
+    terminal=frozenset({CancellationRequestStatus.RESOLVED}),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Worker registration (§6)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class WorkerStatus(StrEnum):
+    ACTIVE = "active"
+    DEREGISTERED = "deregistered"
+
+
+class WorkerEvent(StrEnum):
+    REGISTER = "register"
+    """A registration (a worker may register again, live or after deregistering, under the same id)."""
+    DEREGISTER = "deregister"
+
+
+WORKER: Lifecycle[WorkerStatus, WorkerEvent] = Lifecycle(
+    name="worker",
+    states=WorkerStatus,
+    events=WorkerEvent,
+    table={
+        (WorkerStatus.ACTIVE, WorkerEvent.REGISTER): WorkerStatus.ACTIVE,
+        (WorkerStatus.ACTIVE, WorkerEvent.DEREGISTER): WorkerStatus.DEREGISTERED,
+        (WorkerStatus.DEREGISTERED, WorkerEvent.REGISTER): WorkerStatus.ACTIVE,
+    },
+    initial=WorkerStatus.ACTIVE,
+    # A registration id can always be registered again, so no state is final.
+    terminal=frozenset(),
+)
+
+
 ALL_LIFECYCLES: tuple[Lifecycle[Any, Any], ...] = (
     WORKFLOW_TASK,
     ACTIVITY_TASK,
@@ -576,5 +821,11 @@ ALL_LIFECYCLES: tuple[Lifecycle[Any, Any], ...] = (
     ACTIVITY_ATTEMPT,
     ACTIVITY_EXECUTION,
     QUERY_TASK,
+    TIMER,
+    CONDITION_WAIT,
+    UPDATE,
+    CHILD,
+    CANCELLATION_REQUEST,
+    WORKER,
 )
 """Every machine of the model, for tests and documentation generators that walk them all."""

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...app import Ctx, route, validation_error
-from ...engine import T, ts
+from ...engine import ts
 from ...ports import Core, MatchingSwitch
+from ...tx import T
 
 __all__ = ["Routes"]
 

@@ -9,14 +9,15 @@ from typing import Any
 from suite.protocol import history as hist
 from suite.protocol.commands import validate_start_request
 from suite.protocol.errors import Rejection
+from suite.protocol.lifecycles import RunEvent
 
 from ... import engine as E
 from ...app import Ctx, route, validation_error
+from ...commands import MAX_DURATION_SECONDS
 from ...engine import ts
 from ...ports import Waits
 from ...runs import close_by_request, command_target, resolve_run, start_workflow
 from ...store import loads, new_id
-from ...workflow_tasks import MAX_DURATION_SECONDS
 from .payloads import payload_blob
 
 __all__ = ["Routes"]
@@ -120,22 +121,22 @@ class Routes:
 
     @route("POST", *(prefix + "/cancel" for prefix in RUN_PATHS))
     async def cancel(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        return self._close(ctx, "cancelled")
+        return self._close(ctx, RunEvent.CANCEL)
 
     @route("POST", *(prefix + "/terminate" for prefix in RUN_PATHS))
     async def terminate(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        return self._close(ctx, "terminated")
+        return self._close(ctx, RunEvent.TERMINATE)
 
-    def _close(self, ctx: Ctx, status: str) -> tuple[int, dict[str, Any]]:
+    def _close(self, ctx: Ctx, event: RunEvent) -> tuple[int, dict[str, Any]]:
         reason = ctx.obj().get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
             raise validation_error({"reason": ["reason must be a string of at most 1000 characters."]})
         run = command_target(self.core.read(), ctx.namespace, ctx.params)
-        self.core.run_tx(lambda t: close_by_request(t, run["run_id"], status, reason))
+        self.core.run_tx(lambda t: close_by_request(t, run["run_id"], event, reason))
         return 200, {
             "workflow_id": run["workflow_id"],
             "run_id": run["run_id"],
-            "outcome": "cancelled" if status == "cancelled" else "terminated",
+            "outcome": "cancelled" if event is RunEvent.CANCEL else "terminated",
             "reason": reason,
         }
 

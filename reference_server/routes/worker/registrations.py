@@ -8,11 +8,11 @@ from typing import Any
 from suite.protocol.errors import Rejection
 
 from ...app import Ctx, route, validation_error
-from ...engine import T
 from ...faults import fault
 from ...hub import Hub
 from ...ports import Core
 from ...store import new_id
+from ...tx import T
 from ...workers import deregister_worker, parse_registration, register_worker
 
 __all__ = ["Routes"]

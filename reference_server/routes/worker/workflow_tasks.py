@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...app import Ctx, route, validation_error
-from ...engine import T
 from ...faults import fault
 from ...polling import Poll
+from ...tx import T
 from ...workflow_tasks import (
     claim_workflow_task,
     complete_workflow_task,
