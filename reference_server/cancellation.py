@@ -14,7 +14,7 @@ worker can take part):
   at one of its calls (``POST /api/worker/workflow-tasks/{id}/deliver-cancellation``, recorded as
   ``CooperativeCancellationDelivered``);
 * past the deadline the scheduler closes a child still open as cancelled (``WorkflowCancelled``, reason
-  ``cleanup_deadline_exceeded``);
+  ``cleanup_deadline_exceeded``; :func:`reference_server.closing.enforce_cancellation_deadlines`);
 * however it ends, the parent's history records the outcome as ``ChildCancellationResolved`` (the request,
   the child's closing status and who closed it). That event follows the parent's own terminal event: the
   parent closed first, by definition of a parent-close policy, and the issue asks its history to say how the
@@ -29,17 +29,16 @@ from typing import Any
 
 from suite.protocol import history as hist
 from suite.protocol.errors import Rejection
-from suite.protocol.lifecycles import CancellationRequestEvent, RunEvent
+from suite.protocol.lifecycles import CancellationRequestEvent
 
 from .app import validation_error
-from .engine import TERMINAL_RUN_STATUSES, append_event, close_run, ts, wake_run
-from .faults import fault
+from .engine import append_event, ts, wake_run
 from .store import dumps, loads, new_id
 from .transitions import CANCELLATION_REQUESTS as REQUESTS
 from .transitions import initial, move
 from .tx import T
 
-__all__ = ["DDL", "deliver", "enforce_deadlines", "install", "observation", "on_child_closed", "request"]
+__all__ = ["DDL", "deliver", "delivery_fields", "install", "observation", "on_child_closed", "request"]
 
 US = 1_000_000
 CALL_KINDS = frozenset(
@@ -65,17 +64,6 @@ CREATE INDEX IF NOT EXISTS cancellation_requests_due ON cancellation_requests (s
 
 def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
     """Ask the open child run ``child`` to clean up: record the request, wake the child."""
-    if fault(t.settings, "request-cancellation-closes-at-once"):
-        # the bug: the cooperative request is treated as request_cancel and closes the child now
-        append_event(t, child["run_id"], "CancelRequested", {"reason": "parent_closed"})
-        close_run(
-            t,
-            child["run_id"],
-            RunEvent.CANCEL,
-            event_type="WorkflowCancelled",
-            payload={"reason": "parent_closed", "parent_close_policy": "request_cancellation"},
-        )
-        return
     request_id = new_id(t.now)
     deadline = t.now + t.settings.cancellation_cleanup_seconds * US
     t.db.execute(
@@ -155,33 +143,11 @@ def on_child_closed(t: T, child_run: sqlite3.Row, status: str, *, closed_by: str
     t.fx.transition("cancellation_request", row["request_id"], row["status"], "resolved", outcome=status)
 
 
-def enforce_deadlines(t: T) -> float | None:
-    """Scheduler step: close every child still open past its cleanup deadline; seconds until the next one."""
-    if not fault(t.settings, "request-cancellation-never-closes"):  # the bug: the deadline is never enforced
-        for row in t.all(
-            "SELECT * FROM cancellation_requests WHERE status != 'resolved' AND cleanup_deadline_at <= ? LIMIT 100",
-            t.now,
-        ):
-            child = t.run(row["run_id"])
-            if child["status"] in TERMINAL_RUN_STATUSES:
-                continue
-            close_run(
-                t,
-                row["run_id"],
-                RunEvent.CANCEL,
-                event_type="WorkflowCancelled",
-                payload={"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]},
-            )
-    nxt = t.one("SELECT MIN(cleanup_deadline_at) AS at FROM cancellation_requests WHERE status != 'resolved'")
-    if nxt is None or nxt["at"] is None:
-        return None
-    return max(0.0, (int(nxt["at"]) - t.now) / US)
-
-
 # -- the delivery route (SDK 2.12.0 `deliver_workflow_cancellation`) ----------------------------------------
 
 
-def _delivery_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+def delivery_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The delivery body's fields (422 before any lookup)."""
     errors: dict[str, list[str]] = {}
     request_id = body.get("request_id")
     if not isinstance(request_id, str) or not request_id:
@@ -204,12 +170,10 @@ def _delivery_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def deliver(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Commit the delivery of the open request at one call of the lease holder's task (once)."""
-    from .workflow_tasks import guarded_task
-
-    fields = _delivery_fields(body)
-    task = guarded_task(t, namespace, task_id, body)
+def deliver(t: T, task: sqlite3.Row, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Commit the delivery of the open request at one call of the lease holder's ``task`` (the caller has
+    fenced it, :func:`reference_server.workflow_tasks.guarded_task`), once."""
+    task_id = task["task_id"]
     row = _open_request(t, task["run_id"])
     if row is None or row["request_id"] != fields["request_id"]:
         raise Rejection(

@@ -19,7 +19,8 @@ from suite.protocol.lifecycles import ConditionWaitEvent, RunEvent, TimerEvent, 
 
 from . import sessions
 from .app import validation_error
-from .engine import append_event, close_run, next_step, start_child_run, start_run, ts
+from .closing import close_run
+from .engine import append_event, next_step, start_child_run, start_run, ts
 from .faults import fault
 from .store import dumps, loads, new_id
 from .transitions import (
@@ -304,9 +305,9 @@ def _start_child_workflow(a: Applying, f: Mapping[str, Any]) -> None:
     close_policy = f.get("parent_close_policy") or cmdmodel.DEFAULT_PARENT_CLOSE_POLICY
     if fault(t.settings, "child-default-terminate") and not f.get("parent_close_policy"):
         close_policy = "terminate"  # the bug: an omitted policy closes the child with its parent
-    cancellation = f.get("cancellation_policy")
-    if not isinstance(cancellation, str) or not cancellation:
-        cancellation = cmdmodel.DEFAULT_CHILD_CANCELLATION_POLICY
+    cancellation_policy = f.get("cancellation_policy")
+    if not isinstance(cancellation_policy, str) or not cancellation_policy:
+        cancellation_policy = cmdmodel.DEFAULT_CHILD_CANCELLATION_POLICY
     t.db.execute(
         "INSERT INTO children (child_call_id, parent_run_id, step_sequence, workflow_type, child_workflow_id,"
         " task_queue, arguments_blob, parent_close_policy, retry_policy, execution_timeout_seconds,"
@@ -334,7 +335,7 @@ def _start_child_workflow(a: Applying, f: Mapping[str, Any]) -> None:
             "child_workflow_id": child_workflow_id,
             "workflow_type": f["workflow_type"],
             "parent_close_policy": close_policy,
-            "cancellation_policy": cancellation,
+            "cancellation_policy": cancellation_policy,
             "retry_policy": policy,
         },
     )

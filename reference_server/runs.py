@@ -15,6 +15,7 @@ from suite.protocol.errors import CodecError, Rejection
 from suite.protocol.lifecycles import RunEvent
 
 from . import engine as E
+from .closing import close_run
 from .engine import TERMINAL_RUN_STATUSES
 from .store import loads, new_id
 from .transitions import UPDATES, initial
@@ -202,7 +203,7 @@ def close_by_request(t: T, run_id: str, event: RunEvent, reason: str | None) -> 
     requested, closed = _CLOSE_EVENTS[event]
     current = live_run(t, run_id, "The workflow run is already closed.")
     E.append_event(t, current["run_id"], requested, {"reason": reason})
-    E.close_run(t, current["run_id"], event, event_type=closed, payload={"reason": reason})
+    close_run(t, current["run_id"], event, event_type=closed, payload={"reason": reason})
 
 
 def update_outcome(db: sqlite3.Connection, update_id: str, base: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:

@@ -22,6 +22,7 @@ from typing import Any
 from suite.protocol.lifecycles import ChildEvent, ConditionWaitEvent, RunEvent, TimerEvent, TimerStatus
 
 from . import engine as E
+from .closing import close_run
 from .config import Settings
 from .engine import TERMINAL_RUN_STATUSES
 from .transitions import CHILDREN, CONDITION_WAITS, TIMERS, move, move_all
@@ -172,7 +173,7 @@ def time_out_runs(t: T) -> float | None:
         "SELECT * FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL AND run_deadline <= ? LIMIT 100",
         t.now,
     ):
-        E.close_run(
+        close_run(
             t,
             run["run_id"],
             RunEvent.TIME_OUT,

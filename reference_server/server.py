@@ -16,6 +16,7 @@ from suite.protocol import capabilities as caps
 from . import cancellation, sessions
 from .activities import enforce_activity_timeouts
 from .app import CONTROL, OPEN, WORKER, App
+from .closing import enforce_cancellation_deadlines
 from .commands import IMPLEMENTED_OPTIONAL_COMMANDS
 from .config import Settings
 from .faults import fault
@@ -77,7 +78,7 @@ class Server:
         self.scheduler.add(enforce_activity_timeouts)
         self.scheduler.add(sweep_query_tasks)
         self.scheduler.add(sessions.settle_due)
-        self.scheduler.add(cancellation.enforce_deadlines)
+        self.scheduler.add(enforce_cancellation_deadlines)
         self.http: HttpServer | None = None
         with self.engine.tx() as t:
             t.db.execute("INSERT OR IGNORE INTO namespaces (name, created_at) VALUES ('default', ?)", (t.now,))

@@ -12,6 +12,7 @@ from typing import Any
 from suite.protocol.errors import Rejection
 from suite.protocol.lifecycles import WORKER, TaskEvent, WorkerEvent, WorkerStatus
 
+from . import sessions
 from .app import validation_error
 from .engine import release_leases
 from .store import dumps, loads
@@ -158,8 +159,6 @@ def register_worker(t: T, namespace: str, wid: str, reg: Registration) -> None:
         ),
     )
     t.fx.transition("worker", wid, existing["status"] if existing else None, status, task_queue=reg.task_queue)
-    from . import sessions
-
     sessions.note_registration(t, namespace, wid, reg.max_worker_sessions)
 
 

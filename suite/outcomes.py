@@ -21,12 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.protocol.requirements import REGISTRY, Level
 
-if TYPE_CHECKING:
-    from .client import Exchange
+from .exchange import Exchange
 
 __all__ = [
     "EXIT_CODES",

@@ -274,7 +274,7 @@ def _refuse_for_certify(config: pytest.Config, settings: RunSettings) -> None:
             "default budgets, straight to the target"
         )
     if settings.sign_key is not None:
-        from .certify import load_private_key
+        from .keys import load_private_key
 
         try:
             load_private_key(Path(settings.sign_key))

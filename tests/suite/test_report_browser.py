@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from suite.reports import write_reports
-from tests.suite.test_reports import _kinds
+from tests.suite.test_reports import report_kinds
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -68,7 +68,7 @@ def _dump(page: Path, profile: Path) -> str:
 def test_report_renders_with_its_verdict(tmp_path: Path, kind: str) -> None:
     import json
 
-    page = write_reports(_kinds()[kind], tmp_path / kind) / "report.html"
+    page = write_reports(report_kinds()[kind], tmp_path / kind) / "report.html"
     measured = page.with_name("measured.html")
     measured.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"), encoding="utf-8")
     dom = _dump(measured, tmp_path / "profile")
@@ -85,7 +85,7 @@ def test_report_renders_with_its_verdict(tmp_path: Path, kind: str) -> None:
 
 
 def test_report_renders_to_an_image(tmp_path: Path) -> None:
-    page = write_reports(_kinds()["passing"], tmp_path / "run") / "report.html"
+    page = write_reports(report_kinds()["passing"], tmp_path / "run") / "report.html"
     assert CHROMIUM is not None
     shot = tmp_path / "shot.png"
     subprocess.run(

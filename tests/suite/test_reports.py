@@ -53,7 +53,7 @@ def _failing() -> list[Record]:
     )
 
 
-def _kinds() -> dict[str, dict[str, Any]]:
+def report_kinds() -> dict[str, dict[str, Any]]:
     """A passing, a failing, an incomplete and a harness-error run."""
     not_covered = [
         Record(
@@ -70,7 +70,7 @@ def _kinds() -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", ["passing", "failing", "incomplete", "harness-error"])
 def test_results_validate_against_the_report_schema(kind: str) -> None:
-    SCHEMA.validate(_kinds()[kind])
+    SCHEMA.validate(report_kinds()[kind])
 
 
 def test_the_records_cross_between_processes_unchanged() -> None:
@@ -159,7 +159,7 @@ def test_counts_appear_once() -> None:
 
 
 def test_not_covered_entries_name_the_setting_that_covers_them() -> None:
-    page = render_html(_kinds()["incomplete"])
+    page = render_html(report_kinds()["incomplete"])
     section = page[page.index("id='not-covered'") : page.index("Requirements by area")]
     assert "VERSION-TRIM" in section
     assert "<code>--max-wait 305</code>" in section

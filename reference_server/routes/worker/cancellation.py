@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...app import Ctx, route
-from ...cancellation import deliver
+from ...cancellation import deliver, delivery_fields
 from ...ports import Core
+from ...workflow_tasks import guarded_task
 
 __all__ = ["Routes"]
 
@@ -19,4 +20,5 @@ class Routes:
     @route("POST", "/api/worker/workflow-tasks/{task_id}/deliver-cancellation")
     async def deliver(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         body, task_id = ctx.obj(), ctx.params["task_id"]
-        return 200, self.core.run_tx(lambda t: deliver(t, ctx.namespace, task_id, body))
+        fields = delivery_fields(body)
+        return 200, self.core.run_tx(lambda t: deliver(t, guarded_task(t, ctx.namespace, task_id, body), fields))

@@ -1,0 +1,260 @@
+"""Closing a run, and what closing it does to the rest: its open work, its children, its parent.
+
+A run closes by a closing event of the RUN table (:func:`close_run`): one terminal event, every open task,
+timer, update and pending query task closed by its own table, children handled by their parent-close
+policy (terminated, cancelled at once, or asked to clean up cooperatively), and the parent told of a child's
+close — or the child retried by its policy (§9.1, §12.2, §8.7.1). Above :mod:`reference_server.engine` and
+:mod:`reference_server.cancellation`, so neither needs to import the other or this module.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from suite.protocol.commands import RetryPolicy
+from suite.protocol.lifecycles import (
+    CHILD_CLOSED_EVENTS,
+    RUN,
+    RUN_CLOSED_REASONS,
+    ChildEvent,
+    ChildStatus,
+    ExecutionEvent,
+    QueryTaskEvent,
+    RunEvent,
+    RunStatus,
+    TaskEvent,
+    TaskStatus,
+    TimerEvent,
+    UpdateEvent,
+)
+
+from . import cancellation
+from .engine import TERMINAL_RUN_STATUSES, append_event, record_wake, release_leases
+from .faults import fault
+from .store import dumps, loads
+from .transitions import (
+    ACTIVITY_EXECUTIONS,
+    ACTIVITY_TASKS,
+    CHILDREN,
+    QUERY_TASKS,
+    TIMERS,
+    UPDATES,
+    WORKFLOW_TASKS,
+    move,
+    move_all,
+    step,
+)
+from .tx import T
+
+__all__ = ["apply_parent_close_policies", "child_closed", "close_run", "enforce_cancellation_deadlines"]
+
+
+def close_run(
+    t: T,
+    run_id: str,
+    event: RunEvent,
+    *,
+    event_type: str,
+    payload: Mapping[str, Any],
+    output_blob: str | None = None,
+    failure: Mapping[str, Any] | None = None,
+    workflow_task_id: str | None = None,
+) -> None:
+    """Close a run by a closing ``event`` of the RUN table: one terminal event, every open task cancelled,
+    children handled by their parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
+    run = t.run(run_id)
+    status = step(RUN, run["status"], event)  # IllegalTransition for a run that is already closed
+    assert RUN.is_terminal(status), (run_id, event)
+    closed_reason = RUN_CLOSED_REASONS[event]
+    append_event(t, run_id, event_type, payload, workflow_task_id=workflow_task_id)
+    t.db.execute(
+        "UPDATE runs SET status = ?, closed_reason = ?, closed_at = ?, output_blob = COALESCE(?, output_blob),"
+        " failure = COALESCE(?, failure) WHERE run_id = ? AND status = ?",
+        (status, closed_reason, t.now, output_blob, dumps(dict(failure)) if failure else None, run_id, run["status"]),
+    )
+    t.fx.transition("run", run_id, run["status"], status.value, closed_reason=closed_reason)
+    t.fx.run_changed.add(run_id)
+    if fault(t.settings, "cancel-leaves-tasks-open") and event in (RunEvent.CANCEL, RunEvent.TERMINATE):
+        return  # the bug: the run is closed, but its open tasks, timers, queries and children are left as they were
+    _close_open_work(t, run_id, event)
+    apply_parent_close_policies(t, run_id)
+    if run["parent_run_id"] and run["parent_child_call_id"]:
+        # The row as closed above, not ``run`` (read before the UPDATE): child_closed reads the closed run's
+        # output_blob, failure and closed_reason. The stale row reported every child result as null, ignored
+        # non_retryable/exception_type (so a non-retryable child failure was retried), and took a
+        # continue_as_new close (closed_reason "continued") for the child's completion.
+        child_closed(t, t.run(run_id), status, payload)
+
+
+def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
+    """What a closed run leaves open is closed with it, each by its own table."""
+    # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2);
+    # its lease (live or lapsed) ends with it.
+    release_leases(t, "run_id = ?", (run_id,))
+    move_all(t, WORKFLOW_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,))
+    # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
+    move_all(t, ACTIVITY_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,), states=(TaskStatus.READY,))
+    if event in (RunEvent.CANCEL, RunEvent.TERMINATE):
+        move_all(
+            t,
+            ACTIVITY_EXECUTIONS,
+            ExecutionEvent.CANCEL,
+            "run_id = ?",
+            (run_id,),
+            also="closed_at = ?",
+            also_args=(t.now,),
+        )
+    move_all(t, TIMERS, TimerEvent.CANCEL, "run_id = ?", (run_id,))
+    # Decided rule (README): an accepted update can never complete once its run closed.
+    closed = dumps({"reason": "rejected_not_active", "message": "The workflow run closed."})
+    move_all(
+        t,
+        UPDATES,
+        UpdateEvent.RUN_CLOSED,
+        "run_id = ?",
+        (run_id,),
+        also="closed_at = ?, failure = ?",
+        also_args=(t.now, closed),
+    )
+    rejected = dumps({"reason": "query_rejected", "message": "The workflow run closed."})
+    move_all(
+        t, QUERY_TASKS, QueryTaskEvent.RUN_CLOSED, "run_id = ?", (run_id,), also="failure = ?", also_args=(rejected,)
+    )
+
+
+def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
+    children = t.all(
+        "SELECT * FROM children WHERE parent_run_id = ? AND status IN ('running', 'backoff')", parent_run_id
+    )
+    for child in children:
+        policy = child["parent_close_policy"]
+        if child["status"] == ChildStatus.BACKOFF:
+            move(t, CHILDREN, child["child_call_id"], ChildStatus.BACKOFF, ChildEvent.PARENT_CLOSED, quiet=True)
+            continue
+        child_run_id = child["current_run_id"]
+        if child_run_id is None or policy == "abandon":
+            continue
+        child_run = t.run(child_run_id)
+        if child_run["status"] in TERMINAL_RUN_STATUSES:
+            continue
+        closing = {"reason": "parent_closed", "parent_close_policy": policy}
+        if policy == "terminate":
+            close_run(t, child_run_id, RunEvent.TERMINATE, event_type="WorkflowTerminated", payload=closing)
+        elif policy == "request_cancellation" and not fault(t.settings, "request-cancellation-closes-at-once"):
+            cancellation.request(t, child_run, child)  # cooperative: asked, and closed only past its deadline
+        else:  # request_cancel: "closes the child at once" [S0] (and the fault's bug for request_cancellation)
+            append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
+            close_run(t, child_run_id, RunEvent.CANCEL, event_type="WorkflowCancelled", payload=closing)
+
+
+def child_closed(t: T, child_run: sqlite3.Row, status: RunStatus, payload: Mapping[str, Any]) -> None:
+    """Report a child run's close to its parent, or retry it per the child retry policy (§8.7.1)."""
+    call = t.one("SELECT * FROM children WHERE child_call_id = ?", child_run["parent_child_call_id"])
+    if call is None or call["current_run_id"] != child_run["run_id"]:
+        return
+    parent = t.run(call["parent_run_id"])
+    closed = CHILD_CLOSED_EVENTS[status]
+    if parent["status"] in TERMINAL_RUN_STATUSES:
+        move(t, CHILDREN, call["child_call_id"], call["status"], closed, quiet=True)
+        closed_by = "cleanup_deadline" if payload.get("reason") == "cleanup_deadline_exceeded" else "child"
+        cancellation.on_child_closed(t, child_run, status, closed_by=closed_by)
+        return
+    if child_run["closed_reason"] == "continued":
+        return  # the chain goes on; the parent hears from the last run of it
+    if status is RunStatus.FAILED and _retry_child(t, call, child_run, parent):
+        return
+    event_type = _CHILD_EVENT_TYPES[status]
+    move(t, CHILDREN, call["child_call_id"], call["status"], closed, quiet=True)
+    output = child_run["output_blob"]
+    record_wake(
+        t,
+        parent["run_id"],
+        event_type,
+        {
+            "sequence": call["step_sequence"],
+            "child_call_id": call["child_call_id"],
+            "child_workflow_id": call["child_workflow_id"],
+            "child_workflow_run_id": child_run["run_id"],
+            "output": output,
+            "result": {"codec": "avro", "blob": output} if output else None,
+            "payload_codec": "avro",
+            **{k: v for k, v in payload.items() if k in ("message", "exception_type", "exception_class", "reason")},
+        },
+        workflow_wait_kind="child",
+        open_wait_id=f"child:{call['child_call_id']}",
+        resume_source_kind="child_workflow_run",
+        resume_source_id=child_run["run_id"],
+        child_call_id=call["child_call_id"],
+        child_workflow_run_id=child_run["run_id"],
+    )
+
+
+_CHILD_EVENT_TYPES: Mapping[RunStatus, str] = {
+    RunStatus.COMPLETED: "ChildRunCompleted",
+    RunStatus.FAILED: "ChildRunFailed",
+    RunStatus.CANCELLED: "ChildRunCancelled",
+    RunStatus.TERMINATED: "ChildRunTerminated",
+}
+
+
+def _retry_child(t: T, call: sqlite3.Row, child_run: sqlite3.Row, parent: sqlite3.Row) -> bool:
+    """A failed child run is retried when the call's retry policy allows another attempt (§8.7.1): the call
+    waits out the backoff (``ChildWorkflowRetryScheduled``), and the parent hears nothing yet (§14.2)."""
+    policy_doc = loads(call["retry_policy"])
+    if not policy_doc:
+        return False
+    # Null policy fields mean "absent", as the model validated them; int(None) raised here inside the
+    # scheduler's maintenance pass, which then failed on every pass and stalled every timer, retry and
+    # timeout of the server (found by the OpenAPI fuzz, suite/fuzz.py).
+    policy = RetryPolicy(
+        max_attempts=int(policy_doc.get("max_attempts") or 1),
+        backoff_seconds=tuple(policy_doc.get("backoff_seconds") or ()),
+        non_retryable_error_types=tuple(policy_doc.get("non_retryable_error_types") or ()),
+    )
+    failure = loads(child_run["failure"]) or {}
+    attempt = int(call["attempt"])
+    non_retryable = bool(failure.get("non_retryable"))
+    if not policy.should_retry(attempt, failure.get("exception_type"), failure.get("exception_class"), non_retryable):
+        return False
+    delay = policy.backoff_before(attempt + 1)
+    also, retry_at = "retry_at = ?, attempt = attempt + 1", t.now + delay * 1_000_000
+    move(t, CHILDREN, call["child_call_id"], call["status"], ChildEvent.RETRY, also=also, args=(retry_at,), quiet=True)
+    append_event(
+        t,
+        parent["run_id"],
+        "ChildWorkflowRetryScheduled",
+        {
+            "sequence": call["step_sequence"],
+            "child_call_id": call["child_call_id"],
+            "retry_after_attempt": call["attempt"],
+            "retry_backoff_seconds": delay,
+            "failed_child_run_id": child_run["run_id"],
+        },
+    )
+    return True
+
+
+def enforce_cancellation_deadlines(t: T) -> float | None:
+    """Scheduler step: close every child still open past its cooperative-cancellation cleanup deadline
+    (:mod:`reference_server.cancellation`); seconds until the next one."""
+    if not fault(t.settings, "request-cancellation-never-closes"):  # the bug: the deadline is never enforced
+        for row in t.all(
+            "SELECT * FROM cancellation_requests WHERE status != 'resolved' AND cleanup_deadline_at <= ? LIMIT 100",
+            t.now,
+        ):
+            child = t.run(row["run_id"])
+            if child["status"] in TERMINAL_RUN_STATUSES:
+                continue
+            close_run(
+                t,
+                row["run_id"],
+                RunEvent.CANCEL,
+                event_type="WorkflowCancelled",
+                payload={"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]},
+            )
+    nxt = t.one("SELECT MIN(cleanup_deadline_at) AS at FROM cancellation_requests WHERE status != 'resolved'")
+    if nxt is None or nxt["at"] is None:
+        return None
+    return max(0.0, (int(nxt["at"]) - t.now) / 1e6)
