@@ -38,6 +38,37 @@ def build_parser() -> argparse.ArgumentParser:
         default="./dw.sqlite",
         help="SQLite database file; created on first start (default ./dw.sqlite).",
     )
+    _add_time_options(p)
+    _add_role_tokens(p)
+    p.add_argument(
+        "--cancellation-cleanup-seconds",
+        type=int,
+        default=60,
+        help="How long a child asked to cancel cooperatively (parent_close_policy request_cancellation) may "
+        "clean up before the server closes it (default 60).",
+    )
+    p.add_argument(
+        "--auth-token",
+        default=os.environ.get("DW_AUTH_TOKEN"),
+        help="Full-access bearer token (env DW_AUTH_TOKEN): every role on both planes, beside any role tokens "
+        "(PROTOCOL.md §4.1).",
+    )
+    p.add_argument("--event-log", default=None, help="Append every lifecycle transition as one JSON line to this file.")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
+        "--fault list prints each name, its bug, the requirement IDs the suite must report and (for a bug only "
+        "retried requests reveal) the suite's --faults spec, tab-separated.",
+    )
+    p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
+    return p
+
+
+def _add_time_options(p: argparse.ArgumentParser) -> None:
+    """Lease lengths, query timeout, long-poll holds and the admission limit."""
     p.add_argument(
         "--lease-seconds",
         type=int,
@@ -84,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Admission limit: with this many live leases on a queue, further polls answer "
         "poll_status 'throttled' (default: no limit).",
     )
+
+
+def _add_role_tokens(p: argparse.ArgumentParser) -> None:
+    """One bearer token per role (§4.1); none at all means no auth."""
     p.add_argument(
         "--worker-token",
         default=os.environ.get("DW_WORKER_TOKEN"),
@@ -99,31 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("DW_ADMIN_TOKEN"),
         help="Bearer token of the admin role (env DW_ADMIN_TOKEN).",
     )
-    p.add_argument(
-        "--cancellation-cleanup-seconds",
-        type=int,
-        default=60,
-        help="How long a child asked to cancel cooperatively (parent_close_policy request_cancellation) may "
-        "clean up before the server closes it (default 60).",
-    )
-    p.add_argument(
-        "--auth-token",
-        default=os.environ.get("DW_AUTH_TOKEN"),
-        help="Full-access bearer token (env DW_AUTH_TOKEN): every role on both planes, beside any role tokens "
-        "(PROTOCOL.md §4.1).",
-    )
-    p.add_argument("--event-log", default=None, help="Append every lifecycle transition as one JSON line to this file.")
-    p.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
-        "--fault list prints each name, its bug, the requirement IDs the suite must report and (for a bug only "
-        "retried requests reveal) the suite's --faults spec, tab-separated.",
-    )
-    p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
-    return p
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

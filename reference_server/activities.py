@@ -34,16 +34,14 @@ Decisions where the spec leaves room (each is repeated where it is enforced):
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from suite.protocol.codec import decode_blob
-from suite.protocol.commands import RetryPolicy
-from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.commands import ActivityFailure, ActivityFence, HeartbeatProgress, RetryPolicy
+from suite.protocol.errors import Rejection
 from suite.protocol.fencing import (
     ActivityAttemptView,
     ActivityVerb,
@@ -67,7 +65,6 @@ from suite.protocol.lifecycles import (
 from suite.protocol.sessions import Admission
 
 from . import sessions
-from .app import validation_error
 from .engine import TERMINAL_RUN_STATUSES, append_event, empty_resume, open_workflow_task, ts, wake_run
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
@@ -76,56 +73,16 @@ from .transitions import ACTIVITY_ATTEMPTS, ACTIVITY_EXECUTIONS, ACTIVITY_TASKS,
 from .tx import T
 
 __all__ = [
-    "FAILURE_KINDS",
-    "TIMEOUT_TYPES",
-    "Failure",
-    "Fence",
-    "Progress",
     "activity_due_in",
     "claim_activity_task",
     "complete_activity_task",
     "enforce_activity_timeouts",
     "fail_activity_task",
     "heartbeat_activity_task",
-    "parse_complete",
-    "parse_fail",
-    "parse_heartbeat",
     "task_payload",
 ]
 
 US = 1_000_000
-
-# §11.4: "`kind` | enum | `application`, `timeout`, `cancellation`, `malformed_output`, `handler_crash`,
-# `decode_failure`, `unsupported_payload`. Any other value gives 422".
-FAILURE_KINDS = frozenset(
-    {
-        "application",
-        "timeout",
-        "cancellation",
-        "malformed_output",
-        "handler_crash",
-        "decode_failure",
-        "unsupported_payload",
-    }
-)
-# §11.4: "`timeout_type` | enum | `schedule_to_start`, `start_to_close`, `schedule_to_close`, `heartbeat`,
-# `deadline_exceeded`. Any other value gives 422".
-TIMEOUT_TYPES = frozenset(
-    {"schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat", "deadline_exceeded"}
-)
-
-# §11.4 failure_category ∈ {application, cancelled, terminated, timeout, activity, …}. Decision: a worker's
-# `kind` maps onto the category that names it; the kinds that say "the activity machinery broke" rather
-# than "the business logic failed" are category `activity`.
-_CATEGORY_BY_KIND = {
-    "application": "application",
-    "timeout": "timeout",
-    "cancellation": "cancelled",
-    "malformed_output": "activity",
-    "handler_crash": "activity",
-    "decode_failure": "activity",
-    "unsupported_payload": "activity",
-}
 
 _TERMINAL_RUNS_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL_RUN_STATUSES))
 # "The leased activity task's run is closed", looked up by the run's primary key for each leased task. The
@@ -135,214 +92,6 @@ _RUN_CLOSED = (
     f"EXISTS (SELECT 1 FROM runs r WHERE r.run_id = activity_tasks.run_id AND r.status IN ({_TERMINAL_RUNS_SQL}))"
 )
 _SWEEP_LIMIT = 100
-
-
-# -- request bodies (422 before any lookup, §2.3) --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fence:
-    """§11.2: "Request bodies always include `activity_attempt_id` (required) and `lease_owner`
-    (required)"."""
-
-    activity_attempt_id: str
-    lease_owner: str
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A validated §11.4 ``failure`` object."""
-
-    message: str
-    type: str | None
-    class_: str | None
-    code: int | None
-    stack_trace: str | None
-    non_retryable: bool
-    kind: str | None
-    timeout_type: str | None
-    cancelled: bool
-    details: dict[str, str] | None
-
-    def category(self) -> str:
-        if self.kind is not None:
-            return _CATEGORY_BY_KIND[self.kind]
-        return "cancelled" if self.cancelled else "application"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """The §11.5 heartbeat progress, recorded as ``ActivityHeartbeatRecorded.progress``."""
-
-    message: str | None = None
-    current: int | float | None = None
-    total: int | float | None = None
-    unit: str | None = None
-    details: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "message": self.message,
-            "current": self.current,
-            "total": self.total,
-            "unit": self.unit,
-            "details": self.details,
-        }
-
-
-_Errors = dict[str, list[str]]
-
-
-def _fence(body: Mapping[str, Any], errors: _Errors) -> Fence:
-    attempt_id = body.get("activity_attempt_id")
-    owner = body.get("lease_owner")
-    if not isinstance(attempt_id, str) or not attempt_id:
-        errors["activity_attempt_id"] = [
-            "activity_attempt_id is required: send the activity_attempt_id from the poll response."
-        ]
-    if not isinstance(owner, str) or not owner:
-        errors["lease_owner"] = ["lease_owner is required: send the worker_id that polled the task."]
-    return Fence(attempt_id if isinstance(attempt_id, str) else "", owner if isinstance(owner, str) else "")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-
-
-def _optional_str(body: Mapping[str, Any], key: str, path: str, errors: _Errors) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        errors[path] = [f"{path} must be a string or null."]
-        return None
-    return value
-
-
-def _blob(value: object, path: str, errors: _Errors, *, bare_ok: bool) -> str | None:
-    """A payload: ``null``, an envelope with exactly ``{codec, blob}``, or (where allowed) a bare base64 blob.
-
-    §13.1: "A worker or server MUST check the codec before decoding", and "an activity result or
-    failure-details envelope with `codec ≠ "avro"` gives **422**, with a message that begins
-    `unsupported_payload_codec:`". The blob is decoded only to prove it is a well-formed frame; the stored
-    text is the worker's, byte for byte (§11.4 "The server stores the blob **unchanged**").
-    """
-    if value is None:
-        return None
-    if isinstance(value, str) and bare_ok:
-        blob = value
-    elif isinstance(value, dict):
-        if "codec" in value and value["codec"] != "avro":
-            errors[f"{path}.codec"] = [
-                f"unsupported_payload_codec: codec {value['codec']!r} is not supported; "
-                'the only payload codec is \'avro\' (send {"codec": "avro", "blob": <base64>}).'
-            ]
-            return None
-        if set(value) != {"codec", "blob"} or not isinstance(value["blob"], str):
-            errors[path] = [f"{path} must be an envelope with exactly the keys codec and blob."]
-            return None
-        blob = value["blob"]
-    else:
-        shapes = "an envelope {codec, blob}, a base64 blob string or null" if bare_ok else "an envelope or null"
-        errors[path] = [f"{path} must be {shapes}."]
-        return None
-    try:
-        decode_blob(blob)
-    except CodecError as exc:
-        errors[f"{path}.blob" if isinstance(value, dict) else path] = [f"{exc.code}: {exc.detail}"]
-        return None
-    return blob
-
-
-def parse_complete(body: Mapping[str, Any]) -> tuple[Fence, str | None]:
-    """§11.3: ``{activity_attempt_id, lease_owner, result: envelope | bare blob | null}``."""
-    errors: _Errors = {}
-    fence = _fence(body, errors)
-    result = _blob(body.get("result"), "result", errors, bare_ok=True)
-    if errors:
-        raise validation_error(errors)
-    return fence, result
-
-
-def parse_fail(body: Mapping[str, Any]) -> tuple[Fence, Failure]:
-    """§11.4 ``failure`` fields. ``message`` is required; an empty string is accepted, because the SDK sends
-    ``str(exc)`` and an exception may have no text — refusing it would strand the attempt until its lease
-    expires."""
-    errors: _Errors = {}
-    fence = _fence(body, errors)
-    raw = body.get("failure")
-    if not isinstance(raw, dict):
-        errors["failure"] = ["failure is required: an object with at least a message."]
-        raise validation_error(errors)
-    message = raw.get("message")
-    if not isinstance(message, str):
-        errors["failure.message"] = ["failure.message is required and must be a string."]
-    ftype = _optional_str(raw, "type", "failure.type", errors)
-    fclass = _optional_str(raw, "class", "failure.class", errors)
-    stack = _optional_str(raw, "stack_trace", "failure.stack_trace", errors)
-    code = raw.get("code")
-    if code is not None and not _is_int(code):
-        errors["failure.code"] = ["failure.code must be an integer or null."]
-    flags: dict[str, bool] = {}
-    for key in ("non_retryable", "retryable", "cancelled", "malformed_output"):
-        value = raw.get(key)
-        if value is not None and not isinstance(value, bool):
-            errors[f"failure.{key}"] = [f"failure.{key} must be a boolean or null."]
-        flags[key] = value is True
-    kind = raw.get("kind")
-    # isinstance first: an unhashable value (a JSON object) must be a 422, not a TypeError.
-    if kind is not None and (not isinstance(kind, str) or kind not in FAILURE_KINDS):
-        errors["failure.kind"] = [f"failure.kind must be one of {sorted(FAILURE_KINDS)} or null."]
-    timeout_type = raw.get("timeout_type")
-    if timeout_type is not None and (not isinstance(timeout_type, str) or timeout_type not in TIMEOUT_TYPES):
-        errors["failure.timeout_type"] = [f"failure.timeout_type must be one of {sorted(TIMEOUT_TYPES)} or null."]
-    details = _blob(raw.get("details"), "failure.details", errors, bare_ok=False)
-    if errors:
-        raise validation_error(errors)
-    assert isinstance(message, str)
-    return fence, Failure(
-        message=message,
-        type=ftype,
-        class_=fclass,
-        code=code,
-        stack_trace=stack,
-        # §11.4: "`retryable` | bool | Informational alias" — only `non_retryable` decides.
-        non_retryable=flags["non_retryable"],
-        kind=kind,
-        timeout_type=timeout_type,
-        cancelled=flags["cancelled"],
-        details=None if details is None else {"codec": "avro", "blob": details},
-    )
-
-
-def parse_heartbeat(body: Mapping[str, Any]) -> tuple[Fence, Progress]:
-    """§11.5: ``message?``, ``current?: number``, ``total?: number``, ``unit?``, ``details?: object``.
-
-    §14.1: malformed optional progress fields "never return 5xx. Either 422 or ignored" — this server answers
-    422 so a worker learns its progress report is being lost.
-    """
-    errors: _Errors = {}
-    fence = _fence(body, errors)
-    message = _optional_str(body, "message", "message", errors)
-    unit = _optional_str(body, "unit", "unit", errors)
-    numbers: dict[str, int | float | None] = {}
-    for key in ("current", "total"):
-        value = body.get(key)
-        if value is not None and not _is_number(value):
-            errors[key] = [f"{key} must be a finite number or null."]
-            value = None
-        numbers[key] = value
-    details = body.get("details")
-    if details is not None and not isinstance(details, dict):
-        errors["details"] = ["details must be a JSON object or null."]
-        details = None
-    if errors:
-        raise validation_error(errors)
-    return fence, Progress(message, numbers["current"], numbers["total"], unit, details)
 
 
 # -- lifecycle writes: the model's tables decide every target state -------------------------------------
@@ -778,7 +527,7 @@ def _load(t: T, attempt_id: str) -> tuple[ActivityAttemptView, _Rows]:
 
 
 def _guarded(
-    t: T, namespace: str, task_id: str, fence: Fence, *, enforce: bool = True
+    t: T, namespace: str, task_id: str, fence: ActivityFence, *, enforce: bool = True
 ) -> tuple[ActivityAttemptView, _Rows]:
     """§11.2 ownership (404 task_not_found, 404 attempt_not_found, 409 task_mismatch, 409
     lease_owner_mismatch), then — once the caller is known to be the owner — any timeout already due for
@@ -841,7 +590,7 @@ def _record_outcome(t: T, rows: _Rows, event: AttemptEvent) -> None:
 
 
 def complete_activity_task(
-    t: T, namespace: str, task_id: str, fence: Fence, result_blob: str | None
+    t: T, namespace: str, task_id: str, fence: ActivityFence, result_blob: str | None
 ) -> dict[str, Any] | Rejection:
     view, rows = _guarded(t, namespace, task_id, fence)
     if fault(t.settings, "record-stale-activity-complete") and view.attempt_status is not AttemptStatus.RUNNING:
@@ -892,7 +641,7 @@ def complete_activity_task(
 
 
 def fail_activity_task(
-    t: T, namespace: str, task_id: str, fence: Fence, failure: Failure
+    t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
 ) -> dict[str, Any] | Rejection:
     view, rows = _guarded(t, namespace, task_id, fence)
     stop = _report_guard(t, view, rows, "fail")
@@ -956,7 +705,7 @@ def fail_activity_task(
 
 
 def heartbeat_activity_task(
-    t: T, namespace: str, task_id: str, fence: Fence, progress: Progress, *, renew: bool = True
+    t: T, namespace: str, task_id: str, fence: ActivityFence, progress: HeartbeatProgress, *, renew: bool = True
 ) -> dict[str, Any]:
     """A heartbeat (``renew=True``) or the read-only ``status`` verb (``renew=False``). Both answer 200 once
     ownership passed; only a live heartbeat extends the lease and records ``ActivityHeartbeatRecorded``."""

@@ -21,11 +21,12 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from suite.protocol.capabilities import server_capabilities
+from suite.protocol.commands import validation_failed
 from suite.protocol.errors import Rejection
 from suite.protocol.versions import (
     ADVERTISED_MAJOR,
@@ -372,7 +373,5 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def validation_error(errors: Mapping[str, list[str]], message: str = "The request body is invalid.") -> Rejection:
-    """422 ``validation_failed`` with the per-field errors under both names UPS uses (§2.2)."""
-    errs = {k: list(v) for k, v in errors.items()}
-    return Rejection(422, "validation_failed", message, {"errors": errs, "validation_errors": errs})
+validation_error = validation_failed
+"""422 ``validation_failed`` with the per-field errors (the model's, so server and checks share it)."""

@@ -147,15 +147,53 @@ def _schedule_activity(a: Applying, f: Mapping[str, Any]) -> None:
     # SESSION-ROUTING: the command's queue, else the session's, else the run's.
     queue = f.get("queue") or sessions.session_queue(f.get("worker_session")) or run["task_queue"]
     policy = f.get("retry_policy") or None
+    snapshot = _policy_snapshot(f, policy)
+    _insert_activity(a, f, step, execution_id, activity_task_id, queue, snapshot)
+    session = sessions.on_schedule(t, run["namespace"], execution_id, activity_task_id, f.get("worker_session"))
+    a.record(
+        "ActivityScheduled",
+        {
+            "sequence": step,
+            "activity_execution_id": execution_id,
+            "activity_type": f["activity_type"],
+            "task_id": activity_task_id,
+            "queue": queue,
+            "arguments": _blob(f.get("arguments")),
+            "payload_codec": "avro",
+            "retry_policy": snapshot,
+            **({"cancellation_policy": f["cancellation_policy"]} if "cancellation_policy" in f else {}),
+            **({"worker_session": session} if session is not None else {}),
+        },
+    )
+    a.created.append(activity_task_id)
+    t.fx.wake.add(("activity", run["namespace"], queue))
+    t.fx.transition("activity_task", activity_task_id, None, initial(ACTIVITY_TASKS), run_id=a.run_id)
+
+
+def _policy_snapshot(f: Mapping[str, Any], policy: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The retry policy and timeouts as scheduled (§11.1 ``retry_policy``): what every attempt is held to."""
     # A null retry_policy field means "absent" (suite.protocol.commands accepts it as such): `.get(k, [])`
     # returned the null and list(None) answered 500 (found by the OpenAPI fuzz, suite/fuzz.py).
-    snapshot = {
+    return {
         "snapshot_version": 1,
         "max_attempts": (policy or {}).get("max_attempts") or 1,
         "backoff_seconds": list((policy or {}).get("backoff_seconds") or []),
         "non_retryable_error_types": list((policy or {}).get("non_retryable_error_types") or []),
         **{name: f.get(name) for name in cmdmodel.ACTIVITY_TIMEOUTS},
     }
+
+
+def _insert_activity(
+    a: Applying,
+    f: Mapping[str, Any],
+    step: int,
+    execution_id: str,
+    activity_task_id: str,
+    queue: str,
+    snapshot: Mapping[str, Any],
+) -> None:
+    """The execution row and its first ready task row (deadlines from the scheduling instant)."""
+    t, run = a.t, a.run
     s2c = f.get("schedule_to_close_timeout")
     s2s = f.get("schedule_to_start_timeout")
     t.db.execute(
@@ -202,25 +240,6 @@ def _schedule_activity(a: Applying, f: Mapping[str, Any]) -> None:
             t.now + s2s * US if s2s else None,
         ),
     )
-    session = sessions.on_schedule(t, run["namespace"], execution_id, activity_task_id, f.get("worker_session"))
-    a.record(
-        "ActivityScheduled",
-        {
-            "sequence": step,
-            "activity_execution_id": execution_id,
-            "activity_type": f["activity_type"],
-            "task_id": activity_task_id,
-            "queue": queue,
-            "arguments": _blob(f.get("arguments")),
-            "payload_codec": "avro",
-            "retry_policy": snapshot,
-            **({"cancellation_policy": f["cancellation_policy"]} if "cancellation_policy" in f else {}),
-            **({"worker_session": session} if session is not None else {}),
-        },
-    )
-    a.created.append(activity_task_id)
-    t.fx.wake.add(("activity", run["namespace"], queue))
-    t.fx.transition("activity_task", activity_task_id, None, initial(ACTIVITY_TASKS), run_id=a.run_id)
 
 
 def _start_timer(a: Applying, f: Mapping[str, Any]) -> None:

@@ -530,7 +530,44 @@ class HttpServer:
 
     async def _serve_one(self, connection: _Connection) -> _Outcome:
         """Read one request, answer it, and say what to do with the connection."""
-        protocol = connection.protocol
+        event = await self._receive_head(connection)
+        if isinstance(event, _Outcome):
+            return event
+        method = event.method.decode("ascii").upper()
+        target = event.target.decode("ascii")  # h11 only accepts visible ASCII in the target
+        headers = MappingProxyType(
+            _combine_headers((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
+        )
+        head = _Head(method=method, path=_best_effort_path(target), headers=headers)
+        if method == "CONNECT":
+            return await self._fail(
+                connection, 501, "CONNECT is not supported; this server only serves origin requests.", head
+            )
+        try:
+            raw_path, raw_query = _split_target(target)
+            path = _decode_path(raw_path)
+            query_multi = _parse_query(raw_query)
+        except ValueError as exc:
+            return await self._fail(connection, 400, f"{exc}.", head)
+        body = await self._receive_body(connection, head)
+        if isinstance(body, _Outcome):
+            return body
+        request = Request(
+            method=method,
+            path=path,
+            raw_path=raw_path,
+            query=MappingProxyType({name: values[0] for name, values in query_multi.items()}),
+            query_multi=MappingProxyType(query_multi),
+            headers=headers,
+            body=body,
+            client=connection.client,
+            raw_query=raw_query,
+            connection_id=connection.connection_id,
+        )
+        return await self._answer(connection, request, head, target)
+
+    async def _receive_head(self, connection: _Connection) -> h11.Request | _Outcome:
+        """The next request head, or what to do with the connection when none came (answered if need be)."""
         try:
             event = await self._read_head(connection)
         except _IdleTimeout:
@@ -551,28 +588,13 @@ class HttpServer:
             return _Outcome.ABORT
         if not isinstance(event, h11.Request):
             raise RuntimeError(f"h11 produced {event!r} while a request head was expected")
+        return event
 
-        method = event.method.decode("ascii").upper()
-        target = event.target.decode("ascii")  # h11 only accepts visible ASCII in the target
-        headers = MappingProxyType(
-            _combine_headers((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
-        )
-        head = _Head(method=method, path=_best_effort_path(target), headers=headers)
-
-        if method == "CONNECT":
-            return await self._fail(
-                connection, 501, "CONNECT is not supported; this server only serves origin requests.", head
-            )
-        try:
-            raw_path, raw_query = _split_target(target)
-            path = _decode_path(raw_path)
-            query_multi = _parse_query(raw_query)
-        except ValueError as exc:
-            return await self._fail(connection, 400, f"{exc}.", head)
-
+    async def _receive_body(self, connection: _Connection, head: _Head) -> bytes | _Outcome:
+        """The whole body, or what to do with the connection when it is refused (answered already)."""
         # Reject a declared oversize body before reading any of it (and before 100 Continue, so a
         # waiting client never sends it at all). h11 has already checked that the value is valid.
-        declared = headers.get("content-length")
+        declared = head.headers.get("content-length")
         if declared is not None and int(declared) > self._max_body_bytes:
             return await self._fail(
                 connection,
@@ -581,14 +603,12 @@ class HttpServer:
                 "limit; send a smaller body.",
                 head,
             )
-
-        if protocol.they_are_waiting_for_100_continue:
+        if connection.protocol.they_are_waiting_for_100_continue:
             # The body is always read before the handler runs, so there is no reason to make the
             # client wait for its expectation timeout (RFC 9110 §10.1.1).
             await self._write(connection, [h11.InformationalResponse(status_code=100, headers=[])])
-
         try:
-            body = await self._read_body(connection)
+            return await self._read_body(connection)
         except TimeoutError:
             return await self._fail(
                 connection,
@@ -607,33 +627,22 @@ class HttpServer:
         except h11.RemoteProtocolError as exc:
             return await self._protocol_error(connection, exc, head)
 
-        request = Request(
-            method=method,
-            path=path,
-            raw_path=raw_path,
-            query=MappingProxyType({name: values[0] for name, values in query_multi.items()}),
-            query_multi=MappingProxyType(query_multi),
-            headers=headers,
-            body=body,
-            client=connection.client,
-            raw_query=raw_query,
-            connection_id=connection.connection_id,
-        )
-
+    async def _answer(self, connection: _Connection, request: Request, head: _Head, target: str) -> _Outcome:
+        """Run the handler on ``request``, write its answer, and say what to do with the connection."""
         peer_gone = False
         try:
             result, peer_gone = await self._run_handler(connection, request)
         except Exception:
-            logger.exception("the handler failed on %s %s from %s", method, target, connection.client)
-            events = self._render_error(_internal_error(head), close=self._closing, head_only=method == "HEAD")
+            logger.exception("the handler failed on %s %s from %s", request.method, target, connection.client)
+            events = self._render_error(_internal_error(head), close=self._closing, head_only=request.method == "HEAD")
         else:
             if result is _PEER_GONE:
                 return _Outcome.ABORT
             events = self._render_result(result, head, close=self._closing or peer_gone)
-
         await self._write(connection, events)
         if peer_gone:
             return _Outcome.ABORT
+        protocol = connection.protocol
         if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
             return _Outcome.KEEP_ALIVE
         return _Outcome.CLOSE

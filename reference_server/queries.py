@@ -42,15 +42,13 @@ Decisions (each documented where it is enforced):
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 from typing import Any
 
-from suite.protocol.codec import decode_blob, encode_blob, json_to_value, value_to_json
-from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.commands import DEFAULT_QUERY_FAILURE_REASON
+from suite.protocol.errors import Rejection
 from suite.protocol.fencing import QueryTaskView, guard_query_task
 from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
 
-from .app import validation_error
 from .engine import append_event, event_json, history_page, ts
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
@@ -66,8 +64,6 @@ __all__ = [
     "create_query_task",
     "give_up",
     "is_terminal",
-    "parse_completion",
-    "parse_failure",
     "query_answer",
     "query_due_in",
     "query_task_row",
@@ -81,7 +77,6 @@ MAX_PENDING_PER_QUEUE = 1024
 TERMINAL_RETENTION_SECONDS = 3600
 # cluster/info ``limits.max_operation_name_length``.
 MAX_QUERY_NAME_LENGTH = 256
-DEFAULT_FAILURE_REASON = "query_rejected"
 
 _LIVE = (QueryTaskStatus.PENDING.value, QueryTaskStatus.LEASED.value)
 _TERMINAL = frozenset(s.value for s in QUERY_TASK.terminal)
@@ -270,88 +265,6 @@ def query_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
 # -- complete and fail (§10.3, §10.4, §10.6) -----------------------------------------------------------
 
 
-def _fencing_fields(body: Mapping[str, Any], errors: dict[str, list[str]]) -> tuple[str, int]:
-    owner = body.get("lease_owner")
-    attempt = body.get("query_task_attempt")
-    if not isinstance(owner, str) or not owner:
-        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        errors["query_task_attempt"] = ["query_task_attempt is required and must be an integer >= 1."]
-    return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
-
-
-def parse_completion(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
-    """Validate a complete body (422 before any lookup, §2.3); return owner, attempt and the stored
-    ``{result, result_envelope}`` document (see "Result views" in the module docstring)."""
-    errors: dict[str, list[str]] = {}
-    owner, attempt = _fencing_fields(body, errors)
-    raw = body.get("result")
-    envelope = body.get("result_envelope")
-    view: Any = raw
-    if envelope is not None:
-        if not isinstance(envelope, dict):
-            errors["result_envelope"] = ["result_envelope must be an object {codec, blob} or null."]
-        else:
-            codec, blob = envelope.get("codec"), envelope.get("blob")
-            if codec is None:
-                errors["result_envelope.codec"] = ["result_envelope.codec is required when an envelope is sent."]
-            elif codec != "avro":
-                errors["result_envelope.codec"] = [f"unsupported_payload_codec: {codec!r} is not 'avro'."]
-            if blob is None:
-                errors["result_envelope.blob"] = ["result_envelope.blob is required when an envelope is sent."]
-            elif not isinstance(blob, str):
-                errors["result_envelope.blob"] = ["result_envelope.blob must be a base64 string."]
-            elif codec == "avro":
-                try:
-                    view = value_to_json(decode_blob(blob))
-                except CodecError as exc:
-                    errors["result_envelope.blob"] = [str(exc)]
-    if errors:
-        raise validation_error(errors)
-    if isinstance(envelope, dict):
-        stored_env: dict[str, Any] | None = {"codec": "avro", "blob": envelope["blob"]}
-    else:
-        try:
-            stored_env = {"codec": "avro", "blob": encode_blob(json_to_value(raw))}
-        except CodecError:
-            stored_env = None  # e.g. an integer outside int64: the JSON view is all there is
-    return owner, attempt, {"result": view, "result_envelope": stored_env}
-
-
-def parse_failure(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
-    """Validate a fail body (§10.4): ``failure.message`` required, ``failure.reason`` defaults to
-    ``query_rejected``; ``type`` and ``stack_trace`` optional strings, ``validation_errors`` kept as sent."""
-    errors: dict[str, list[str]] = {}
-    owner, attempt = _fencing_fields(body, errors)
-    failure = body.get("failure")
-    doc: dict[str, Any] = {}
-    if not isinstance(failure, dict):
-        errors["failure"] = ["failure is required and must be an object with at least a message."]
-    else:
-        message = failure.get("message")
-        if not isinstance(message, str):
-            errors["failure.message"] = ["failure.message is required and must be a string."]
-        reason = failure.get("reason")
-        if reason is None:
-            reason = DEFAULT_FAILURE_REASON
-        elif not isinstance(reason, str) or not reason or len(reason) > 255:
-            errors["failure.reason"] = ["failure.reason must be a non-empty string of at most 255 characters."]
-        for name in ("type", "stack_trace"):
-            value = failure.get(name)
-            if value is not None and not isinstance(value, str):
-                errors[f"failure.{name}"] = [f"failure.{name} must be a string or null."]
-        doc = {
-            "message": message,
-            "reason": reason,
-            "type": failure.get("type"),
-            "stack_trace": failure.get("stack_trace"),
-            "validation_errors": failure.get("validation_errors"),
-        }
-    if errors:
-        raise validation_error(errors)
-    return owner, attempt, doc
-
-
 def report_query_task(
     t: T,
     namespace: str,
@@ -491,7 +404,7 @@ def query_answer(row: sqlite3.Row, base: dict[str, Any], timeout: float) -> tupl
         return 200, {**base, "result": doc.get("result"), "result_envelope": doc.get("result_envelope")}
     if status == QueryTaskStatus.FAILED.value:
         failure = loads(row["failure"]) or {}
-        reason = failure.get("reason") or DEFAULT_FAILURE_REASON
+        reason = failure.get("reason") or DEFAULT_QUERY_FAILURE_REASON
         message = failure.get("message") or f"The worker failed query {base['query_name']!r}."
         # QUERY-UNKNOWN-404 / QUERY-REJECTED-409: rejected_unknown_query is 404, every other reason 409.
         http_status = 404 if reason == "rejected_unknown_query" else 409

@@ -31,7 +31,6 @@ from suite.protocol.lifecycles import (
 )
 
 from . import cancellation
-from .app import validation_error
 from .commands import IMPLEMENTED_OPTIONAL_COMMANDS, apply_command, check_storable_durations, satisfy_moved_past_waits
 from .engine import (
     DEFERRED_RESUME_KEY,
@@ -272,7 +271,7 @@ def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, 
 
 def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> sqlite3.Row:
     """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task row."""
-    owner, attempt = fencing_fields(body)
+    owner, attempt = cmdmodel.validate_workflow_fence(body)
     view, task = _view(t, namespace, task_id)
     if fault(t.settings, "accept-wrong-lease-owner") and view is not None and view.lease_owner is not None:
         owner = view.lease_owner
@@ -283,21 +282,6 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert task is not None
     return task
-
-
-def fencing_fields(body: Mapping[str, Any]) -> tuple[str, int]:
-    errors: dict[str, list[str]] = {}
-    owner = body.get("lease_owner")
-    attempt = body.get("workflow_task_attempt")
-    if not isinstance(owner, str) or not owner:
-        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        errors["workflow_task_attempt"] = ["workflow_task_attempt is required and must be an integer >= 1."]
-    if errors:
-        raise validation_error(errors)
-    assert isinstance(owner, str)
-    assert isinstance(attempt, int)
-    return owner, attempt
 
 
 def _fenced_move(t: T, task: sqlite3.Row, event: TaskEvent) -> None:
@@ -389,9 +373,7 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
 
 def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task = guarded_task(t, namespace, task_id, body)
-    failure = body.get("failure")
-    if not isinstance(failure, dict) or not isinstance(failure.get("message"), str) or not failure["message"]:
-        raise validation_error({"failure.message": ["failure.message is required and must be a non-empty string."]})
+    cmdmodel.validate_workflow_failure(body)
     _fenced_move(t, task, TaskEvent.FAIL)
     run = t.run(task["run_id"])
     # §8.8: a task failure is a replay problem, not a workflow failure; the run stays open. When new

@@ -478,42 +478,17 @@ class ProtocolClient:
         )
         self.exchanges.append(exchange)
         t0 = time.monotonic()
-        conn = h11.Connection(h11.CLIENT)
-        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))  # move h11 to SEND_BODY state
-        conn.send(h11.EndOfMessage())
-        writer: asyncio.StreamWriter | None = None
+        payload = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         try:
-            reader, opened = await asyncio.wait_for(asyncio.open_connection(host, port), timeout or self.timeout)
-            writer = opened
-            opened.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-            await opened.drain()
-            status, resp_headers, chunks = 0, httpx.Headers(), []
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await asyncio.wait_for(reader.read(65536), timeout or self.timeout)
-                    conn.receive_data(data)
-                    continue
-                if isinstance(event, h11.Response):
-                    status = event.status_code
-                    resp_headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers])
-                elif isinstance(event, h11.Data):
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
-            if status == 0:
-                raise ConnectionResetError("the connection closed without a response")
+            status, resp_headers, data = await _send_raw(host, port, payload, timeout or self.timeout)
         except (OSError, TimeoutError, h11.ProtocolError) as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
             if self.faults is not None and not isinstance(exc, TimeoutError | ConnectionRefusedError):
                 raise Indeterminate(f"{method} {url}: {exchange.error} (the answer was lost; maybe applied)") from exc
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            if writer is not None:
-                writer.close()  # on every path: a connection the answer never came on is closed too
         exchange.elapsed = time.monotonic() - t0
-        text = b"".join(chunks).decode("utf-8", "replace")
+        text = data.decode("utf-8", "replace")
         try:
             parsed_body: Any = json.loads(text)
         except ValueError:
@@ -554,3 +529,38 @@ def _parse(data: bytes) -> Any:
         return json.loads(data)
     except (ValueError, RecursionError):
         return None
+
+
+async def _send_raw(host: str, port: int, payload: bytes, timeout: float) -> tuple[int, httpx.Headers, bytes]:
+    """Write ``payload`` on a fresh connection and read one HTTP/1.1 response with h11: status, headers, body.
+    The connection is closed on every path, including one the answer never came on."""
+    import h11
+
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))  # move h11 to SEND_BODY state
+    conn.send(h11.EndOfMessage())
+    writer: asyncio.StreamWriter | None = None
+    try:
+        reader, opened = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        writer = opened
+        opened.write(payload)
+        await opened.drain()
+        status, headers, chunks = 0, httpx.Headers(), []
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await asyncio.wait_for(reader.read(65536), timeout))
+                continue
+            if isinstance(event, h11.Response):
+                status = event.status_code
+                headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers])
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                break
+        if status == 0:
+            raise ConnectionResetError("the connection closed without a response")
+        return status, headers, b"".join(chunks)
+    finally:
+        if writer is not None:
+            writer.close()

@@ -1117,6 +1117,40 @@ def _coverage_cases(schema: Any, api_op: Any, cap: int, rng: random.Random) -> l
     return picked
 
 
+def _steer(op: Operation, case: Any, how: str, *, coverage: bool) -> str:
+    """Keep a case from waiting on the target. A valid poll as the live worker finds its ready task
+    instead of holding; a query always names the parked run (whose queue has no worker) unless its
+    path is what the case breaks; a coverage update asks only for acceptance unless its wait is what
+    the case is about."""
+    positive = case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
+    if op.op_id.startswith("poll_") and coverage and positive:
+        return "ids+fence"
+    if op.op_id.startswith("query_") and how == "none" and not _negative_in(case, "path"):
+        return "ids"
+    about = getattr(case.meta.phase.data, "parameter", None) if case.meta is not None else None
+    waits = about in ("wait_for", "wait_timeout_seconds")
+    if op.op_id.startswith("update_") and coverage and isinstance(case.body, dict) and not waits:
+        case.body["wait_for"] = "accepted"
+    return how
+
+
+def _case_strategies(target: TargetInfo, api_op: Any, pinned: dict[str, str]) -> tuple[Any, Any]:
+    """The drawn cases of one operation: valid ones with the target's headers pinned, and invalid ones, two
+    thirds pinned and one third free (the headers broken too); each paired with how a live world is used."""
+    query = {"namespace": target.namespace}  # X-Namespace decides; a negated query value is noise
+    positive = st.tuples(
+        api_op.as_strategy(GenerationMode.POSITIVE, headers=pinned).map(lambda c: ("pinned", c)),
+        st.sampled_from(SUBSTITUTE),
+    )
+    negative_cases = st.one_of(
+        api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
+        api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
+        api_op.as_strategy(GenerationMode.NEGATIVE).map(lambda c: ("free", c)),
+    )
+    negative = st.tuples(negative_cases, st.sampled_from(SUBSTITUTE))
+    return positive, negative
+
+
 def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzResult:
     """Fuzz one operation with ``budget.examples`` cases; never raises for what the target answers."""
     op = operations()[op_id]
@@ -1130,27 +1164,11 @@ def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzRe
     worlds = Worlds(driver, kind) if kind is not None else None
     pinned = plane_headers(target, op.plane)
 
-    def steer(case: Any, how: str, coverage: bool) -> str:
-        """Keep a case from waiting on the target. A valid poll as the live worker finds its ready task
-        instead of holding; a query always names the parked run (whose queue has no worker) unless its
-        path is what the case breaks; a coverage update asks only for acceptance unless its wait is what
-        the case is about."""
-        positive = case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
-        if op.op_id.startswith("poll_") and coverage and positive:
-            return "ids+fence"
-        if op.op_id.startswith("query_") and how == "none" and not _negative_in(case, "path"):
-            return "ids"
-        about = getattr(case.meta.phase.data, "parameter", None) if case.meta is not None else None
-        waits = about in ("wait_for", "wait_timeout_seconds")
-        if op.op_id.startswith("update_") and coverage and isinstance(case.body, dict) and not waits:
-            case.body["wait_for"] = "accepted"
-        return how
-
     def dispatch(case: Any, how: str, stat: str, *, positive: bool, coverage: bool) -> None:
         if positive and isinstance(case.body, dict | list):
             case.body = _integral_floats_to_ints(case.body)
         _pin_holds(op, case)
-        how = steer(case, how, coverage=coverage)
+        how = _steer(op, case, how, coverage=coverage)
         world = None
         if worlds is not None and how != "none":
             world = worlds.get()
@@ -1180,17 +1198,7 @@ def fuzz_operation(target: TargetInfo, op_id: str, budget: FuzzBudget) -> FuzzRe
         rng = random.Random(budget.seed_for(f"{op_id}:coverage"))
         for case in _coverage_cases(schema, api_op, budget.coverage_cap, rng):
             covered(case, rng.choice(SUBSTITUTE))
-        query = {"namespace": target.namespace}  # X-Namespace decides; a negated query value is noise
-        positive = st.tuples(
-            api_op.as_strategy(GenerationMode.POSITIVE, headers=pinned).map(lambda c: ("pinned", c)),
-            st.sampled_from(SUBSTITUTE),
-        )
-        negative_cases = st.one_of(
-            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
-            api_op.as_strategy(GenerationMode.NEGATIVE, headers=pinned, query=query).map(lambda c: ("pinned", c)),
-            api_op.as_strategy(GenerationMode.NEGATIVE).map(lambda c: ("free", c)),
-        )
-        negative = st.tuples(negative_cases, st.sampled_from(SUBSTITUTE))
+        positive, negative = _case_strategies(target, api_op, pinned)
         n_pos = math.ceil(budget.examples / 2)
         for mode, strategy, n in (("positive", positive, n_pos), ("negative", negative, budget.examples - n_pos)):
             why = _hypothesis_run(strategy, n, budget.seed_for(f"{op_id}:{mode}"), functools.partial(one, mode))
@@ -1224,101 +1232,12 @@ def fuzz_stateful(target: TargetInfo, budget: FuzzBudget) -> FuzzResult:
     with the real fencing values. Every answer is judged by the fuzz checks; a rejected complete must leave
     the run unchanged, and an accepted one must be fenced (409) when repeated, again changing nothing.
     """
-    ops = operations()
     result = FuzzResult(STATEFUL, fuzz_stateful.__doc__.splitlines()[0] if fuzz_stateful.__doc__ else STATEFUL)
     started = time.monotonic()
-    schema = load_schema()
     driver = _Driver(target)
-    runner = _CaseRunner(target, result, driver)
-    strategies = {
-        name: schema.find_operation_by_id(name).as_strategy(
-            GenerationMode.POSITIVE, headers=plane_headers(target, ops[name].plane)
-        )
-        for name in ("start_workflow", "register_worker", "poll_workflow_task", "complete_workflow_task")
-    }
-
-    def draw(data: st.DataObject, name: str) -> Any:
-        case = data.draw(strategies[name], label=name)
-        _pin_headers(target, ops[name], case)
-        if isinstance(case.body, dict | list):
-            case.body = _integral_floats_to_ints(case.body)
-        return case
-
-    def sequence(data: st.DataObject) -> None:
-        if runner.aborted:
-            return
-        result.stats["sequences"] += 1
-        queue, worker, workflow_id = uid("q"), uid("w"), uid("wf")
-        start = draw(data, "start_workflow")
-        if not isinstance(start.body, dict):
-            return
-        start.body.update(workflow_id=workflow_id, task_queue=queue)
-        # A drawn run or execution timeout could close the run before the poll: the sequence needs it open.
-        for key in ("run_timeout_seconds", "execution_timeout_seconds", "workflow_execution_timeout_seconds"):
-            start.body.pop(key, None)
-        started_reply = runner.send(ops["start_workflow"], start)
-        if started_reply is None or started_reply.status not in (200, 201):
-            return
-        run_id = str((started_reply.body or {}).get("run_id", ""))
-        result.stats["started"] += 1
-        register = draw(data, "register_worker")
-        if not isinstance(register.body, dict):
-            return
-        register.body.update(worker_id=worker, task_queue=queue)
-        for key in ("build_id", "supported_workflow_types"):
-            register.body.pop(key, None)  # a drawn build id or type list could keep the run's task away
-        reply = runner.send(ops["register_worker"], register)
-        if reply is None or reply.status not in (200, 201):
-            return
-        task = None
-        for _ in range(5):
-            poll = draw(data, "poll_workflow_task")
-            if not isinstance(poll.body, dict):
-                return
-            poll.body.update(worker_id=worker, task_queue=queue, timeout_seconds=SHORT_HOLD)
-            poll.body.pop("build_id", None)
-            reply = runner.send(ops["poll_workflow_task"], poll)
-            if reply is None or reply.status != 200:
-                return
-            got = (reply.body or {}).get("task")
-            if isinstance(got, dict):
-                task = got
-                break
-        if task is None:
-            result.stats["never_leased"] += 1
-            return
-        result.stats["leased"] += 1
-        world = World("workflow", queue, worker, workflow_id, run_id, task=task)
-        complete = draw(data, "complete_workflow_task")
-        if not isinstance(complete.body, dict):
-            return
-        complete.path_parameters = {"task_id": str(task.get("task_id"))}
-        complete.body.update(
-            lease_owner=task.get("lease_owner", worker), workflow_task_attempt=task.get("workflow_task_attempt")
-        )
-        reply = runner.send(ops["complete_workflow_task"], complete, world)
-        if reply is None or reply.status != 200:
-            return
-        result.stats["completed"] += 1
-        # The same complete again is fenced: a task completes once (§8.9), and the refusal changes nothing.
-        world.dirty = False
-        again = runner.send(ops["complete_workflow_task"], complete, world)
-        if again is not None:
-            result.judged.add(AFTER_COMPLETE)
-        if again is not None and again.status != 409:
-            runner.result.fail(
-                FuzzFailure(
-                    "repeated_complete_is_fenced",
-                    f"a second complete of workflow task {task.get('task_id')} answered {again.status}",
-                    requirement=AFTER_COMPLETE,
-                    exchange=again.exchange,
-                    expected="409 (the task is no longer leased)",
-                    received=again.received(),
-                )
-            )
-
+    sequence = _StatefulSequence(target, result, _CaseRunner(target, result, driver))
     try:
-        why = _hypothesis_run(st.data(), max(1, budget.examples // 4), budget.seed_for(STATEFUL), sequence)
+        why = _hypothesis_run(st.data(), max(1, budget.examples // 4), budget.seed_for(STATEFUL), sequence.run)
         if why:
             result.notes.append(why)
     except HarnessError as exc:
@@ -1328,6 +1247,113 @@ def fuzz_stateful(target: TargetInfo, budget: FuzzBudget) -> FuzzResult:
         driver.close()
         result.duration = time.monotonic() - started
     return result
+
+
+class _StatefulSequence:
+    """One drawn start → register → poll → complete (and the repeated complete) per Hypothesis example."""
+
+    STEPS = ("start_workflow", "register_worker", "poll_workflow_task", "complete_workflow_task")
+
+    def __init__(self, target: TargetInfo, result: FuzzResult, runner: _CaseRunner) -> None:
+        self.target, self.result, self.runner = target, result, runner
+        self.ops = operations()
+        schema = load_schema()
+        self.strategies = {
+            name: schema.find_operation_by_id(name).as_strategy(
+                GenerationMode.POSITIVE, headers=plane_headers(target, self.ops[name].plane)
+            )
+            for name in self.STEPS
+        }
+
+    def draw(self, data: st.DataObject, name: str) -> Any:
+        case = data.draw(self.strategies[name], label=name)
+        _pin_headers(self.target, self.ops[name], case)
+        if isinstance(case.body, dict | list):
+            case.body = _integral_floats_to_ints(case.body)
+        return case
+
+    def run(self, data: st.DataObject) -> None:
+        if self.runner.aborted:
+            return
+        self.result.stats["sequences"] += 1
+        queue, worker, workflow_id = uid("q"), uid("w"), uid("wf")
+        run_id = self.start(data, queue, workflow_id)
+        if run_id is None or not self.register(data, queue, worker):
+            return
+        task = self.lease(data, queue, worker)
+        if task is None:
+            return
+        self.complete_twice(data, World("workflow", queue, worker, workflow_id, run_id, task=task), task)
+
+    def start(self, data: st.DataObject, queue: str, workflow_id: str) -> str | None:
+        start = self.draw(data, "start_workflow")
+        if not isinstance(start.body, dict):
+            return None
+        start.body.update(workflow_id=workflow_id, task_queue=queue)
+        # A drawn run or execution timeout could close the run before the poll: the sequence needs it open.
+        for key in ("run_timeout_seconds", "execution_timeout_seconds", "workflow_execution_timeout_seconds"):
+            start.body.pop(key, None)
+        started_reply = self.runner.send(self.ops["start_workflow"], start)
+        if started_reply is None or started_reply.status not in (200, 201):
+            return None
+        self.result.stats["started"] += 1
+        return str((started_reply.body or {}).get("run_id", ""))
+
+    def register(self, data: st.DataObject, queue: str, worker: str) -> bool:
+        register = self.draw(data, "register_worker")
+        if not isinstance(register.body, dict):
+            return False
+        register.body.update(worker_id=worker, task_queue=queue)
+        for key in ("build_id", "supported_workflow_types"):
+            register.body.pop(key, None)  # a drawn build id or type list could keep the run's task away
+        reply = self.runner.send(self.ops["register_worker"], register)
+        return reply is not None and reply.status in (200, 201)
+
+    def lease(self, data: st.DataObject, queue: str, worker: str) -> dict[str, Any] | None:
+        for _ in range(5):
+            poll = self.draw(data, "poll_workflow_task")
+            if not isinstance(poll.body, dict):
+                return None
+            poll.body.update(worker_id=worker, task_queue=queue, timeout_seconds=SHORT_HOLD)
+            poll.body.pop("build_id", None)
+            reply = self.runner.send(self.ops["poll_workflow_task"], poll)
+            if reply is None or reply.status != 200:
+                return None
+            got = (reply.body or {}).get("task")
+            if isinstance(got, dict):
+                self.result.stats["leased"] += 1
+                return got
+        self.result.stats["never_leased"] += 1
+        return None
+
+    def complete_twice(self, data: st.DataObject, world: World, task: dict[str, Any]) -> None:
+        complete = self.draw(data, "complete_workflow_task")
+        if not isinstance(complete.body, dict):
+            return
+        complete.path_parameters = {"task_id": str(task.get("task_id"))}
+        complete.body.update(
+            lease_owner=task.get("lease_owner", world.worker), workflow_task_attempt=task.get("workflow_task_attempt")
+        )
+        reply = self.runner.send(self.ops["complete_workflow_task"], complete, world)
+        if reply is None or reply.status != 200:
+            return
+        self.result.stats["completed"] += 1
+        # The same complete again is fenced: a task completes once (§8.9), and the refusal changes nothing.
+        world.dirty = False
+        again = self.runner.send(self.ops["complete_workflow_task"], complete, world)
+        if again is not None:
+            self.result.judged.add(AFTER_COMPLETE)
+        if again is not None and again.status != 409:
+            self.runner.result.fail(
+                FuzzFailure(
+                    "repeated_complete_is_fenced",
+                    f"a second complete of workflow task {task.get('task_id')} answered {again.status}",
+                    requirement=AFTER_COMPLETE,
+                    exchange=again.exchange,
+                    expected="409 (the task is no longer leased)",
+                    received=again.received(),
+                )
+            )
 
 
 # -- groups (one pytest item each) --------------------------------------------------------------------------

@@ -2,161 +2,40 @@
 
 Every check schedules its own activities: it starts a workflow on a fresh queue, leases the first workflow
 task and completes it with ``schedule_activity`` commands targeting that queue, then polls
-``/activity-tasks/poll`` as a worker registered there. The helpers at the top are shared with
-:mod:`suite.checks.robustness`.
+``/activity-tasks/poll`` as a worker registered there. The worlds and worker calls are
+:mod:`suite.worlds`.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from suite.client import Reply
 from suite.context import CheckContext
-from suite.outcomes import CheckFailure
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
+from suite.worlds import (
+    READY_WITHIN,
+    SCHEDULED,
+    ActivityRun,
+    activity_call,
+    attributed,
+    lease_activity,
+    lease_activity_at,
+    poll_activity,
+    schedule_activities,
+)
 
-__all__ = [
-    "ACTIVITY_TYPE",
-    "ActivityRun",
-    "activity_call",
-    "expect_no_activity",
-    "expect_no_workflow_task",
-    "history_events",
-    "lease_activity",
-    "lease_activity_at",
-    "lease_resume",
-    "poll_activity",
-    "schedule_activities",
-]
+__all__ = ["expect_no_activity", "expect_no_workflow_task", "history_events", "lease_resume"]
 
-ACTIVITY_TYPE = "conformance.act"
-SCHEDULED = "ACTIVITY-SCHEDULED-LEASABLE"
-# How long a ready task may take to show up on a poll: generous, because only a broken server waits it out.
-READY_WITHIN = 10.0
 # Timing tolerance for "not before the backoff" (server and suite clocks tick at the same rate; this
 # absorbs scheduling and network jitter, never a missing backoff).
 BACKOFF_TOLERANCE = 0.5
 
-T = TypeVar("T")
-
 
 # -- shared helpers ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class ActivityRun:
-    """A run whose first workflow task scheduled activities on ``queue``, served by ``worker``."""
-
-    queue: str
-    worker: str
-    workflow_id: str
-    run_id: str
-    arguments: dict[str, str]
-    completion: dict[str, Any]
-
-
-async def schedule_activities(
-    ctx: CheckContext,
-    *,
-    count: int = 1,
-    retry_policy: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-    arguments: dict[str, str] | None = None,
-    requirement: str = SCHEDULED,
-) -> ActivityRun:
-    """Start a run, lease its first workflow task and complete it with ``count`` ``schedule_activity``."""
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue)
-    workflow_id, run_id = await ctx.start(queue)
-    task = await attributed(ctx.lease_wf(worker, queue), requirement)
-    args = arguments if arguments is not None else ctx.envelope([1, "x"])
-    command: dict[str, Any] = {
-        "type": "schedule_activity",
-        "activity_type": ACTIVITY_TYPE,
-        "queue": queue,
-        "arguments": args,
-    }
-    if retry_policy is not None:
-        command["retry_policy"] = retry_policy
-    command.update(options or {})
-    reply = await ctx.complete(task, [dict(command) for _ in range(count)])
-    body = ctx.expect(reply, 200, what="a workflow-task complete scheduling activities", requirement=requirement)
-    return ActivityRun(queue, worker, workflow_id, run_id, args, body)
-
-
-async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
-    """Await ``awaitable``; a failure that names no requirement is attributed to ``requirement``."""
-    try:
-        return await awaitable
-    except CheckFailure as failure:
-        if failure.requirement is None:
-            failure.requirement = requirement
-        raise
-
-
-async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
-    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
-    return await ctx.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
-
-
-async def lease_activity_at(
-    ctx: CheckContext,
-    run: ActivityRun,
-    *,
-    within: float = READY_WITHIN,
-    requirement: str = SCHEDULED,
-    extra: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], float]:
-    """Poll until an activity task is leased; return it and the monotonic time its lease arrived.
-    ``extra`` fields go into every poll body."""
-    received = [0.0]
-
-    async def probe() -> dict[str, Any] | None:
-        reply = await poll_activity(ctx, run.worker, run.queue, **(extra or {}))
-        received[0] = time.monotonic()
-        body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
-        task = body.get("task")
-        return task if isinstance(task, dict) else None
-
-    task = await attributed(ctx.wait_until(probe, timeout=within, what=f"an activity task on {run.queue}"), requirement)
-    return task, received[0]
-
-
-async def lease_activity(
-    ctx: CheckContext,
-    run: ActivityRun,
-    *,
-    within: float = READY_WITHIN,
-    requirement: str = SCHEDULED,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    task, _ = await lease_activity_at(ctx, run, within=within, requirement=requirement, extra=extra)
-    return task
-
-
-async def activity_call(
-    ctx: CheckContext,
-    task: dict[str, Any],
-    verb: str,
-    body: dict[str, Any] | None = None,
-    *,
-    owner: str | None = None,
-    attempt_id: str | None = None,
-    task_id: str | None = None,
-) -> Reply:
-    """``POST /activity-tasks/{task_id}/{verb}`` fenced with the lease's attempt id and owner (§11.2)."""
-    payload = {
-        "activity_attempt_id": attempt_id if attempt_id is not None else task.get("activity_attempt_id"),
-        "lease_owner": owner if owner is not None else task.get("lease_owner"),
-        **(body or {}),
-    }
-    return await ctx.client.worker(f"/activity-tasks/{task_id or task['task_id']}/{verb}", payload)
 
 
 async def expect_no_activity(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import math
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import schemas
@@ -17,6 +16,7 @@ from suite.protocol.codec import FINGERPRINT, decode_blob, encode_blob, encode_v
 from suite.protocol.errors import CodecError
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 from suite.registry import check
+from suite.worlds import LeasedRun, leased_activity, leased_run
 
 # Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
 _STATE_FIELDS = (
@@ -65,26 +65,7 @@ NON_CANONICAL_FRAMES: dict[str, str] = {
 # -- shared helpers ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Run:
-    """One workflow run of a check's own queue, with the workflow task currently leased to ``worker``."""
-
-    queue: str
-    worker: str
-    workflow_id: str
-    run_id: str
-    task: dict[str, Any]
-
-
-async def _leased_run(ctx: CheckContext, **start: Any) -> _Run:
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue)
-    wid, rid = await ctx.start(queue, **start)
-    task = await ctx.lease_wf(worker, queue)
-    return _Run(queue, worker, wid, rid, task)
-
-
-async def _state(ctx: CheckContext, run: _Run) -> dict[str, Any]:
+async def _state(ctx: CheckContext, run: LeasedRun) -> dict[str, Any]:
     """What a rejected request must not change: the describe fields and the run's event list."""
     desc = await ctx.describe(run.workflow_id)
     events = await ctx.history(run.workflow_id, run.run_id)
@@ -178,26 +159,13 @@ def _count(events: list[dict[str, Any]], event_type: str) -> int:
     return sum(1 for e in events if e.get("event_type") == event_type)
 
 
-async def _poll_activity(ctx: CheckContext, worker: str, queue: str, within: float = 10.0) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        reply = await ctx.client.worker(
-            "/activity-tasks/poll",
-            {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1},
-            timeout=16,
-        )
-        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
-        return task if isinstance(task, dict) else None
-
-    return await ctx.wait_until(probe, timeout=within, what=f"an activity task on {queue}")
-
-
 # -- COMMANDS: batch validation (invariants 33-35) ---------------------------------------------------------
 
 
 @check("COMMANDS-NON-EMPTY")
 async def commands_must_be_non_empty(ctx: CheckContext) -> None:
     """A complete with commands: [], without commands, or with a typeless command is 422 validation_failed."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     cases: list[tuple[str, dict[str, Any]]] = [
         ("commands: []", {"commands": []}),
@@ -215,7 +183,7 @@ async def commands_must_be_non_empty(ctx: CheckContext) -> None:
 @check("COMMANDS-ONE-TERMINAL")
 async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
     """Two terminal commands in one batch are rejected with invalid_commands and the run is unchanged."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     batches: list[list[dict[str, Any]]] = [
         [
@@ -243,7 +211,7 @@ async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
 @check("COMMANDS-UNKNOWN-TYPE")
 async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
     """An unknown command type makes the whole batch invalid_commands; its valid commands are not applied."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     replies = []
     for commands in (
@@ -272,7 +240,7 @@ async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
 @check("COMMANDS-REQUIRED-FIELDS", "COMMANDS-RETRY-AFTER-REJECT")
 async def commands_required_fields(ctx: CheckContext) -> None:
     """Each invariant-34 case (missing or out-of-range required field) is rejected and nothing is applied."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     invalid: list[tuple[str, dict[str, Any]]] = [
         (
@@ -320,7 +288,7 @@ async def commands_required_fields(ctx: CheckContext) -> None:
 @check("COMMANDS-RETRY-AFTER-REJECT")
 async def commands_retry_after_reject(ctx: CheckContext) -> None:
     """After a rejected batch the task stays leased: the same owner and attempt then complete it once."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     reply = await ctx.complete(run.task, [{"type": "complete_workflow"}, {"type": "conformance_no_such_command"}])
     _expect_invalid_batch(ctx, reply, "a batch with an unknown type", "COMMANDS-UNKNOWN-TYPE")
     retry = await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("done")}])
@@ -352,7 +320,7 @@ async def commands_retry_after_reject(ctx: CheckContext) -> None:
 async def commands_batch_is_atomic(ctx: CheckContext) -> None:
     """A batch whose last command is invalid applies none of its earlier valid commands; a valid batch applies
     its non-terminal commands in order, then the terminal one."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     prefix = [
         _side_effect("first"),
@@ -407,7 +375,7 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
 async def commands_field_scope(ctx: CheckContext) -> None:
     """A field on a command that does not allow it (heartbeat_timeout on start_timer, retry_policy on
     complete_workflow, …) returns 422 and applies nothing."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     cases: list[tuple[str, dict[str, Any]]] = [
         (
@@ -454,7 +422,7 @@ async def commands_field_scope(ctx: CheckContext) -> None:
 async def commands_timeout_order(ctx: CheckContext) -> None:
     """schedule_activity with heartbeat > start_to_close, start_to_close > schedule_to_close or
     schedule_to_start > schedule_to_close is 422; equal timeouts are accepted."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
 
     def activity(**timeouts: int) -> dict[str, Any]:
@@ -521,7 +489,7 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
 @check("COMMANDS-COMPLETE-WORKFLOW", "PAYLOAD-RESULT-UNCHANGED")
 async def complete_workflow_closes_run(ctx: CheckContext) -> None:
     """complete_workflow moves the run to completed with one WorkflowCompleted, and keeps the result blob."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     result = ctx.envelope({"answer": 42, "bytes": b"\x00\xff"})
     reply = await ctx.complete(run.task, [{"type": "complete_workflow", "result": result}])
     ctx.expect(reply, 200, what="complete_workflow", requirement="COMMANDS-COMPLETE-WORKFLOW")
@@ -558,7 +526,7 @@ async def result_blob_not_reencoded(ctx: CheckContext) -> None:
     # A server that decodes and re-encodes the result changes the multi-block frames, and a sorting one
     # changes one of the two map orders.
     for blob in [*golden["alternate_map_orders"][0]["wire_base64"], *NON_CANONICAL_FRAMES.values()]:
-        run = await _leased_run(ctx)
+        run = await leased_run(ctx)
         reply = await ctx.complete(run.task, [{"type": "complete_workflow", "result": {"codec": "avro", "blob": blob}}])
         ctx.expect(reply, 200, what="complete_workflow with a golden result", requirement="PAYLOAD-RESULT-UNCHANGED")
         desc = await ctx.describe(run.workflow_id)
@@ -575,7 +543,7 @@ async def result_blob_not_reencoded(ctx: CheckContext) -> None:
 @check("COMMANDS-FAIL-WORKFLOW")
 async def fail_workflow_fails_run(ctx: CheckContext) -> None:
     """fail_workflow moves the run to failed with one WorkflowFailed."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     reply = await ctx.complete(run.task, [{"type": "fail_workflow", "message": "conformance failure"}])
     ctx.expect(reply, 200, what="fail_workflow", requirement="COMMANDS-FAIL-WORKFLOW")
     desc = await ctx.describe(run.workflow_id)
@@ -600,7 +568,7 @@ async def fail_workflow_fails_run(ctx: CheckContext) -> None:
 async def fail_workflow_with_exception(ctx: CheckContext) -> None:
     """fail_workflow with the optional exception object (protocol 1.10 on) is accepted and fails the run."""
     for version in (ctx.target.protocol_version, "1.10"):
-        run = await _leased_run(ctx)
+        run = await leased_run(ctx)
         command = {
             "type": "fail_workflow",
             "message": "boom",
@@ -639,7 +607,7 @@ async def fail_workflow_with_exception(ctx: CheckContext) -> None:
 @check("COMMANDS-CONTINUE-AS-NEW")
 async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
     """continue_as_new closes the run as completed (continued); describe shows a new run_id, run_number 2."""
-    run = await _leased_run(ctx, input=["first"])
+    run = await leased_run(ctx, input=["first"])
     reply = await ctx.complete(run.task, [{"type": "continue_as_new", "arguments": ctx.envelope(["second"])}])
     ctx.expect(reply, 200, what="continue_as_new", requirement="COMMANDS-CONTINUE-AS-NEW")
     desc = await ctx.describe(run.workflow_id)
@@ -688,7 +656,7 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
 @check("COMMANDS-NON-TERMINAL-WAITING")
 async def non_terminal_batch_waits(ctx: CheckContext) -> None:
     """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     reply = await ctx.complete(run.task, [_side_effect(1), {"type": "start_timer", "delay_seconds": 3600}])
     body = ctx.expect(reply, 200, what="a start_timer-only batch", requirement="COMMANDS-NON-TERMINAL-WAITING")
     ctx.require(
@@ -726,7 +694,7 @@ async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
     """After start_timer{delay_seconds:1} a workflow task is leasable with the pure-timer resume context."""
     delay = 1
     ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack")
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     ctx.expect(
         await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]),
         200,
@@ -766,7 +734,7 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
     """A 3-second timer's workflow task is not leasable before 3 s (0.5 s tolerance) after the complete."""
     delay, tolerance = 3, 0.5
     ctx.needs_short(delay + 10, "a 3-second timer plus 10 s of slack")
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     loop = asyncio.get_running_loop()
     reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}])
     # The timer was scheduled before this response left the server, so this instant is late, never early:
@@ -802,7 +770,7 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
 @check("PAYLOAD-RESUME-CONTEXT-KEYS", "PAYLOAD-RESUME-CONTEXT-NULL-ON-START", "PAYLOAD-CODEC-AVRO")
 async def first_task_payload_shape(ctx: CheckContext) -> None:
     """The first task after start has payload_codec avro and all 20 resume-context keys, every one null."""
-    run = await _leased_run(ctx, input=["x"])
+    run = await leased_run(ctx, input=["x"])
     task = run.task
     missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
     ctx.require(
@@ -832,7 +800,7 @@ async def first_task_payload_shape(ctx: CheckContext) -> None:
 @check("PAYLOAD-RESUME-CONTEXT-KEYS", "PAYLOAD-CODEC-AVRO")
 async def resumed_task_payload_shape(ctx: CheckContext) -> None:
     """A task resumed by a timer (not the first task) also carries all 20 resume-context keys, codec avro."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     ctx.expect(
         await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": 0}]),
         200,
@@ -865,7 +833,7 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
         ([{"k": [1, 2.5, None, True]}, "x", -7], [{"k": [1, 2.5, None, True]}, "x", -7]),
     ]
     for given, wanted in cases:
-        run = await _leased_run(ctx, input=given)
+        run = await leased_run(ctx, input=given)
         args = run.task.get("arguments")
         ctx.require(
             isinstance(args, dict) and set(args) == {"codec", "blob"} and args.get("codec") == "avro",
@@ -891,7 +859,7 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
             received=repr(decoded),
             requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
         )
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     args = run.task.get("arguments")
     if args is not None:
         ok = isinstance(args, dict) and args.get("codec") == "avro" and _decodes_to(args.get("blob"), [])
@@ -946,22 +914,8 @@ async def start_envelope_returned_unchanged(ctx: CheckContext) -> None:
 @check("PAYLOAD-ACTIVITY-ATTEMPT-ALIAS")
 async def activity_task_attempt_alias(ctx: CheckContext) -> None:
     """A leased activity task also carries attempt, equal to attempt_number."""
-    run = await _leased_run(ctx)
-    ctx.expect(
-        await ctx.complete(
-            run.task,
-            [
-                {
-                    "type": "schedule_activity",
-                    "activity_type": "conformance.Alias",
-                    "arguments": ctx.envelope([]),
-                }
-            ],
-        ),
-        200,
-        what="schedule_activity",
-    )
-    task = await _poll_activity(ctx, run.worker, run.queue)
+    run = await leased_run(ctx)
+    task = await leased_activity(ctx, run, activity_type="conformance.Alias")
     ctx.require(
         "attempt" in task and task.get("attempt") == task.get("attempt_number"),
         "the activity task carries attempt as an alias of attempt_number",
@@ -1125,7 +1079,7 @@ async def start_with_unknown_codec(ctx: CheckContext) -> None:
 async def command_envelope_codec_checked(ctx: CheckContext) -> None:
     """Command result/arguments envelopes with a codec other than avro (around a valid Avro frame) are 422
     unsupported_payload_codec: and apply nothing."""
-    run = await _leased_run(ctx)
+    run = await leased_run(ctx)
     before = await _state(ctx, run)
     frame = encode_blob(["valid", "avro"])
     cases: list[tuple[str, dict[str, Any]]] = [
@@ -1176,22 +1130,8 @@ async def command_envelope_codec_checked(ctx: CheckContext) -> None:
 async def activity_envelope_codec_checked(ctx: CheckContext) -> None:
     """An activity result or failure-details envelope with codec json is 422 unsupported_payload_codec:; the
     attempt stays open."""
-    run = await _leased_run(ctx)
-    ctx.expect(
-        await ctx.complete(
-            run.task,
-            [
-                {
-                    "type": "schedule_activity",
-                    "activity_type": "conformance.Codec",
-                    "arguments": ctx.envelope([]),
-                }
-            ],
-        ),
-        200,
-        what="schedule_activity",
-    )
-    task = await _poll_activity(ctx, run.worker, run.queue)
+    run = await leased_run(ctx)
+    task = await leased_activity(ctx, run, activity_type="conformance.Codec")
     base = {"activity_attempt_id": task.get("activity_attempt_id"), "lease_owner": run.worker}
     frame = encode_blob("result")
     path = f"/activity-tasks/{task['task_id']}"

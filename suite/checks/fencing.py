@@ -25,6 +25,7 @@ from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import RUN_TERMINAL_EVENTS
 from suite.protocol.lifecycles import RUN_LIVE_STATUSES
 from suite.registry import check
+from suite.worlds import activity_call, next_activity, poll_activity
 
 # Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
 SLACK = 10.0
@@ -76,38 +77,6 @@ async def _lease(
         return (task, reply) if isinstance(task, dict) else None
 
     return await ctx.wait_until(probe, timeout=within, what=f"a workflow task for {worker} on {queue}")
-
-
-async def _poll_act(ctx: CheckContext, worker: str, queue: str, timeout: int = 1) -> Reply:
-    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout}
-    return await ctx.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
-
-
-async def _lease_act(
-    ctx: CheckContext, worker: str, queue: str, *, within: float = 10.0
-) -> tuple[dict[str, Any], Reply]:
-    async def probe() -> tuple[dict[str, Any], Reply] | None:
-        reply = await _poll_act(ctx, worker, queue)
-        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
-        return (task, reply) if isinstance(task, dict) else None
-
-    return await ctx.wait_until(probe, timeout=within, what=f"an activity task for {worker} on {queue}")
-
-
-async def _act_call(
-    ctx: CheckContext,
-    task: dict[str, Any],
-    verb: str,
-    body: dict[str, Any] | None = None,
-    *,
-    namespace: str | None = None,
-) -> Reply:
-    payload = {
-        "activity_attempt_id": task.get("activity_attempt_id"),
-        "lease_owner": task.get("lease_owner"),
-        **(body or {}),
-    }
-    return await ctx.client.worker(f"/activity-tasks/{task['task_id']}/{verb}", payload, namespace=namespace)
 
 
 async def _started_with_activities(
@@ -839,12 +808,12 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
         200,
         what="complete scheduling a retried activity",
     )
-    act, _ = await _lease_act(ctx, worker, queue)
+    act, _ = await next_activity(ctx, worker, queue)
     transient = {"message": "conformance: transient", "type": "Transient"}
-    reply = await _act_call(ctx, act, "fail", {"failure": transient})
+    reply = await activity_call(ctx, act, "fail", {"failure": transient})
     ctx.expect(reply, 200, what="a retryable activity failure")
     started = loop.time()
-    reply = await _poll_act(ctx, worker, queue, hold)
+    reply = await poll_activity(ctx, worker, queue, hold)
     elapsed = loop.time() - started
     body = ctx.expect(reply, 200, what="a long poll waiting for the retry", requirement="DISPATCH-LOST-NOTIFICATION")
     retry = _task_of(body) or {}
@@ -878,9 +847,9 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         200,
         what="complete scheduling an activity",
     )
-    old, reply = await _lease_act(ctx, crashed, queue)
+    old, reply = await next_activity(ctx, crashed, queue)
     lease = _lease_length(ctx, old, reply, ACT_LEASE)
-    new, _ = await _lease_act(ctx, successor, queue, within=lease + SLACK)
+    new, _ = await next_activity(ctx, successor, queue, within=lease + SLACK)
     req = "ACTIVITY-REDELIVERY-NEW-ATTEMPT"
     want = {
         "task_id": old.get("task_id"),
@@ -904,7 +873,7 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         received=new.get("activity_attempt_id"),
         requirement=req,
     )
-    reply = await _act_call(ctx, old, "complete", {"result": CheckContext.envelope("late")})
+    reply = await activity_call(ctx, old, "complete", {"result": CheckContext.envelope("late")})
     body = ctx.expect(reply, 409, "stale_attempt", what="the expired attempt's late complete", requirement=req)
     ctx.require(
         body.get("recorded") is False,
@@ -914,7 +883,7 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         replies=[reply],
         requirement=req,
     )
-    reply = await _act_call(ctx, new, "complete", {"result": CheckContext.envelope("winner")})
+    reply = await activity_call(ctx, new, "complete", {"result": CheckContext.envelope("winner")})
     body = ctx.expect(reply, 200, what="the new attempt's complete", requirement=req)
     ctx.require(
         body.get("recorded") is True,
@@ -1020,7 +989,7 @@ async def _drain_polls(
     task must show up (the poller is live)."""
     seen_control = False
     for _ in range(20):
-        reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else _poll_act(ctx, worker, queue))
+        reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else poll_activity(ctx, worker, queue))
         body = ctx.expect(reply, 200, what=f"{kind}-task poll after cancel/terminate")
         task = body.get("task")
         if not isinstance(task, dict):
@@ -1099,7 +1068,7 @@ async def cancel_no_redelivery_after_expiry(ctx: CheckContext) -> None:
     worker = await ctx.register(queue)
     holder = await ctx.register(queue)
     wid, run_id, _ = await _started_with_activities(ctx, worker, queue, [ctx.uid("act")])
-    act, act_reply = await _lease_act(ctx, holder, queue)
+    act, act_reply = await next_activity(ctx, holder, queue)
     ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/signal/wake", {}), 202, what="signal")
     wf, wf_reply = await _lease(ctx, holder, queue)
     lease = max(_lease_length(ctx, wf, wf_reply, WF_LEASE), _lease_length(ctx, act, act_reply, ACT_LEASE))
@@ -1116,7 +1085,7 @@ async def _leased_activities(ctx: CheckContext, n: int) -> tuple[str, str, list[
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, run_id, _ = await _started_with_activities(ctx, worker, queue, [ctx.uid("act") for _ in range(n)])
-    leased = [(await _lease_act(ctx, worker, queue))[0] for _ in range(n)]
+    leased = [(await next_activity(ctx, worker, queue))[0] for _ in range(n)]
     return wid, run_id, leased
 
 
@@ -1127,7 +1096,7 @@ async def cancel_activity_heartbeat(ctx: CheckContext) -> None:
     for op, reason in (("cancel", "run_cancelled"), ("terminate", "run_terminated")):
         wid, _, (act,) = await _leased_activities(ctx, 1)
         ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/{op}", {"reason": "conformance"}), 200, what=op)
-        reply = await _act_call(ctx, act, "heartbeat", {"message": "still working"})
+        reply = await activity_call(ctx, act, "heartbeat", {"message": "still working"})
         body = ctx.expect(reply, 200, what=f"activity heartbeat after {op}", requirement="CANCEL-ACTIVITY-HEARTBEAT")
         want: dict[str, Any] = {"cancel_requested": True, "can_continue": False, "reason": reason}
         got = {k: body.get(k, "<absent>") for k in want}
@@ -1149,13 +1118,13 @@ async def cancel_activity_outcome_ignored(ctx: CheckContext) -> None:
         wid, run_id, (first, second) = await _leased_activities(ctx, 2)
         ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/{op}", {"reason": "conformance"}), 200, what=op)
         # One attempt learns of the cancel through its heartbeat first, the other reports straight away.
-        ctx.expect(await _act_call(ctx, first, "heartbeat"), 200, what=f"activity heartbeat after {op}")
+        ctx.expect(await activity_call(ctx, first, "heartbeat"), 200, what=f"activity heartbeat after {op}")
         reports = (
             ("complete", first, {"result": CheckContext.envelope("late")}),
             ("fail", second, {"failure": {"message": "conformance: late failure"}}),
         )
         for verb, act, body in reports:
-            reply = await _act_call(ctx, act, verb, body)
+            reply = await activity_call(ctx, act, verb, body)
             out = ctx.expect(
                 reply, 409, reason, what=f"activity {verb} after {op}", requirement="CANCEL-ACTIVITY-OUTCOME-IGNORED"
             )
@@ -1190,7 +1159,7 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, run_id, _ = await _started_with_activities(ctx, worker, queue, [ctx.uid("act"), ctx.uid("act")])
-    act, _ = await _lease_act(ctx, worker, queue)
+    act, _ = await next_activity(ctx, worker, queue)
     ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/signal/wake", {}), 202, what="signal")
     wf, _ = await _lease(ctx, worker, queue)
     async with _other_client(ctx) as operator:
@@ -1206,7 +1175,7 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
         requirement="DISPATCH-CANCEL-DURABLE",
         what="the worker's workflow-task heartbeat",
     )
-    reply = await _act_call(ctx, act, "heartbeat")
+    reply = await activity_call(ctx, act, "heartbeat")
     body = ctx.expect(reply, 200, what="the worker's activity heartbeat", requirement="DISPATCH-CANCEL-DURABLE")
     ctx.require(
         body.get("cancel_requested") is True and body.get("can_continue") is False,
@@ -1217,7 +1186,7 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
         requirement="DISPATCH-CANCEL-DURABLE",
     )
     for kind in ("workflow", "activity"):
-        reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else _poll_act(ctx, worker, queue))
+        reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else poll_activity(ctx, worker, queue))
         task = ctx.expect(reply, 200, what=f"{kind}-task poll after the cancel").get("task")
         ctx.require(
             not isinstance(task, dict) or task.get("run_id") != run_id,
@@ -1424,11 +1393,36 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
     keyed by namespace.
     """
     other = _foreign_namespace(ctx)
-    not_found = ("task_not_found", "namespace_not_found")
     queue = ctx.uid("q")
     worker = await ctx.register(queue, capabilities=["query_tasks"])
     wid, run_id = await ctx.start(queue)
     task, _ = await _lease(ctx, worker, queue)
+    await _foreign_workflow_calls(ctx, task, worker, other)
+    act_type = ctx.uid("act")
+    ctx.expect(
+        await ctx.complete(task, [_activity_cmd(act_type)]),
+        200,
+        what="the owner's complete in its own namespace after the foreign calls",
+        requirement="NAMESPACE-SCOPED",
+    )
+    act, _ = await next_activity(ctx, worker, queue)
+    await _foreign_activity_calls(ctx, act, other)
+    answer = await _foreign_query_calls(ctx, wid, worker, queue, other)
+    ctx.expect(answer, 200, what="the control-plane query", requirement="NAMESPACE-SCOPED")
+    events = await _events(ctx, wid, run_id)
+    ctx.require(
+        "foreign" not in json.dumps(answer.json()) and _count(events, "ActivityFailed") == 0,
+        "calls under another namespace had no effect",
+        expected="the home namespace's answers only",
+        received={"query": answer.json().get("result"), "events": _types(events)},
+        replies=[answer],
+        requirement="NAMESPACE-SCOPED",
+    )
+
+
+async def _foreign_workflow_calls(ctx: CheckContext, task: dict[str, Any], worker: str, other: str) -> None:
+    """Every workflow-task verb under ``other`` is 404; the lease still renews at home after each."""
+    not_found = ("task_not_found", "namespace_not_found")
     for verb in VERBS:
         payload = {
             "lease_owner": worker,
@@ -1444,21 +1438,18 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
             requirement="NAMESPACE-SCOPED",
         )
         await _renew(ctx, task, f"at home after the foreign {verb}", "NAMESPACE-SCOPED")
-    act_type = ctx.uid("act")
-    ctx.expect(
-        await ctx.complete(task, [_activity_cmd(act_type)]),
-        200,
-        what="the owner's complete in its own namespace after the foreign calls",
-        requirement="NAMESPACE-SCOPED",
-    )
-    act, _ = await _lease_act(ctx, worker, queue)
+
+
+async def _foreign_activity_calls(ctx: CheckContext, act: dict[str, Any], other: str) -> None:
+    """Every activity-task verb under ``other`` is 404; the attempt still completes at home."""
+    not_found = ("task_not_found", "namespace_not_found")
     act_probes: tuple[tuple[str, dict[str, Any]], ...] = (
         ("heartbeat", {}),
         ("complete", {"result": None}),
         ("fail", {"failure": {"message": "foreign"}}),
     )
     for verb, extra in act_probes:
-        reply = await _act_call(ctx, act, verb, extra, namespace=other)
+        reply = await activity_call(ctx, act, verb, extra, namespace=other)
         ctx.expect(
             reply,
             404,
@@ -1466,8 +1457,12 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
             what=f"activity-task {verb} under X-Namespace {other}",
             requirement="NAMESPACE-SCOPED",
         )
-    reply = await _act_call(ctx, act, "complete", {"result": CheckContext.envelope("ok")})
+    reply = await activity_call(ctx, act, "complete", {"result": CheckContext.envelope("ok")})
     ctx.expect(reply, 200, what="the activity complete in its own namespace", requirement="NAMESPACE-SCOPED")
+
+
+async def _foreign_query_calls(ctx: CheckContext, wid: str, worker: str, queue: str, other: str) -> Reply:
+    """A query task's complete and fail under ``other`` are 404; the home complete answers the query."""
     # A query task: the control-plane query waits while the worker leases and answers it.
     timeout = float(ctx.target.test_profile.get("query_task_timeout_seconds") or 30) + 15
     query = asyncio.ensure_future(
@@ -1516,13 +1511,4 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
             query.cancel()
             with contextlib.suppress(BaseException):
                 await query
-    ctx.expect(answer, 200, what="the control-plane query", requirement="NAMESPACE-SCOPED")
-    events = await _events(ctx, wid, run_id)
-    ctx.require(
-        "foreign" not in json.dumps(answer.json()) and _count(events, "ActivityFailed") == 0,
-        "calls under another namespace had no effect",
-        expected="the home namespace's answers only",
-        received={"query": answer.json().get("result"), "events": _types(events)},
-        replies=[answer],
-        requirement="NAMESPACE-SCOPED",
-    )
+    return answer

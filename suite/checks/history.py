@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any
 
 from suite.client import Reply
@@ -14,6 +13,7 @@ from suite.context import CheckContext
 from suite.outcomes import NotCovered
 from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
 from suite.registry import check
+from suite.worlds import LeasedRun, leased_run, next_activity
 
 _STATUS_OF = {
     "WorkflowCompleted": "completed",
@@ -28,19 +28,10 @@ THRESHOLD = 50
 BATCH = 250
 
 
-@dataclass
-class _Run:
-    queue: str
-    worker: str
-    workflow_id: str
-    run_id: str
-    task: dict[str, Any]
-
-    @property
-    def size(self) -> int:
-        """The run's history length as the leased task states it."""
-        value = self.task.get("last_history_sequence", self.task.get("total_history_events"))
-        return value if isinstance(value, int) else 0
+def _size(run: LeasedRun) -> int:
+    """The run's history length as the leased task states it."""
+    value = run.task.get("last_history_sequence", run.task.get("total_history_events"))
+    return value if isinstance(value, int) else 0
 
 
 def _filler(count: int, tag: str) -> list[dict[str, Any]]:
@@ -62,7 +53,7 @@ def _filler(count: int, tag: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> _Run:
+async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> LeasedRun:
     """A run with at least ``min_events`` history events and a workflow task leased on it.
 
     Each round completes the leased task with filler commands and a zero-delay timer, then leases the task
@@ -71,19 +62,19 @@ async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> _Run:
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, rid = await ctx.start(queue)
-    run = _Run(queue, worker, wid, rid, await ctx.lease_wf(worker, queue, **poll))
+    run = LeasedRun(queue, worker, wid, rid, await ctx.lease_wf(worker, queue, **poll))
     batch = BATCH
     rounds = 0
-    while run.size < min_events:
+    while _size(run) < min_events:
         rounds += 1
         if rounds > 64:
             raise ctx.fail(
                 f"could not grow the run to {min_events} events",
                 expected=f">= {min_events}",
-                received=run.size,
+                received=_size(run),
             )
         # Each round also adds TimerScheduled and TimerFired.
-        count = max(1, min(batch, min_events - run.size - 2))
+        count = max(1, min(batch, min_events - _size(run) - 2))
         commands = [*_filler(count, f"r{rounds}"), {"type": "start_timer", "delay_seconds": 0}]
         reply = await ctx.complete(run.task, commands)
         if reply.status == 422 and reply.reason == "structural_limit_exceeded" and batch > 8:
@@ -99,7 +90,7 @@ async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> _Run:
     return run
 
 
-async def _page(ctx: CheckContext, run: _Run, **fields: Any) -> Reply:
+async def _page(ctx: CheckContext, run: LeasedRun, **fields: Any) -> Reply:
     return await ctx.wf_call(run.task, "history", fields)
 
 
@@ -192,7 +183,7 @@ async def history_inline_page(ctx: CheckContext) -> None:
         events = run.task.get("history_events")
         ctx.require(
             _seqs(events) == list(range(1, p + 1)),
-            f"history_page_size {p} of {run.size} events gives exactly the first {p} events",
+            f"history_page_size {p} of {_size(run)} events gives exactly the first {p} events",
             expected=list(range(1, p + 1)),
             received=_seqs(events),
             requirement="HISTORY-INLINE-PAGE",
@@ -207,13 +198,13 @@ async def history_inline_page(ctx: CheckContext) -> None:
         )
 
 
-async def _follow(ctx: CheckContext, run: _Run, p: int, style: str) -> list[Any]:
+async def _follow(ctx: CheckContext, run: LeasedRun, p: int, style: str) -> list[Any]:
     """Follow one cursor style from the inline page to the end; returns every sequence seen, in order."""
     seen = _seqs(run.task.get("history_events"))
     body = run.task
     cap = min(p, 1000)
     req = "HISTORY-PAGINATION-COMPLETE"
-    for _ in range(run.size + 2):
+    for _ in range(_size(run) + 2):
         if style == "after_sequence":
             if body.get("has_more") is not True:
                 return seen
@@ -242,7 +233,7 @@ async def _follow(ctx: CheckContext, run: _Run, p: int, style: str) -> list[Any]
         )
         seen += _seqs(events)
         body = reply.json()
-    raise ctx.fail(f"the {style} cursor did not end after {run.size + 2} pages", requirement=req)
+    raise ctx.fail(f"the {style} cursor did not end after {_size(run) + 2} pages", requirement=req)
 
 
 @check("HISTORY-PAGINATION-COMPLETE")
@@ -251,7 +242,7 @@ async def history_pagination_complete(ctx: CheckContext) -> None:
     yields every sequence 1..N exactly once, in order, in pages of at most min(p, 1000)."""
     p = 7
     run = await _long_run(ctx, 60, history_page_size=p)
-    n = run.size
+    n = _size(run)
     styles = [
         s
         for s, present in (
@@ -386,7 +377,7 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
             replies=[reply],
             requirement=req,
         )
-    last = await _page(ctx, run, after_sequence=run.size - 1, page_size=p)
+    last = await _page(ctx, run, after_sequence=_size(run) - 1, page_size=p)
     body = ctx.expect(last, 200, what="the last history page", requirement=req)
     ctx.require(
         body.get("has_more") is False
@@ -403,22 +394,15 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
 # -- One terminal event (invariants 29, 69) ---------------------------------------------------------------
 
 
-async def _leased(ctx: CheckContext) -> _Run:
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue)
-    wid, rid = await ctx.start(queue)
-    return _Run(queue, worker, wid, rid, await ctx.lease_wf(worker, queue))
-
-
 @check("HISTORY-ONE-TERMINAL-PER-RUN")
 async def history_one_terminal_event_per_run(ctx: CheckContext) -> None:
     """Racing a closing complete against cancel and terminate, then retrying them on the closed run, leaves
     exactly one terminal run event, matching the run's status."""
 
-    def close(run: _Run, verb: str) -> Awaitable[Reply]:
+    def close(run: LeasedRun, verb: str) -> Awaitable[Reply]:
         return ctx.client.control("POST", f"/workflows/{run.workflow_id}/{verb}", {"reason": "conformance race"})
 
-    def race(run: _Run, n: int) -> list[Awaitable[Reply]]:
+    def race(run: LeasedRun, n: int) -> list[Awaitable[Reply]]:
         if n == 0:
             return [ctx.complete(run.task, [{"type": "complete_workflow"}]), close(run, "terminate")]
         if n == 1:
@@ -433,7 +417,7 @@ async def history_one_terminal_event_per_run(ctx: CheckContext) -> None:
         ]
 
     for n in range(3):
-        run = await _leased(ctx)
+        run = await leased_run(ctx)
         replies = list(await asyncio.gather(*race(run, n)))
         # Everything again, now that the run is closed: each must be refused without a second terminal event.
         replies += list(await asyncio.gather(*race(run, n)))
@@ -463,7 +447,7 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
     """After a second complete or a fail of an already completed task (also sent concurrently), history
     shows exactly one WorkflowCompleted."""
     req = "HISTORY-ONE-WORKFLOW-COMPLETED"
-    run = await _leased(ctx)
+    run = await leased_run(ctx)
     ctx.expect(
         await ctx.complete(run.task, [{"type": "complete_workflow"}]),
         200,
@@ -475,7 +459,7 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
     fail = await ctx.wf_call(run.task, "fail", {"failure": {"message": "late"}})
     ctx.expect(fail, 409, what="a fail of the completed task", requirement=req)
     # The same, raced: two completes of one lease at once.
-    raced = await _leased(ctx)
+    raced = await leased_run(ctx)
     both = await asyncio.gather(
         ctx.complete(raced.task, [{"type": "complete_workflow"}]),
         ctx.complete(raced.task, [{"type": "complete_workflow"}]),
@@ -501,32 +485,19 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
         )
 
 
-async def _poll_activity(ctx: CheckContext, run: _Run) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        reply = await ctx.client.worker(
-            "/activity-tasks/poll",
-            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
-            timeout=16,
-        )
-        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
-        return task if isinstance(task, dict) else None
-
-    return await ctx.wait_until(probe, timeout=10, what=f"an activity task on {run.queue}")
-
-
 @check("HISTORY-ONE-TERMINAL-PER-ATTEMPT")
 async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
     """Duplicate, late and concurrent completes and fails of activity attempts leave at most one terminal
     event per activity_attempt_id in control-plane history."""
     req = "HISTORY-ONE-TERMINAL-PER-ATTEMPT"
-    run = await _leased(ctx)
+    run = await leased_run(ctx)
     activity = {
         "type": "schedule_activity",
         "activity_type": "conformance.Once",
         "arguments": ctx.envelope([]),
     }
     ctx.expect(await ctx.complete(run.task, [activity, activity, activity]), 200, what="three schedule_activity")
-    tasks = [await _poll_activity(ctx, run) for _ in range(3)]
+    tasks = [(await next_activity(ctx, run.worker, run.queue))[0] for _ in range(3)]
 
     def call(task: dict[str, Any], verb: str) -> Awaitable[Reply]:
         body: dict[str, Any] = {
@@ -606,7 +577,7 @@ async def compression_below_threshold(ctx: CheckContext) -> None:
     )
     for what, fields in (
         ("a 49-event page", {"after_sequence": 0, "page_size": THRESHOLD - 1}),
-        ("the last 10 events", {"after_sequence": run.size - 10, "page_size": 1000}),
+        ("the last 10 events", {"after_sequence": _size(run) - 10, "page_size": 1000}),
         ("one event", {"after_sequence": 0, "page_size": 1}),
     ):
         for accept in ("gzip", "deflate", "gzip, deflate"):
@@ -625,6 +596,62 @@ async def compression_below_threshold(ctx: CheckContext) -> None:
             )
 
 
+def _judge_page(
+    ctx: CheckContext, accept: str, what: str, body: dict[str, Any], replies: list[Reply], plain: list[Any]
+) -> bool:
+    """Judge one page offered ``accept``: compressed as offered and equal to ``plain`` once decoded, or left
+    uncompressed and then plain. True when it was compressed (the round trip was observed)."""
+    blob = body.get("history_events_compressed")
+    if blob is None:
+        # Not compressing is allowed (MAY); an uncompressed answer must then be the whole plain page.
+        ctx.require(
+            body.get("history_events") == plain,
+            f"{what}, left uncompressed, holds the plain events",
+            expected=f"{len(plain)} events",
+            received=len(body.get("history_events") or []),
+            replies=replies,
+            requirement="COMPRESSION-ROUNDTRIP",
+        )
+        return False
+    encoding = body.get("history_events_encoding")
+    ctx.require(
+        encoding == accept,
+        f"{what} is compressed with the encoding the client offered",
+        expected=accept,
+        received=encoding,
+        replies=replies,
+        requirement="COMPRESSION-ABOVE-THRESHOLD",
+    )
+    ctx.require(
+        body.get("history_events") == [],
+        f"{what}: a compressed page has history_events []",
+        expected="[]",
+        received=f"{len(body.get('history_events') or [])} events",
+        replies=replies,
+        requirement="COMPRESSION-ROUNDTRIP",
+    )
+    try:
+        decoded = decompress_events(accept, str(blob))
+    except ValueError as exc:
+        raise ctx.fail(
+            f"{what}: history_events_compressed does not decode",
+            expected=f"base64 of {accept} JSON",
+            received=str(exc),
+            replies=replies,
+            requirement="COMPRESSION-ROUNDTRIP",
+        ) from None
+    differ = [i for i, (x, y) in enumerate(zip(decoded, plain, strict=False)) if x != y][:3]
+    ctx.require(
+        decoded == plain,
+        f"{what}: base64 → {accept} → JSON equals the uncompressed page",
+        expected=f"the {len(plain)} plain events",
+        received=f"{len(decoded)} events, differing at indexes {differ}",
+        replies=replies,
+        requirement="COMPRESSION-ROUNDTRIP",
+    )
+    return True
+
+
 @check("COMPRESSION-ROUNDTRIP", "COMPRESSION-ABOVE-THRESHOLD")
 async def compression_roundtrip(ctx: CheckContext) -> None:
     """A compressed page (gzip and deflate, on the history route and inline) has history_events [] and the
@@ -637,13 +664,12 @@ async def compression_roundtrip(ctx: CheckContext) -> None:
         "COMPRESSION-ROUNDTRIP",
     )
     ctx.require(
-        len(plain) == run.size and len(plain) > THRESHOLD,
+        len(plain) == _size(run) and len(plain) > THRESHOLD,
         "the uncompressed page holds the whole history",
-        expected=f"{run.size} events",
+        expected=f"{_size(run)} events",
         received=len(plain),
         requirement="COMPRESSION-ROUNDTRIP",
     )
-    observed: list[str] = []
     inline = {
         "history_events": run.task.get("history_events"),
         "history_events_compressed": run.task.get("history_events_compressed"),
@@ -660,56 +686,7 @@ async def compression_roundtrip(ctx: CheckContext) -> None:
                 [reply],
             )
         )
-    for accept, what, body, replies in pages:
-        blob = body.get("history_events_compressed")
-        if blob is None:
-            # Not compressing is allowed (MAY); an uncompressed answer must then be the whole plain page.
-            ctx.require(
-                body.get("history_events") == plain,
-                f"{what}, left uncompressed, holds the plain events",
-                expected=f"{len(plain)} events",
-                received=len(body.get("history_events") or []),
-                replies=replies,
-                requirement="COMPRESSION-ROUNDTRIP",
-            )
-            continue
-        observed.append(accept)
-        encoding = body.get("history_events_encoding")
-        ctx.require(
-            encoding == accept,
-            f"{what} is compressed with the encoding the client offered",
-            expected=accept,
-            received=encoding,
-            replies=replies,
-            requirement="COMPRESSION-ABOVE-THRESHOLD",
-        )
-        ctx.require(
-            body.get("history_events") == [],
-            f"{what}: a compressed page has history_events []",
-            expected="[]",
-            received=f"{len(body.get('history_events') or [])} events",
-            replies=replies,
-            requirement="COMPRESSION-ROUNDTRIP",
-        )
-        try:
-            decoded = decompress_events(accept, str(blob))
-        except ValueError as exc:
-            raise ctx.fail(
-                f"{what}: history_events_compressed does not decode",
-                expected=f"base64 of {accept} JSON",
-                received=str(exc),
-                replies=replies,
-                requirement="COMPRESSION-ROUNDTRIP",
-            ) from None
-        differ = [i for i, (x, y) in enumerate(zip(decoded, plain, strict=False)) if x != y][:3]
-        ctx.require(
-            decoded == plain,
-            f"{what}: base64 → {accept} → JSON equals the uncompressed page",
-            expected=f"the {len(plain)} plain events",
-            received=f"{len(decoded)} events, differing at indexes {differ}",
-            replies=replies,
-            requirement="COMPRESSION-ROUNDTRIP",
-        )
+    observed = [accept for accept, what, body, replies in pages if _judge_page(ctx, accept, what, body, replies, plain)]
     if not observed:
         raise NotCovered(
             "the target compressed none of the 64-event pages offered gzip or deflate (compression is a "
@@ -723,9 +700,9 @@ async def compression_opt_in_only(ctx: CheckContext) -> None:
     req = "COMPRESSION-OPT-IN-ONLY"
     run = await _long_run(ctx, 64)
     ctx.require(
-        "history_events_compressed" not in run.task and len(run.task.get("history_events") or []) == run.size,
+        "history_events_compressed" not in run.task and len(run.task.get("history_events") or []) == _size(run),
         "a poll without opt-in carries the plain history_events",
-        expected=f"{run.size} plain events",
+        expected=f"{_size(run)} plain events",
         received={
             "history_events": len(run.task.get("history_events") or []),
             "history_events_encoding": run.task.get("history_events_encoding"),
@@ -734,9 +711,9 @@ async def compression_opt_in_only(ctx: CheckContext) -> None:
     )
     plain = _plain_events(ctx, await _page(ctx, run, after_sequence=0, page_size=1000), "history without opt-in", req)
     ctx.require(
-        len(plain) == run.size,
+        len(plain) == _size(run),
         "the plain page holds every event",
-        expected=run.size,
+        expected=_size(run),
         received=len(plain),
         requirement=req,
     )

@@ -1266,6 +1266,12 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
 @check("DISPATCH-ONE-LEASE-PER-DELIVERY", "LEASE-NO-DUPLICATE-ATTEMPT")
 async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
     """Duplicate concurrent polls (same or no poll_request_id) never yield two leases of one delivery."""
+    await _one_worker_one_poll_request_id(ctx)
+    await _six_workers_each_their_poll_request_id(ctx)
+    await _one_worker_no_poll_request_id(ctx)
+
+
+async def _one_worker_one_poll_request_id(ctx: CheckContext) -> None:
     # 1. One worker sends the same poll_request_id twice at once, with three ready tasks on the queue.
     queue = ctx.uid("q")
     worker, witness = await ctx.register(queue), await ctx.register(queue)
@@ -1295,6 +1301,9 @@ async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
         expected=sorted(started - held),
         received=sorted(rest),
     )
+
+
+async def _six_workers_each_their_poll_request_id(ctx: CheckContext) -> None:
     # 2. Six workers each send their own poll_request_id twice at once; three ready tasks.
     queue = ctx.uid("q")
     workers = [await ctx.register(queue) for _ in range(6)]
@@ -1333,6 +1342,9 @@ async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
         replies=replies,
         requirement="LEASE-EACH-TASK-ONCE",
     )
+
+
+async def _one_worker_no_poll_request_id(ctx: CheckContext) -> None:
     # 3. One worker polls twice at once without a poll_request_id; one ready task.
     queue = ctx.uid("q")
     worker = await ctx.register(queue)

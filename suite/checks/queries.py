@@ -7,120 +7,23 @@ completes or fails the leased query task, then reads what the control-plane call
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from suite.client import Reply
 from suite.context import CheckContext
-from suite.outcomes import CheckFailure
 from suite.protocol.codec import decode_blob, value_to_json
 from suite.registry import check
-
-QUERY_ARGS = ["conformance", 7]
-# When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
-DEFAULT_QUERY_TIMEOUT = 30.0
-READY_WITHIN = 10.0
-
-__all__ = ["QueryRun", "lease_query", "settle", "start_query", "waiting_run"]
-
-
-@dataclass
-class QueryRun:
-    queue: str
-    worker: str
-    workflow_id: str
-    run_id: str
-
-
-def _query_timeout(ctx: CheckContext) -> tuple[float, bool]:
-    """The target's query timeout and whether it is advertised (test_profile.query_task_timeout_seconds)."""
-    value = ctx.target.test_profile.get("query_task_timeout_seconds")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value), True
-    return DEFAULT_QUERY_TIMEOUT, False
-
-
-async def waiting_run(ctx: CheckContext, *, register: bool = True) -> QueryRun:
-    """A run parked on a long timer (no open workflow task), on a queue served by one registered worker."""
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue) if register else ctx.uid("w")
-    workflow_id, run_id = await ctx.start(queue, input=["query-me"])
-    if register:
-        task = await ctx.lease_wf(worker, queue)
-        ctx.expect(
-            await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}]),
-            200,
-            what="workflow-task complete parking the run on a timer",
-        )
-    return QueryRun(queue, worker, workflow_id, run_id)
-
-
-def start_query(ctx: CheckContext, run: QueryRun, name: str) -> asyncio.Task[Reply]:
-    """The blocking control-plane query, running concurrently with the worker side of the check."""
-    timeout, _ = _query_timeout(ctx)
-    return asyncio.create_task(
-        ctx.client.control(
-            "POST", f"/workflows/{run.workflow_id}/query/{name}", {"input": QUERY_ARGS}, timeout=timeout + 15
-        )
-    )
-
-
-async def settle(call: asyncio.Task[Reply]) -> None:
-    """Cancel a query call the check no longer waits for."""
-    if not call.done():
-        call.cancel()
-    with contextlib.suppress(BaseException):
-        await call
-
-
-async def lease_query(
-    ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
-) -> dict[str, Any]:
-    """Poll query tasks as the run's worker until one is leased (or the control-plane call gave up)."""
-
-    async def probe() -> dict[str, Any] | None:
-        if call.done():
-            reply = call.result()
-            raise ctx.fail(
-                "the query ended before any worker leased its query task",
-                expected="a query task",
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-                requirement=requirement,
-            )
-        reply = await ctx.client.worker(
-            "/query-tasks/poll",
-            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
-            timeout=16,
-        )
-        task = ctx.expect(reply, 200, what="query-task poll", requirement=requirement).get("task")
-        return task if isinstance(task, dict) else None
-
-    try:
-        return await ctx.wait_until(probe, timeout=READY_WITHIN, what=f"a query task on {run.queue}")
-    except CheckFailure as failure:
-        failure.requirement = failure.requirement or requirement
-        raise
-
-
-async def _answer(
-    ctx: CheckContext,
-    task: dict[str, Any],
-    verb: str,
-    body: dict[str, Any],
-    *,
-    owner: str | None = None,
-    attempt: int | None = None,
-) -> Reply:
-    payload = {
-        "lease_owner": owner if owner is not None else task.get("lease_owner"),
-        "query_task_attempt": attempt if attempt is not None else task.get("query_task_attempt"),
-        **body,
-    }
-    return await ctx.client.worker(f"/query-tasks/{task['query_task_id']}/{verb}", payload)
+from suite.worlds import (
+    QUERY_ARGS,
+    QueryRun,
+    lease_query,
+    query_call,
+    query_timeout,
+    settle,
+    start_query,
+    waiting_run,
+)
 
 
 async def _snapshot(ctx: CheckContext, run: QueryRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -160,7 +63,7 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
             requirement="QUERY-TASK-CREATED",
         )
         result = ctx.envelope({"state": "parked", "count": 3})
-        done = await _answer(ctx, task, "complete", {"result_envelope": result})
+        done = await query_call(ctx, task, "complete", {"result_envelope": result})
         ctx.expect(done, 200, what="query-task complete by the owner", requirement="QUERY-RESULT-ROUNDTRIP")
         reply = await call
     finally:
@@ -214,7 +117,9 @@ async def _worker_fails_query(ctx: CheckContext, reason: str, requirement: str) 
     call = start_query(ctx, run, "conformance_query")
     try:
         task = await lease_query(ctx, run, call, requirement=requirement)
-        reply = await _answer(ctx, task, "fail", {"failure": {"message": f"conformance: {reason}", "reason": reason}})
+        reply = await query_call(
+            ctx, task, "fail", {"failure": {"message": f"conformance: {reason}", "reason": reason}}
+        )
         ctx.expect(reply, 200, what=f"query-task fail with reason {reason}", requirement=requirement)
         return await call
     finally:
@@ -245,7 +150,7 @@ async def query_rejected_is_409(ctx: CheckContext) -> None:
 @check("QUERY-NO-WORKER-FAST")
 async def query_no_worker_fast(ctx: CheckContext) -> None:
     """With no worker registered on the run's queue the query is 409 query_worker_unavailable at once."""
-    timeout, _ = _query_timeout(ctx)
+    timeout, _ = query_timeout(ctx)
     await ctx.register(ctx.uid("q-elsewhere"))  # a worker exists, just not on this run's queue
     run = await waiting_run(ctx, register=False)
     started = time.monotonic()
@@ -275,7 +180,7 @@ async def query_no_worker_fast(ctx: CheckContext) -> None:
 async def query_timeout_504(ctx: CheckContext) -> None:
     """With a registered worker that never polls, the query is 504 query_worker_timeout after ~the timeout."""
     req = "QUERY-TIMEOUT-504"
-    timeout, advertised = _query_timeout(ctx)
+    timeout, advertised = query_timeout(ctx)
     ctx.needs_short(timeout, "the query timeout", "query_task_timeout_seconds")
     queue = ctx.uid("q")
     await ctx.register(queue)  # registered and fresh, but it never polls
@@ -302,7 +207,7 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     """After the query timed out (504), the holder's complete or fail is 409 query_task_not_leased and the
     task is not offered again; a second report after a terminal one is 409 query_task_not_leased too."""
     req = "QUERY-LATE-COMPLETE-NOT-LEASED"
-    timeout, _ = _query_timeout(ctx)
+    timeout, _ = query_timeout(ctx)
     ctx.needs_short(timeout, "the query timeout", "query_task_timeout_seconds")
     run = await waiting_run(ctx)
     call = start_query(ctx, run, "slow")
@@ -318,9 +223,9 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
         what="a leased query the worker never answers",
         requirement="QUERY-TIMEOUT-504",
     )
-    late = await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope("too late")})
+    late = await query_call(ctx, task, "complete", {"result_envelope": ctx.envelope("too late")})
     ctx.expect(late, 409, "query_task_not_leased", what="query complete after the timeout", requirement=req)
-    late = await _answer(ctx, task, "fail", {"failure": {"message": "too late"}})
+    late = await query_call(ctx, task, "fail", {"failure": {"message": "too late"}})
     ctx.expect(late, 409, "query_task_not_leased", what="query fail after the timeout", requirement=req)
     poll = await ctx.client.worker(
         "/query-tasks/poll",
@@ -341,14 +246,14 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     try:
         task = await lease_query(ctx, run, call, requirement=req)
         ctx.expect(
-            await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope(1)}),
+            await query_call(ctx, task, "complete", {"result_envelope": ctx.envelope(1)}),
             200,
             what="the first query complete",
             requirement="QUERY-RESULT-ROUNDTRIP",
         )
-        second = await _answer(ctx, task, "complete", {"result_envelope": ctx.envelope(2)})
+        second = await query_call(ctx, task, "complete", {"result_envelope": ctx.envelope(2)})
         ctx.expect(second, 409, "query_task_not_leased", what="a second query complete", requirement=req)
-        second = await _answer(ctx, task, "fail", {"failure": {"message": "after the fact"}})
+        second = await query_call(ctx, task, "fail", {"failure": {"message": "after the fact"}})
         ctx.expect(second, 409, "query_task_not_leased", what="a query fail after its complete", requirement=req)
         ctx.expect(
             await call,
@@ -372,14 +277,14 @@ async def query_fencing(ctx: CheckContext) -> None:
         intruder = ctx.uid("intruder")
         result = {"result_envelope": ctx.envelope("stolen")}
         ctx.expect(
-            await _answer(ctx, task, "complete", result, owner=intruder),
+            await query_call(ctx, task, "complete", result, owner=intruder),
             409,
             "lease_owner_mismatch",
             what="query complete by another worker",
             requirement="QUERY-FENCE-OWNER",
         )
         ctx.expect(
-            await _answer(ctx, task, "fail", {"failure": {"message": "stolen"}}, owner=intruder),
+            await query_call(ctx, task, "fail", {"failure": {"message": "stolen"}}, owner=intruder),
             409,
             "lease_owner_mismatch",
             what="query fail by another worker",
@@ -387,14 +292,14 @@ async def query_fencing(ctx: CheckContext) -> None:
         )
         wrong = attempt + 1 if isinstance(attempt, int) else 2
         ctx.expect(
-            await _answer(ctx, task, "complete", result, attempt=wrong),
+            await query_call(ctx, task, "complete", result, attempt=wrong),
             409,
             "query_task_attempt_mismatch",
             what="query complete with the next attempt number",
             requirement="QUERY-FENCE-ATTEMPT",
         )
         ctx.expect(
-            await _answer(ctx, task, "fail", {"failure": {"message": "x"}}, attempt=wrong),
+            await query_call(ctx, task, "fail", {"failure": {"message": "x"}}, attempt=wrong),
             409,
             "query_task_attempt_mismatch",
             what="query fail with the next attempt number",
@@ -402,7 +307,7 @@ async def query_fencing(ctx: CheckContext) -> None:
         )
         mine = ctx.envelope("mine")
         ctx.expect(
-            await _answer(ctx, task, "complete", {"result_envelope": mine}),
+            await query_call(ctx, task, "complete", {"result_envelope": mine}),
             200,
             what="the owner's complete after the fenced calls",
             requirement="QUERY-FENCE-OWNER",

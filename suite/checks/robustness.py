@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from suite.client import WORKER_HEADER, Reply
 from suite.context import CheckContext
+from suite.protocol.commands import REPORT_BODIES
 from suite.registry import check
-
-from .activities import ActivityRun, activity_call, lease_activity, schedule_activities
-from .queries import lease_query, settle, start_query, waiting_run
+from suite.worlds import (
+    ActivityRun,
+    activity_call,
+    lease_activity,
+    lease_query,
+    schedule_activities,
+    settle,
+    start_query,
+    waiting_run,
+)
 
 # Invariant 67: the only statuses a hostile request may get.
 HOSTILE_STATUSES = frozenset({400, 404, 409, 412, 415, 422})
@@ -122,7 +130,7 @@ class Route:
 
     name: str
     path: str  # ``{id}`` is replaced by a task id
-    fields: dict[str, tuple[str, bool]]
+    fields: Mapping[str, tuple[str, bool]]
 
 
 REGISTER = Route(
@@ -173,57 +181,20 @@ POLLS = (
     Route("activity-task poll", "/activity-tasks/poll", _POLL),
     Route("query-task poll", "/query-tasks/poll", _POLL),
 )
-_WF_FENCE = {"lease_owner": ("str", True), "workflow_task_attempt": ("int", True)}
-WORKFLOW_TASK_ROUTES = (
-    Route(
-        "workflow-task history",
-        "/workflow-tasks/{id}/history",
-        {
-            **_WF_FENCE,
-            "after_sequence": ("int", False),
-            "page_size": ("int", False),
-            "history_page_size": ("int", False),
-            "next_history_page_token": ("str", False),
-            "page_token": ("str", False),
-            "accept_history_encoding": ("str", False),
-        },
-    ),
-    Route("workflow-task heartbeat", "/workflow-tasks/{id}/heartbeat", _WF_FENCE),
-    Route(
-        "workflow-task complete",
-        "/workflow-tasks/{id}/complete",
-        {**_WF_FENCE, "commands": ("commands", True)},
-    ),
-    Route("workflow-task fail", "/workflow-tasks/{id}/fail", {**_WF_FENCE, "failure": ("failure", True)}),
-)
-_ACT_FENCE = {"activity_attempt_id": ("str", True), "lease_owner": ("str", True)}
-_PROGRESS = {
-    "message": ("str", False),
-    "current": ("num", False),
-    "total": ("num", False),
-    "unit": ("str", False),
-    "details": ("obj", False),
-}
-ACTIVITY_TASK_ROUTES = (
-    Route(
-        "activity-task complete",
-        "/activity-tasks/{id}/complete",
-        {**_ACT_FENCE, "result": ("payload", False)},
-    ),
-    Route("activity-task fail", "/activity-tasks/{id}/fail", {**_ACT_FENCE, "failure": ("failure", True)}),
-    Route("activity-task heartbeat", "/activity-tasks/{id}/heartbeat", {**_ACT_FENCE, **_PROGRESS}),
-    # §1.1: optional; a server without it answers 404, which is in the allowed set.
-    Route("activity-task status", "/activity-tasks/{id}/status", {**_ACT_FENCE, **_PROGRESS}),
-)
-_QUERY_FENCE = {"lease_owner": ("str", True), "query_task_attempt": ("int", True)}
-QUERY_TASK_ROUTES = (
-    Route(
-        "query-task complete",
-        "/query-tasks/{id}/complete",
-        {**_QUERY_FENCE, "result_envelope": ("payload", False)},
-    ),
-    Route("query-task fail", "/query-tasks/{id}/fail", {**_QUERY_FENCE, "failure": ("failure", True)}),
-)
+
+
+def _report_routes(kind: str, verbs: Iterable[str]) -> tuple[Route, ...]:
+    """The report routes of one task kind, with the model's fields (``suite.protocol.commands``)."""
+    return tuple(
+        Route(f"{kind}-task {verb}", f"/{kind}-tasks/{{id}}/{verb}", dict(REPORT_BODIES[f"{kind}-tasks/{{id}}/{verb}"]))
+        for verb in verbs
+    )
+
+
+WORKFLOW_TASK_ROUTES = _report_routes("workflow", ("history", "heartbeat", "complete", "fail"))
+# §1.1: status is optional; a server without it answers 404, which is in the allowed set.
+ACTIVITY_TASK_ROUTES = _report_routes("activity", ("complete", "fail", "heartbeat", "status"))
+QUERY_TASK_ROUTES = _report_routes("query", ("complete", "fail"))
 
 
 def _valid_value(kind: str) -> Any:

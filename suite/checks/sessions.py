@@ -16,8 +16,7 @@ from suite.context import CheckContext
 from suite.outcomes import Indeterminate, NotCovered
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
-
-from .activities import ACTIVITY_TYPE, poll_activity
+from suite.worlds import ACTIVITY_TYPE, poll_activity
 
 __all__: list[str] = []
 

@@ -45,40 +45,61 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, NoReturn
 
-from suite.protocol.errors import Rejection
+from suite.protocol.codec import decode_blob, encode_blob, json_to_value, value_to_json
+from suite.protocol.errors import CodecError, Rejection
 from suite.protocol.lifecycles import RunEvent
 from suite.protocol.sessions import parse_options as parse_session_options
 
 __all__ = [
+    "ACTIVITY_TASK_FENCE",
     "ACTIVITY_TIMEOUTS",
     "ALL_TYPES",
     "CHILD_TIMEOUTS",
     "DEFAULT_CHILD_CANCELLATION_POLICY",
     "DEFAULT_PARENT_CLOSE_POLICY",
+    "DEFAULT_QUERY_FAILURE_REASON",
     "DEFAULT_RETRY_POLICY",
     "DUPLICATE_POLICIES",
+    "FAILURE_KINDS",
+    "HEARTBEAT_PROGRESS",
     "LEGACY_START_FIELDS",
     "MAX_MEMO_BYTES",
     "NON_TERMINAL_TYPES",
     "OPTIONAL_TYPES",
     "PARENT_CLOSE_POLICIES",
+    "QUERY_TASK_FENCE",
+    "REPORT_BODIES",
     "SCOPED_FIELDS",
     "START_TIMEOUT_FIELDS",
     "SUPPORTED_PAYLOAD_CODECS",
     "TERMINAL_TYPES",
+    "TIMEOUT_TYPES",
     "WORKFLOW_ID_MAX_LENGTH",
+    "WORKFLOW_TASK_FENCE",
+    "ActivityFailure",
+    "ActivityFence",
     "Command",
+    "FieldSpec",
+    "HeartbeatProgress",
     "RetryPolicy",
     "StartInput",
     "StartRequest",
     "apply_order",
     "batch_run_event",
     "terminal_command",
+    "validate_activity_complete",
+    "validate_activity_fail",
+    "validate_activity_heartbeat",
     "validate_batch",
+    "validate_query_complete",
+    "validate_query_fail",
     "validate_retry_policy",
     "validate_start_input",
     "validate_start_request",
+    "validate_workflow_failure",
+    "validate_workflow_fence",
     "validate_workflow_id",
+    "validation_failed",
 ]
 
 # §5.2 `supported_workflow_task_commands`: "Terminal types first, then non-terminal" in S0's order.
@@ -671,6 +692,14 @@ def validate_batch(
     errs.raise_422("command batch")
     assert isinstance(commands, list)
 
+    parsed = _parse_commands(commands, rules, errs)
+    errs.raise_422("command batch")
+    _check_batch_semantics(parsed, rules, supported, open_update_ids)
+    return parsed
+
+
+def _parse_commands(commands: list[Any], rules: Mapping[str, Any], errs: _Errors) -> list[Command]:
+    """Family 1: each command's shape (an object with a string type, its scoped fields, its own rule)."""
     parsed: list[Command] = []
     for index, item in enumerate(commands):
         p = f"commands.{index}"
@@ -694,8 +723,14 @@ def validate_batch(
                     errs.add(f"{p}.{name}", f"is not allowed on {kind}; only on {', '.join(sorted(allowed))}")
             rule(item, p, errs)
         parsed.append(Command(type=kind, fields=dict(item), index=index))
-    errs.raise_422("command batch")
+    return parsed
 
+
+def _check_batch_semantics(
+    parsed: list[Command], rules: Mapping[str, Any], supported: Sequence[str], open_update_ids: Collection[str]
+) -> None:
+    """Family 2 → 409 ``invalid_commands``: unknown types, two terminal commands, closing an update that is
+    not accepted and open."""
     semantic = _Errors()
     for command in parsed:
         if command.type not in rules:
@@ -736,7 +771,6 @@ def validate_batch(
             "The task is still leased; fix the batch and complete again.",
             {"recorded": False, "command_errors": semantic.by_path},
         )
-    return parsed
 
 
 def terminal_command(commands: Sequence[Command]) -> Command | None:
@@ -956,3 +990,402 @@ def validate_workflow_id(value: object) -> str:
     errs.raise_422("workflow_id")
     assert isinstance(value, str)
     return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report bodies: what a worker sends after a poll (§8.5–§8.9, §10.3–§10.6, §11.2–§11.5)
+# ---------------------------------------------------------------------------------------------------------
+
+FieldSpec = tuple[str, bool]
+"""A body field's kind (``str``, ``int``, ``num``, ``obj``, ``list``, ``payload``, ``failure``, ``commands``)
+and whether it is required."""
+
+WORKFLOW_TASK_FENCE: Final[Mapping[str, FieldSpec]] = {
+    "lease_owner": ("str", True),
+    "workflow_task_attempt": ("int", True),
+}
+ACTIVITY_TASK_FENCE: Final[Mapping[str, FieldSpec]] = {
+    "activity_attempt_id": ("str", True),
+    "lease_owner": ("str", True),
+}
+QUERY_TASK_FENCE: Final[Mapping[str, FieldSpec]] = {"lease_owner": ("str", True), "query_task_attempt": ("int", True)}
+HEARTBEAT_PROGRESS: Final[Mapping[str, FieldSpec]] = {
+    "message": ("str", False),
+    "current": ("num", False),
+    "total": ("num", False),
+    "unit": ("str", False),
+    "details": ("obj", False),
+}
+REPORT_BODIES: Final[Mapping[str, Mapping[str, FieldSpec]]] = MappingProxyType(
+    {
+        "workflow-tasks/{id}/history": {
+            **WORKFLOW_TASK_FENCE,
+            "after_sequence": ("int", False),
+            "page_size": ("int", False),
+            "history_page_size": ("int", False),
+            "next_history_page_token": ("str", False),
+            "page_token": ("str", False),
+            "accept_history_encoding": ("str", False),
+        },
+        "workflow-tasks/{id}/heartbeat": WORKFLOW_TASK_FENCE,
+        "workflow-tasks/{id}/complete": {**WORKFLOW_TASK_FENCE, "commands": ("commands", True)},
+        "workflow-tasks/{id}/fail": {**WORKFLOW_TASK_FENCE, "failure": ("failure", True)},
+        "activity-tasks/{id}/complete": {**ACTIVITY_TASK_FENCE, "result": ("payload", False)},
+        "activity-tasks/{id}/fail": {**ACTIVITY_TASK_FENCE, "failure": ("failure", True)},
+        "activity-tasks/{id}/heartbeat": {**ACTIVITY_TASK_FENCE, **HEARTBEAT_PROGRESS},
+        "activity-tasks/{id}/status": {**ACTIVITY_TASK_FENCE, **HEARTBEAT_PROGRESS},
+        "query-tasks/{id}/complete": {**QUERY_TASK_FENCE, "result_envelope": ("payload", False)},
+        "query-tasks/{id}/fail": {**QUERY_TASK_FENCE, "failure": ("failure", True)},
+    }
+)
+"""Every report body of the worker plane by its path below ``/api/worker/``: the fields the validators below
+read, the suite's hostile-body checks break one by one (``suite.checks.robustness``)."""
+
+
+DEFAULT_QUERY_FAILURE_REASON: Final = "query_rejected"
+"""§10.4: "The failure reason defaults to `query_rejected`"."""
+
+
+def validation_failed(errors: Mapping[str, list[str]], message: str = "The request body is invalid.") -> Rejection:
+    """422 ``validation_failed`` with the per-field errors under both names UPS uses (§2.2)."""
+    errs = {k: list(v) for k, v in errors.items()}
+    return Rejection(422, "validation_failed", message, {"errors": errs, "validation_errors": errs})
+
+
+def validate_workflow_fence(body: Mapping[str, Any]) -> tuple[str, int]:
+    """§8.9's fencing fields of every workflow-task call after the poll: ``lease_owner`` and the attempt."""
+    errors: dict[str, list[str]] = {}
+    owner = body.get("lease_owner")
+    attempt = body.get("workflow_task_attempt")
+    if not isinstance(owner, str) or not owner:
+        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        errors["workflow_task_attempt"] = ["workflow_task_attempt is required and must be an integer >= 1."]
+    if errors:
+        raise validation_failed(errors)
+    assert isinstance(owner, str)
+    assert isinstance(attempt, int)
+    return owner, attempt
+
+
+def validate_workflow_failure(body: Mapping[str, Any]) -> None:
+    """§8.8: a workflow-task fail carries ``failure.message``, a non-empty string."""
+    failure = body.get("failure")
+    if not isinstance(failure, dict) or not isinstance(failure.get("message"), str) or not failure["message"]:
+        raise validation_failed({"failure.message": ["failure.message is required and must be a non-empty string."]})
+
+
+# §11.4: "`kind` | enum | `application`, `timeout`, `cancellation`, `malformed_output`, `handler_crash`,
+# `decode_failure`, `unsupported_payload`. Any other value gives 422".
+FAILURE_KINDS = frozenset(
+    {
+        "application",
+        "timeout",
+        "cancellation",
+        "malformed_output",
+        "handler_crash",
+        "decode_failure",
+        "unsupported_payload",
+    }
+)
+# §11.4: "`timeout_type` | enum | `schedule_to_start`, `start_to_close`, `schedule_to_close`, `heartbeat`,
+# `deadline_exceeded`. Any other value gives 422".
+TIMEOUT_TYPES = frozenset(
+    {"schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat", "deadline_exceeded"}
+)
+
+# §11.4 failure_category ∈ {application, cancelled, terminated, timeout, activity, …}. Decision: a worker's
+# `kind` maps onto the category that names it; the kinds that say "the activity machinery broke" rather
+# than "the business logic failed" are category `activity`.
+_CATEGORY_BY_KIND = {
+    "application": "application",
+    "timeout": "timeout",
+    "cancellation": "cancelled",
+    "malformed_output": "activity",
+    "handler_crash": "activity",
+    "decode_failure": "activity",
+    "unsupported_payload": "activity",
+}
+
+
+@dataclass(frozen=True)
+class ActivityFence:
+    """§11.2: "Request bodies always include `activity_attempt_id` (required) and `lease_owner`
+    (required)"."""
+
+    activity_attempt_id: str
+    lease_owner: str
+
+
+@dataclass(frozen=True)
+class ActivityFailure:
+    """A validated §11.4 ``failure`` object."""
+
+    message: str
+    type: str | None
+    class_: str | None
+    code: int | None
+    stack_trace: str | None
+    non_retryable: bool
+    kind: str | None
+    timeout_type: str | None
+    cancelled: bool
+    details: dict[str, str] | None
+
+    def category(self) -> str:
+        if self.kind is not None:
+            return _CATEGORY_BY_KIND[self.kind]
+        return "cancelled" if self.cancelled else "application"
+
+
+@dataclass(frozen=True)
+class HeartbeatProgress:
+    """The §11.5 heartbeat progress, recorded as ``ActivityHeartbeatRecorded.progress``."""
+
+    message: str | None = None
+    current: int | float | None = None
+    total: int | float | None = None
+    unit: str | None = None
+    details: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "message": self.message,
+            "current": self.current,
+            "total": self.total,
+            "unit": self.unit,
+            "details": self.details,
+        }
+
+
+_FieldErrors = dict[str, list[str]]
+
+
+def _activity_fence(body: Mapping[str, Any], errors: _FieldErrors) -> ActivityFence:
+    attempt_id = body.get("activity_attempt_id")
+    owner = body.get("lease_owner")
+    if not isinstance(attempt_id, str) or not attempt_id:
+        errors["activity_attempt_id"] = [
+            "activity_attempt_id is required: send the activity_attempt_id from the poll response."
+        ]
+    if not isinstance(owner, str) or not owner:
+        errors["lease_owner"] = ["lease_owner is required: send the worker_id that polled the task."]
+    return ActivityFence(attempt_id if isinstance(attempt_id, str) else "", owner if isinstance(owner, str) else "")
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _optional_str(body: Mapping[str, Any], key: str, path: str, errors: _FieldErrors) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        errors[path] = [f"{path} must be a string or null."]
+        return None
+    return value
+
+
+def _report_blob(value: object, path: str, errors: _FieldErrors, *, bare_ok: bool) -> str | None:
+    """A payload: ``null``, an envelope with exactly ``{codec, blob}``, or (where allowed) a bare base64 blob.
+
+    §13.1: "A worker or server MUST check the codec before decoding", and "an activity result or
+    failure-details envelope with `codec ≠ "avro"` gives **422**, with a message that begins
+    `unsupported_payload_codec:`". The blob is decoded only to prove it is a well-formed frame; the stored
+    text is the worker's, byte for byte (§11.4 "The server stores the blob **unchanged**").
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and bare_ok:
+        blob = value
+    elif isinstance(value, dict):
+        if "codec" in value and value["codec"] != "avro":
+            errors[f"{path}.codec"] = [
+                f"unsupported_payload_codec: codec {value['codec']!r} is not supported; "
+                'the only payload codec is \'avro\' (send {"codec": "avro", "blob": <base64>}).'
+            ]
+            return None
+        if set(value) != {"codec", "blob"} or not isinstance(value["blob"], str):
+            errors[path] = [f"{path} must be an envelope with exactly the keys codec and blob."]
+            return None
+        blob = value["blob"]
+    else:
+        shapes = "an envelope {codec, blob}, a base64 blob string or null" if bare_ok else "an envelope or null"
+        errors[path] = [f"{path} must be {shapes}."]
+        return None
+    try:
+        decode_blob(blob)
+    except CodecError as exc:
+        errors[f"{path}.blob" if isinstance(value, dict) else path] = [f"{exc.code}: {exc.detail}"]
+        return None
+    return blob
+
+
+def validate_activity_complete(body: Mapping[str, Any]) -> tuple[ActivityFence, str | None]:
+    """§11.3: ``{activity_attempt_id, lease_owner, result: envelope | bare blob | null}``."""
+    errors: _FieldErrors = {}
+    fence = _activity_fence(body, errors)
+    result = _report_blob(body.get("result"), "result", errors, bare_ok=True)
+    if errors:
+        raise validation_failed(errors)
+    return fence, result
+
+
+def validate_activity_fail(body: Mapping[str, Any]) -> tuple[ActivityFence, ActivityFailure]:
+    """§11.4 ``failure`` fields. ``message`` is required; an empty string is accepted, because the SDK sends
+    ``str(exc)`` and an exception may have no text — refusing it would strand the attempt until its lease
+    expires."""
+    errors: _FieldErrors = {}
+    fence = _activity_fence(body, errors)
+    raw = body.get("failure")
+    if not isinstance(raw, dict):
+        errors["failure"] = ["failure is required: an object with at least a message."]
+        raise validation_failed(errors)
+    message = raw.get("message")
+    if not isinstance(message, str):
+        errors["failure.message"] = ["failure.message is required and must be a string."]
+    ftype = _optional_str(raw, "type", "failure.type", errors)
+    fclass = _optional_str(raw, "class", "failure.class", errors)
+    stack = _optional_str(raw, "stack_trace", "failure.stack_trace", errors)
+    code = raw.get("code")
+    if code is not None and not _is_int(code):
+        errors["failure.code"] = ["failure.code must be an integer or null."]
+    flags: dict[str, bool] = {}
+    for key in ("non_retryable", "retryable", "cancelled", "malformed_output"):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, bool):
+            errors[f"failure.{key}"] = [f"failure.{key} must be a boolean or null."]
+        flags[key] = value is True
+    kind = raw.get("kind")
+    # isinstance first: an unhashable value (a JSON object) must be a 422, not a TypeError.
+    if kind is not None and (not isinstance(kind, str) or kind not in FAILURE_KINDS):
+        errors["failure.kind"] = [f"failure.kind must be one of {sorted(FAILURE_KINDS)} or null."]
+    timeout_type = raw.get("timeout_type")
+    if timeout_type is not None and (not isinstance(timeout_type, str) or timeout_type not in TIMEOUT_TYPES):
+        errors["failure.timeout_type"] = [f"failure.timeout_type must be one of {sorted(TIMEOUT_TYPES)} or null."]
+    details = _report_blob(raw.get("details"), "failure.details", errors, bare_ok=False)
+    if errors:
+        raise validation_failed(errors)
+    assert isinstance(message, str)
+    return fence, ActivityFailure(
+        message=message,
+        type=ftype,
+        class_=fclass,
+        code=code,
+        stack_trace=stack,
+        # §11.4: "`retryable` | bool | Informational alias" — only `non_retryable` decides.
+        non_retryable=flags["non_retryable"],
+        kind=kind,
+        timeout_type=timeout_type,
+        cancelled=flags["cancelled"],
+        details=None if details is None else {"codec": "avro", "blob": details},
+    )
+
+
+def validate_activity_heartbeat(body: Mapping[str, Any]) -> tuple[ActivityFence, HeartbeatProgress]:
+    """§11.5: ``message?``, ``current?: number``, ``total?: number``, ``unit?``, ``details?: object``.
+
+    §14.1: malformed optional progress fields "never return 5xx. Either 422 or ignored" — this server answers
+    422 so a worker learns its progress report is being lost.
+    """
+    errors: _FieldErrors = {}
+    fence = _activity_fence(body, errors)
+    message = _optional_str(body, "message", "message", errors)
+    unit = _optional_str(body, "unit", "unit", errors)
+    numbers: dict[str, int | float | None] = {}
+    for key in ("current", "total"):
+        value = body.get(key)
+        if value is not None and not _is_number(value):
+            errors[key] = [f"{key} must be a finite number or null."]
+            value = None
+        numbers[key] = value
+    details = body.get("details")
+    if details is not None and not isinstance(details, dict):
+        errors["details"] = ["details must be a JSON object or null."]
+        details = None
+    if errors:
+        raise validation_failed(errors)
+    return fence, HeartbeatProgress(message, numbers["current"], numbers["total"], unit, details)
+
+
+def _query_fence(body: Mapping[str, Any], errors: dict[str, list[str]]) -> tuple[str, int]:
+    owner = body.get("lease_owner")
+    attempt = body.get("query_task_attempt")
+    if not isinstance(owner, str) or not owner:
+        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        errors["query_task_attempt"] = ["query_task_attempt is required and must be an integer >= 1."]
+    return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
+
+
+def validate_query_complete(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """Validate a complete body (422 before any lookup, §2.3); return owner, attempt and the stored
+    ``{result, result_envelope}`` document (the query module of the reference server explains the two result views)."""
+    errors: dict[str, list[str]] = {}
+    owner, attempt = _query_fence(body, errors)
+    raw = body.get("result")
+    envelope = body.get("result_envelope")
+    view: Any = raw
+    if envelope is not None:
+        if not isinstance(envelope, dict):
+            errors["result_envelope"] = ["result_envelope must be an object {codec, blob} or null."]
+        else:
+            codec, blob = envelope.get("codec"), envelope.get("blob")
+            if codec is None:
+                errors["result_envelope.codec"] = ["result_envelope.codec is required when an envelope is sent."]
+            elif codec != "avro":
+                errors["result_envelope.codec"] = [f"unsupported_payload_codec: {codec!r} is not 'avro'."]
+            if blob is None:
+                errors["result_envelope.blob"] = ["result_envelope.blob is required when an envelope is sent."]
+            elif not isinstance(blob, str):
+                errors["result_envelope.blob"] = ["result_envelope.blob must be a base64 string."]
+            elif codec == "avro":
+                try:
+                    view = value_to_json(decode_blob(blob))
+                except CodecError as exc:
+                    errors["result_envelope.blob"] = [str(exc)]
+    if errors:
+        raise validation_failed(errors)
+    if isinstance(envelope, dict):
+        stored_env: dict[str, Any] | None = {"codec": "avro", "blob": envelope["blob"]}
+    else:
+        try:
+            stored_env = {"codec": "avro", "blob": encode_blob(json_to_value(raw))}
+        except CodecError:
+            stored_env = None  # e.g. an integer outside int64: the JSON view is all there is
+    return owner, attempt, {"result": view, "result_envelope": stored_env}
+
+
+def validate_query_fail(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """Validate a fail body (§10.4): ``failure.message`` required, ``failure.reason`` defaults to
+    ``query_rejected``; ``type`` and ``stack_trace`` optional strings, ``validation_errors`` kept as sent."""
+    errors: dict[str, list[str]] = {}
+    owner, attempt = _query_fence(body, errors)
+    failure = body.get("failure")
+    doc: dict[str, Any] = {}
+    if not isinstance(failure, dict):
+        errors["failure"] = ["failure is required and must be an object with at least a message."]
+    else:
+        message = failure.get("message")
+        if not isinstance(message, str):
+            errors["failure.message"] = ["failure.message is required and must be a string."]
+        reason = failure.get("reason")
+        if reason is None:
+            reason = DEFAULT_QUERY_FAILURE_REASON
+        elif not isinstance(reason, str) or not reason or len(reason) > 255:
+            errors["failure.reason"] = ["failure.reason must be a non-empty string of at most 255 characters."]
+        for name in ("type", "stack_trace"):
+            value = failure.get(name)
+            if value is not None and not isinstance(value, str):
+                errors[f"failure.{name}"] = [f"failure.{name} must be a string or null."]
+        doc = {
+            "message": message,
+            "reason": reason,
+            "type": failure.get("type"),
+            "stack_trace": failure.get("stack_trace"),
+            "validation_errors": failure.get("validation_errors"),
+        }
+    if errors:
+        raise validation_failed(errors)
+    return owner, attempt, doc

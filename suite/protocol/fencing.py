@@ -151,6 +151,30 @@ def stop_reason(run_status: RunStatus) -> str:
     return _STOP_REASONS.get(run_status, "run_closed")
 
 
+def _workflow_run_closed(view: WorkflowTaskView) -> Rejection:
+    """Row 2's rejection (the fields a holder needs to stop: why, since when, and the task as it is)."""
+    return Rejection(
+        409,
+        "run_closed",
+        # "error:"Workflow run is already closed."" — Rejection.body() copies the message into `error`.
+        "Workflow run is already closed.",
+        {
+            "task_id": view.task_id,
+            "can_continue": False,
+            # "`cancel_requested` (true iff run_status ∈ {cancelled, terminated})".
+            "cancel_requested": view.run_status in (RunStatus.CANCELLED, RunStatus.TERMINATED),
+            "stop_reason": stop_reason(view.run_status),
+            "run_status": view.run_status.value,
+            "run_closed_reason": view.run_closed_reason,
+            "run_closed_at": _ts(view.run_closed_at),
+            "task_status": view.status.value,
+            "lease_owner": view.lease_owner,
+            "lease_expires_at": _ts(view.lease_expires_at),
+            # "**no `outcome` key**".
+        },
+    )
+
+
 def guard_workflow_task(
     view: WorkflowTaskView | None,
     *,
@@ -179,26 +203,7 @@ def guard_workflow_task(
     # run-closed check comes before the owner and attempt checks, so every caller sees `run_closed`." Hence: a
     # terminal run answers run_closed whatever the task status, before the expiry, owner and attempt rows.
     if view.run_status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING):
-        raise Rejection(
-            409,
-            "run_closed",
-            # "error:"Workflow run is already closed."" — Rejection.body() copies the message into `error`.
-            "Workflow run is already closed.",
-            {
-                "task_id": view.task_id,
-                "can_continue": False,
-                # "`cancel_requested` (true iff run_status ∈ {cancelled, terminated})".
-                "cancel_requested": view.run_status in (RunStatus.CANCELLED, RunStatus.TERMINATED),
-                "stop_reason": stop_reason(view.run_status),
-                "run_status": view.run_status.value,
-                "run_closed_reason": view.run_closed_reason,
-                "run_closed_at": _ts(view.run_closed_at),
-                "task_status": view.status.value,
-                "lease_owner": view.lease_owner,
-                "lease_expires_at": _ts(view.lease_expires_at),
-                # "**no `outcome` key**".
-            },
-        )
+        raise _workflow_run_closed(view)
 
     # Row 3. "Task not leased (ready, completed or failed) and the run is live | 409 | `task_not_leased`".
     # §8.8: "A later complete, fail or heartbeat of that attempt gets 409 `task_not_leased`."

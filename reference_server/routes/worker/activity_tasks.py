@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from suite.protocol.commands import validate_activity_complete, validate_activity_fail, validate_activity_heartbeat
 from suite.protocol.errors import Rejection
 
 from ...activities import (
@@ -13,9 +14,6 @@ from ...activities import (
     complete_activity_task,
     fail_activity_task,
     heartbeat_activity_task,
-    parse_complete,
-    parse_fail,
-    parse_heartbeat,
 )
 from ...app import Ctx, route
 from ...polling import Poll
@@ -43,25 +41,25 @@ class Routes(PollRoutes):
 
     @route("POST", "/api/worker/activity-tasks/{task_id}/complete")
     async def activity_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, result = parse_complete(ctx.obj())
+        fence, result = validate_activity_complete(ctx.obj())
         task_id = ctx.params["task_id"]
         return _answer(self.core.run_tx(lambda t: complete_activity_task(t, ctx.namespace, task_id, fence, result)))
 
     @route("POST", "/api/worker/activity-tasks/{task_id}/fail")
     async def activity_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, failure = parse_fail(ctx.obj())
+        fence, failure = validate_activity_fail(ctx.obj())
         task_id = ctx.params["task_id"]
         return _answer(self.core.run_tx(lambda t: fail_activity_task(t, ctx.namespace, task_id, fence, failure)))
 
     @route("POST", "/api/worker/activity-tasks/{task_id}/heartbeat")
     async def activity_heartbeat(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, progress = parse_heartbeat(ctx.obj())
+        fence, progress = validate_activity_heartbeat(ctx.obj())
         task_id = ctx.params["task_id"]
         return 200, self.core.run_tx(lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress))
 
     @route("POST", "/api/worker/activity-tasks/{task_id}/status")
     async def activity_status(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        fence, progress = parse_heartbeat(ctx.obj())
+        fence, progress = validate_activity_heartbeat(ctx.obj())
         task_id = ctx.params["task_id"]
         return 200, self.core.run_tx(
             lambda t: heartbeat_activity_task(t, ctx.namespace, task_id, fence, progress, renew=False)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite.protocol.commands import validate_query_complete, validate_query_fail
 from suite.protocol.lifecycles import QueryTaskEvent
 
 from ...app import Ctx, route
-from ...queries import claim_query_task, parse_completion, parse_failure, query_due_in, report_query_task
+from ...queries import claim_query_task, query_due_in, report_query_task
 from .. import PollRoutes
 
 __all__ = ["Routes"]
@@ -22,12 +23,12 @@ class Routes(PollRoutes):
 
     @route("POST", "/api/worker/query-tasks/{query_task_id}/complete")
     async def qt_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        owner, attempt, doc = parse_completion(ctx.obj())
+        owner, attempt, doc = validate_query_complete(ctx.obj())
         return self._reported(ctx, owner, attempt, QueryTaskEvent.COMPLETE, doc)
 
     @route("POST", "/api/worker/query-tasks/{query_task_id}/fail")
     async def qt_fail(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        owner, attempt, doc = parse_failure(ctx.obj())
+        owner, attempt, doc = validate_query_fail(ctx.obj())
         return self._reported(ctx, owner, attempt, QueryTaskEvent.FAIL, doc)
 
     def _reported(

@@ -1,0 +1,316 @@
+"""The worlds checks build, in one place: each check reads setup → act → judge.
+
+A world is what a check needs before it can ask its question — a run with its first workflow task leased,
+a run that scheduled activities and the worker that serves them, a run parked so it can be queried — on a
+queue, with workflow and worker ids, of its own (``CheckContext.uid``), so checks stay independent and safe
+under ``pytest -n``. The calls a worker makes inside such a world (fenced activity and query reports, polls
+until a task is leased) are here too, so no check module imports another's helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .client import Reply
+from .context import CheckContext
+from .outcomes import CheckFailure
+
+__all__ = [
+    "ACTIVITY_TYPE",
+    "QUERY_ARGS",
+    "READY_WITHIN",
+    "SCHEDULED",
+    "ActivityRun",
+    "LeasedRun",
+    "QueryRun",
+    "activity_call",
+    "attributed",
+    "lease_activity",
+    "lease_activity_at",
+    "lease_query",
+    "leased_activity",
+    "leased_run",
+    "next_activity",
+    "poll_activity",
+    "query_call",
+    "query_timeout",
+    "schedule_activities",
+    "settle",
+    "start_query",
+    "waiting_run",
+]
+
+ACTIVITY_TYPE = "conformance.act"
+SCHEDULED = "ACTIVITY-SCHEDULED-LEASABLE"
+# How long a ready task may take to show up on a poll: generous, because only a broken server waits it out.
+READY_WITHIN = 10.0
+QUERY_ARGS = ["conformance", 7]
+# When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
+DEFAULT_QUERY_TIMEOUT = 30.0
+
+T = TypeVar("T")
+
+
+# -- a run with its first workflow task leased -------------------------------------------------------------
+
+
+@dataclass
+class LeasedRun:
+    """One workflow run of a check's own queue, with the workflow task currently leased to ``worker``."""
+
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    task: dict[str, Any]
+
+
+async def leased_run(ctx: CheckContext, **start: Any) -> LeasedRun:
+    """Register a worker on a fresh queue, start a run there (``start`` fields), lease its first task."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, rid = await ctx.start(queue, **start)
+    task = await ctx.lease_wf(worker, queue)
+    return LeasedRun(queue, worker, wid, rid, task)
+
+
+async def leased_activity(ctx: CheckContext, run: LeasedRun, **command: Any) -> dict[str, Any]:
+    """Complete the run's leased task with one ``schedule_activity`` (``command`` fields over a plain one on
+    the run's queue) and return the activity task the run's worker then leases."""
+    schedule = {"type": "schedule_activity", "activity_type": ACTIVITY_TYPE, "arguments": ctx.envelope([]), **command}
+    ctx.expect(await ctx.complete(run.task, [schedule]), 200, what="schedule_activity")
+    task, _reply = await next_activity(ctx, run.worker, run.queue)
+    return task
+
+
+async def next_activity(
+    ctx: CheckContext, worker: str, queue: str, *, within: float = READY_WITHIN
+) -> tuple[dict[str, Any], Reply]:
+    """Poll activity tasks as ``worker`` until one is leased: the task and the poll reply that leased it."""
+
+    async def probe() -> tuple[dict[str, Any], Reply] | None:
+        reply = await poll_activity(ctx, worker, queue)
+        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
+        return (task, reply) if isinstance(task, dict) else None
+
+    return await ctx.wait_until(probe, timeout=within, what=f"an activity task for {worker} on {queue}")
+
+
+# -- a run that scheduled activities -----------------------------------------------------------------------
+
+
+@dataclass
+class ActivityRun:
+    """A run whose first workflow task scheduled activities on ``queue``, served by ``worker``."""
+
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+    arguments: dict[str, str]
+    completion: dict[str, Any]
+
+
+async def schedule_activities(
+    ctx: CheckContext,
+    *,
+    count: int = 1,
+    retry_policy: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    arguments: dict[str, str] | None = None,
+    requirement: str = SCHEDULED,
+) -> ActivityRun:
+    """Start a run, lease its first workflow task and complete it with ``count`` ``schedule_activity``."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await attributed(ctx.lease_wf(worker, queue), requirement)
+    args = arguments if arguments is not None else ctx.envelope([1, "x"])
+    command: dict[str, Any] = {
+        "type": "schedule_activity",
+        "activity_type": ACTIVITY_TYPE,
+        "queue": queue,
+        "arguments": args,
+    }
+    if retry_policy is not None:
+        command["retry_policy"] = retry_policy
+    command.update(options or {})
+    reply = await ctx.complete(task, [dict(command) for _ in range(count)])
+    body = ctx.expect(reply, 200, what="a workflow-task complete scheduling activities", requirement=requirement)
+    return ActivityRun(queue, worker, workflow_id, run_id, args, body)
+
+
+async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
+    """Await ``awaitable``; a failure that names no requirement is attributed to ``requirement``."""
+    try:
+        return await awaitable
+    except CheckFailure as failure:
+        if failure.requirement is None:
+            failure.requirement = requirement
+        raise
+
+
+async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
+    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
+    return await ctx.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
+
+
+async def lease_activity_at(
+    ctx: CheckContext,
+    run: ActivityRun,
+    *,
+    within: float = READY_WITHIN,
+    requirement: str = SCHEDULED,
+    extra: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], float]:
+    """Poll until an activity task is leased; return it and the monotonic time its lease arrived.
+    ``extra`` fields go into every poll body."""
+    received = [0.0]
+
+    async def probe() -> dict[str, Any] | None:
+        reply = await poll_activity(ctx, run.worker, run.queue, **(extra or {}))
+        received[0] = time.monotonic()
+        body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
+        task = body.get("task")
+        return task if isinstance(task, dict) else None
+
+    task = await attributed(ctx.wait_until(probe, timeout=within, what=f"an activity task on {run.queue}"), requirement)
+    return task, received[0]
+
+
+async def lease_activity(
+    ctx: CheckContext,
+    run: ActivityRun,
+    *,
+    within: float = READY_WITHIN,
+    requirement: str = SCHEDULED,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    task, _ = await lease_activity_at(ctx, run, within=within, requirement=requirement, extra=extra)
+    return task
+
+
+async def activity_call(
+    ctx: CheckContext,
+    task: dict[str, Any],
+    verb: str,
+    body: dict[str, Any] | None = None,
+    *,
+    owner: str | None = None,
+    attempt_id: str | None = None,
+    task_id: str | None = None,
+    namespace: str | None = None,
+) -> Reply:
+    """``POST /activity-tasks/{task_id}/{verb}`` fenced with the lease's attempt id and owner (§11.2)."""
+    payload = {
+        "activity_attempt_id": attempt_id if attempt_id is not None else task.get("activity_attempt_id"),
+        "lease_owner": owner if owner is not None else task.get("lease_owner"),
+        **(body or {}),
+    }
+    path = f"/activity-tasks/{task_id or task['task_id']}/{verb}"
+    return await ctx.client.worker(path, payload, namespace=namespace)
+
+
+# -- a run parked on a timer, to be queried ----------------------------------------------------------------
+
+
+@dataclass
+class QueryRun:
+    queue: str
+    worker: str
+    workflow_id: str
+    run_id: str
+
+
+def query_timeout(ctx: CheckContext) -> tuple[float, bool]:
+    """The target's query timeout and whether it is advertised (test_profile.query_task_timeout_seconds)."""
+    value = ctx.target.test_profile.get("query_task_timeout_seconds")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value), True
+    return DEFAULT_QUERY_TIMEOUT, False
+
+
+async def waiting_run(ctx: CheckContext, *, register: bool = True) -> QueryRun:
+    """A run parked on a long timer (no open workflow task), on a queue served by one registered worker."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue) if register else ctx.uid("w")
+    workflow_id, run_id = await ctx.start(queue, input=["query-me"])
+    if register:
+        task = await ctx.lease_wf(worker, queue)
+        ctx.expect(
+            await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}]),
+            200,
+            what="workflow-task complete parking the run on a timer",
+        )
+    return QueryRun(queue, worker, workflow_id, run_id)
+
+
+def start_query(ctx: CheckContext, run: QueryRun, name: str) -> asyncio.Task[Reply]:
+    """The blocking control-plane query, running concurrently with the worker side of the check."""
+    timeout, _ = query_timeout(ctx)
+    return asyncio.create_task(
+        ctx.client.control(
+            "POST", f"/workflows/{run.workflow_id}/query/{name}", {"input": QUERY_ARGS}, timeout=timeout + 15
+        )
+    )
+
+
+async def settle(call: asyncio.Task[Reply]) -> None:
+    """Cancel a query call the check no longer waits for."""
+    if not call.done():
+        call.cancel()
+    with contextlib.suppress(BaseException):
+        await call
+
+
+async def lease_query(
+    ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
+) -> dict[str, Any]:
+    """Poll query tasks as the run's worker until one is leased (or the control-plane call gave up)."""
+
+    async def probe() -> dict[str, Any] | None:
+        if call.done():
+            reply = call.result()
+            raise ctx.fail(
+                "the query ended before any worker leased its query task",
+                expected="a query task",
+                received=f"{reply.status} {reply.reason}",
+                replies=[reply],
+                requirement=requirement,
+            )
+        reply = await ctx.client.worker(
+            "/query-tasks/poll",
+            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
+            timeout=16,
+        )
+        task = ctx.expect(reply, 200, what="query-task poll", requirement=requirement).get("task")
+        return task if isinstance(task, dict) else None
+
+    try:
+        return await ctx.wait_until(probe, timeout=READY_WITHIN, what=f"a query task on {run.queue}")
+    except CheckFailure as failure:
+        failure.requirement = failure.requirement or requirement
+        raise
+
+
+async def query_call(
+    ctx: CheckContext,
+    task: dict[str, Any],
+    verb: str,
+    body: dict[str, Any],
+    *,
+    owner: str | None = None,
+    attempt: int | None = None,
+) -> Reply:
+    """``POST /query-tasks/{query_task_id}/{verb}`` fenced with the lease's owner and attempt (§10.6)."""
+    payload = {
+        "lease_owner": owner if owner is not None else task.get("lease_owner"),
+        "query_task_attempt": attempt if attempt is not None else task.get("query_task_attempt"),
+        **body,
+    }
+    return await ctx.client.worker(f"/query-tasks/{task['query_task_id']}/{verb}", payload)
