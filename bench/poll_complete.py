@@ -27,8 +27,6 @@ import asyncio
 import json
 import os
 import platform
-import select
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -41,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from suite.processes import read_url, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20"}
@@ -101,29 +101,16 @@ def start_server(
         cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline().strip()
-            if line.startswith("http"):
-                return proc, line
+    url = read_url(proc, timeout)
+    if url is not None:
+        return proc, url
     proc.kill()
     proc.wait()
     raise BenchError(f"the reference server did not start: {' '.join(cmd)}")
 
 
 def stop_server(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
+    stop_process(proc)
 
 
 # -- the workload -----------------------------------------------------------------------------------------------

@@ -425,12 +425,9 @@ def _lease(t: T, poll: Poll, cand: sqlite3.Row, lease_until: int, admission: Adm
 
 def task_payload(t: T, task_id: str) -> dict[str, Any]:
     """The leased activity task (§11.1)."""
-    task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", task_id)
-    assert task is not None
-    attempt = t.one("SELECT * FROM activity_attempts WHERE attempt_id = ?", task["current_attempt_id"])
-    execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", task["execution_id"])
-    assert attempt is not None
-    assert execution is not None
+    task = t.row("activity_tasks", "task_id", task_id)
+    attempt = t.row("activity_attempts", "attempt_id", task["current_attempt_id"])
+    execution = t.row("activity_executions", "execution_id", task["execution_id"])
     run = t.run(task["run_id"])
     # §11.1 "`deadlines` … Any of `schedule_to_start`, `start_to_close`, `schedule_to_close`, `heartbeat`.
     # Omitted when none apply": schedule_to_start no longer applies once the task is claimed.
@@ -497,12 +494,9 @@ class _Rows:
 
 
 def _load(t: T, attempt_id: str) -> tuple[ActivityAttemptView, _Rows]:
-    attempt = t.one("SELECT * FROM activity_attempts WHERE attempt_id = ?", attempt_id)
-    assert attempt is not None
-    task = t.one("SELECT * FROM activity_tasks WHERE task_id = ?", attempt["task_id"])
-    execution = t.one("SELECT * FROM activity_executions WHERE execution_id = ?", attempt["execution_id"])
-    assert task is not None
-    assert execution is not None
+    attempt = t.row("activity_attempts", "attempt_id", attempt_id)
+    task = t.row("activity_tasks", "task_id", attempt["task_id"])
+    execution = t.row("activity_executions", "execution_id", attempt["execution_id"])
     run = t.run(execution["run_id"])
 
     def dt(us: int | None) -> datetime | None:

@@ -114,16 +114,8 @@ def on_child_closed(t: T, child_run: sqlite3.Row, status: str, *, closed_by: str
     if row is None:
         return
     also, args = "outcome = ?, closed_by = ?", (status, closed_by)
-    move(
-        t,
-        REQUESTS,
-        row["request_id"],
-        row["status"],
-        CancellationRequestEvent.RESOLVE,
-        also=also,
-        args=args,
-        quiet=True,
-    )
+    rid, state = row["request_id"], row["status"]
+    move(t, REQUESTS, rid, state, CancellationRequestEvent.RESOLVE, also=also, args=args, quiet=True)
     append_event(
         t,
         row["parent_run_id"],
@@ -194,17 +186,8 @@ def deliver(t: T, task: sqlite3.Row, fields: Mapping[str, Any]) -> dict[str, Any
             workflow_task_id=task_id,
             workflow_command_id=row["request_id"],
         )
-        also, args = "delivery = ?", (dumps(recorded),)
-        move(
-            t,
-            REQUESTS,
-            row["request_id"],
-            row["status"],
-            CancellationRequestEvent.DELIVER,
-            also=also,
-            args=args,
-            quiet=True,
-        )
+        rid, state, delivery = row["request_id"], row["status"], (dumps(recorded),)
+        move(t, REQUESTS, rid, state, CancellationRequestEvent.DELIVER, also="delivery = ?", args=delivery, quiet=True)
     else:
         recorded = loads(row["delivery"])  # a retried delivery answers the committed one
     return {"task_id": task_id, "delivered": True, "request_id": row["request_id"], **recorded}

@@ -9,6 +9,21 @@ from typing import Any
 __all__ = ["Settings"]
 
 
+# Appendix C test-profile key → the setting it shows.
+_TEST_PROFILE = {
+    "workflow_task_lease_seconds": "lease_seconds",
+    "activity_task_lease_seconds": "activity_lease_seconds",
+    "query_task_timeout_seconds": "query_timeout_seconds",
+    "query_task_lease_seconds": "query_lease_seconds",
+    "long_poll_default_seconds": "long_poll_default_seconds",
+    "long_poll_min_seconds": "long_poll_min_seconds",
+    "long_poll_max_seconds": "long_poll_max_seconds",
+    "max_active_leases_per_queue": "max_active_leases_per_queue",
+    "stale_worker_seconds": "stale_worker_seconds",
+    "cancellation_cleanup_seconds": "cancellation_cleanup_seconds",
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     db_path: str = "./dw.sqlite"
@@ -49,16 +64,7 @@ class Settings:
     def test_profile(self) -> dict[str, Any]:
         """The read-only view of the test-relevant settings (Appendix C)."""
         return {
-            "workflow_task_lease_seconds": self.lease_seconds,
-            "activity_task_lease_seconds": self.activity_lease_seconds,
-            "query_task_timeout_seconds": self.query_timeout_seconds,
-            "query_task_lease_seconds": self.query_lease_seconds,
-            "long_poll_default_seconds": self.long_poll_default_seconds,
-            "long_poll_min_seconds": self.long_poll_min_seconds,
-            "long_poll_max_seconds": self.long_poll_max_seconds,
-            "max_active_leases_per_queue": self.max_active_leases_per_queue,
-            "stale_worker_seconds": self.stale_worker_seconds,
-            "cancellation_cleanup_seconds": self.cancellation_cleanup_seconds,
+            **{key: getattr(self, name) for key, name in _TEST_PROFILE.items()},
             "auth_enabled": self.auth_enabled,
             "faults": sorted(self.faults),
             "matching_switch": "/api/task-queues/{queue}/matching",

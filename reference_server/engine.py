@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from suite.protocol.codec import decode_blob, value_to_json
 from suite.protocol.fencing import rfc3339
 from suite.protocol.lifecycles import (
     RUN,
@@ -48,6 +49,7 @@ __all__ = [
     "empty_resume",
     "event_json",
     "history_page",
+    "json_view",
     "next_step",
     "open_workflow_task",
     "record_wake",
@@ -73,6 +75,16 @@ def empty_resume(**values: Any) -> dict[str, Any]:
         assert key in out, key
         out[key] = value
     return out
+
+
+def json_view(blob: str | None) -> Any:
+    """The JSON view of a stored Avro blob (``None`` when there is none or it does not decode)."""
+    if blob is None:
+        return None
+    try:
+        return value_to_json(decode_blob(blob))
+    except Exception:  # a stored blob that does not decode has no view; describe must still answer
+        return None
 
 
 def ts(us: int | None) -> str | None:
@@ -391,16 +403,6 @@ def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
 
 def describe_run(t_db: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
     """The control-plane describe document (§12.3)."""
-    from suite.protocol.codec import decode_blob, value_to_json
-
-    def view(blob: str | None) -> Any:
-        if blob is None:
-            return None
-        try:
-            return value_to_json(decode_blob(blob))
-        except Exception:
-            return None
-
     run_count = t_db.execute(
         "SELECT COUNT(*) FROM runs WHERE namespace = ? AND workflow_id = ?",
         (run["namespace"], run["workflow_id"]),
@@ -424,8 +426,8 @@ def describe_run(t_db: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "business_key": run["business_key"],
         "execution_timeout_seconds": run["execution_timeout_seconds"],
         "run_timeout_seconds": run["run_timeout_seconds"],
-        "input": view(run["input_blob"]),
-        "output": view(run["output_blob"]),
+        "input": json_view(run["input_blob"]),
+        "output": json_view(run["output_blob"]),
         "input_envelope": {"codec": "avro", "blob": run["input_blob"]} if run["input_blob"] else None,
         "output_envelope": {"codec": "avro", "blob": run["output_blob"]} if run["output_blob"] else None,
         "failure": loads(run["failure"]),

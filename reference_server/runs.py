@@ -10,8 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from suite.protocol.codec import decode_blob, value_to_json
-from suite.protocol.errors import CodecError, Rejection
+from suite.protocol.errors import Rejection
 from suite.protocol.lifecycles import RunEvent
 
 from . import engine as E
@@ -217,7 +216,7 @@ def update_outcome(db: sqlite3.Connection, update_id: str, base: dict[str, Any])
             **base,
             "outcome": "update_completed",
             "update_status": "completed",
-            "result": _json_view(blob),
+            "result": E.json_view(blob),
             "result_envelope": {"codec": "avro", "blob": blob} if blob else None,
         }
     if row["status"] == "failed":
@@ -239,12 +238,3 @@ def update_outcome(db: sqlite3.Connection, update_id: str, base: dict[str, Any])
             {**base, "outcome": "rejected_not_active", "update_status": "rejected"},
         )
     return None
-
-
-def _json_view(blob: str | None) -> Any:
-    if blob is None:
-        return None
-    try:
-        return value_to_json(decode_blob(blob))
-    except CodecError:
-        return None

@@ -87,7 +87,7 @@ class Server:
     def _register_routes(self) -> None:
         app = self.app
         app.mount(OPEN, open_routes.Routes(app, self, self.server_id))
-        app.mount(WORKER, registrations.Routes(self, self.hub))
+        app.mount(WORKER, registrations.Routes(self))
         app.mount(WORKER, workflow_tasks.Routes(self, self.poller))
         app.mount(CONTROL, workflows.Routes(self))
         app.mount(CONTROL, messages.Routes(self))

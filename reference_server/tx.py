@@ -49,6 +49,12 @@ class T:
     def all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return list(self.db.execute(sql, args).fetchall())
 
+    def row(self, table: str, key: str, value: Any) -> sqlite3.Row:
+        """The row of ``table`` whose ``key`` column is ``value``; it must exist."""
+        row = self.one(f"SELECT * FROM {table} WHERE {key} = ?", value)
+        assert row is not None, (table, value)
+        return row
+
     def run(self, run_id: str) -> sqlite3.Row:
         row = self.one("SELECT * FROM runs WHERE run_id = ?", run_id)
         assert row is not None, run_id

@@ -20,7 +20,7 @@ from suite.protocol.fencing import parse_rfc3339
 from .client import Exchange, ProtocolClient, Reply
 from .outcomes import CheckFailure, NotCovered, profile_setting
 
-__all__ = ["CheckContext", "TargetInfo"]
+__all__ = ["CheckContext", "TargetInfo", "fenced_body"]
 
 R = TypeVar("R")
 
@@ -242,11 +242,7 @@ class CheckContext:
         owner: str | None = None,
         attempt: int | None = None,
     ) -> Reply:
-        payload = {
-            "lease_owner": owner if owner is not None else task.get("lease_owner"),
-            "workflow_task_attempt": attempt if attempt is not None else task.get("workflow_task_attempt"),
-            **(body or {}),
-        }
+        payload = fenced_body(task, body, lease_owner=owner, workflow_task_attempt=attempt)
         return await self.client.worker(f"/workflow-tasks/{task['task_id']}/{verb}", payload)
 
     async def complete(self, task: dict[str, Any], commands: list[dict[str, Any]], **kw: Any) -> Reply:
@@ -287,6 +283,12 @@ class CheckContext:
         if sent_at_server is None:
             return None
         return (expires - parse_rfc3339(sent_at_server)).total_seconds()
+
+
+def fenced_body(task: dict[str, Any], body: dict[str, Any] | None = None, **fence: Any) -> dict[str, Any]:
+    """A report body fenced like ``task``'s lease: each ``fence`` field the caller gives (not ``None``), else the
+    task's own value of it, then ``body``."""
+    return {**{k: v if v is not None else task.get(k) for k, v in fence.items()}, **(body or {})}
 
 
 def _snippet(reply: Reply) -> str:

@@ -52,14 +52,9 @@ class Exchange:
         return " ".join(shlex.quote(p) if not p.startswith("Authorization: Bearer $") else f'"{p}"' for p in parts)
 
     def to_json(self) -> dict[str, Any]:
+        request = ("method", "url", "request_headers", "request_body", "status", "response_headers", "response_body")
         return {
-            "method": self.method,
-            "url": self.url,
-            "request_headers": self.request_headers,
-            "request_body": self.request_body,
-            "status": self.status,
-            "response_headers": self.response_headers,
-            "response_body": self.response_body,
+            **{name: getattr(self, name) for name in request},
             "elapsed_seconds": round(self.elapsed, 4),
             "error": self.error,
             "schema_errors": self.schema_errors,

@@ -106,15 +106,6 @@ __all__ = [
     "operations",
 ]
 
-NO_5XX: Final = "ROBUST-NO-5XX"
-STATUS_SET: Final = "ROBUST-STATUS-SET"
-SCHEMA: Final = "SCHEMA-RESPONSES"
-ENVELOPE: Final = "ROBUST-ENVELOPE-ON-ERROR"
-ERROR_REASON: Final = "ENVELOPE-ERROR-REASON"
-NO_CHANGE: Final = "ROBUST-REJECTED-NO-STATE-CHANGE"
-AFTER_COMPLETE: Final = "FENCE-AFTER-COMPLETE"  # judged by the stateful sequence only
-FUZZ_REQUIREMENTS: Final = (NO_5XX, STATUS_SET, SCHEMA, ENVELOPE, ERROR_REASON, NO_CHANGE)
-
 AVRO_VALUE_FORMAT: Final = "durable-workflow-avro-value"
 # Invariant 67 lists the statuses of a hostile request; an oversized body may also meet the HTTP layer's
 # 413 before any route runs, which is a legitimate answer to a request no server has to buffer.
@@ -125,6 +116,15 @@ SHORT_HOLD: Final = 1
 CALL_TIMEOUT: Final = 30.0
 KEPT_FAILURES: Final = 3  # exchanges kept as evidence per failing requirement and operation
 SUBSTITUTE: Final = ("none", "ids", "ids+fence")  # how a case targets the live world, drawn per case
+# The requirement IDs the fuzz checks judge.
+NO_5XX: Final = "ROBUST-NO-5XX"
+STATUS_SET: Final = "ROBUST-STATUS-SET"
+SCHEMA: Final = "SCHEMA-RESPONSES"
+ENVELOPE: Final = "ROBUST-ENVELOPE-ON-ERROR"
+ERROR_REASON: Final = "ENVELOPE-ERROR-REASON"
+NO_CHANGE: Final = "ROBUST-REJECTED-NO-STATE-CHANGE"
+AFTER_COMPLETE: Final = "FENCE-AFTER-COMPLETE"  # judged by the stateful sequence only
+FUZZ_REQUIREMENTS: Final = (NO_5XX, STATUS_SET, SCHEMA, ENVELOPE, ERROR_REASON, NO_CHANGE)
 
 
 # -- budget, failures, results -----------------------------------------------------------------------------

@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import secrets
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .processes import read_url, stop_process
 from .reports import render_mutants_page
 from .target import EMBEDDED_ARGS
 
@@ -211,29 +210,16 @@ class _Server:
     url: str
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc)
 
 
 def _start_server(python: str, workdir: Path, args: Sequence[str], env: dict[str, str]) -> _Server:
     cmd = [python, "-m", "reference_server", "--port", "0", "--db", str(workdir / "dw.sqlite"), *args]
     with open(workdir / "server.log", "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline().strip()
-            if line.startswith("http"):
-                return _Server(proc, line)
+    url = read_url(proc, 30)
+    if url is not None:
+        return _Server(proc, url)
     _Server(proc, "").stop()
     tail = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")[-1500:]
     raise RuntimeError(f"the reference server did not start: {' '.join(cmd)}\n{tail}")

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from typing import Any
 import httpx
 
 from .outcomes import HarnessError
+from .processes import read_url, stop_process
 
 __all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "measure_clock_skew", "namespace_missing", "probe_cluster_info"]
 
@@ -124,7 +123,6 @@ def measure_clock_skew(url: str, timeout: float = 10.0) -> float | None:
     Timing checks never compare clocks across machines — they use server timestamps — so a skew is only
     reported, never held against the target.
     """
-    import time
     from email.utils import parsedate_to_datetime
 
     try:
@@ -188,17 +186,10 @@ class EmbeddedServer:
             cmd, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **self._env}
         )
         log.close()
-        assert self._proc.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
-            ready, _, _ = select.select([self._proc.stdout], [], [], 0.2)
-            if ready:
-                line = self._proc.stdout.readline().strip()
-                if line.startswith("http"):
-                    self.url = line
-                    return line
+        url = read_url(self._proc, self.startup_timeout)
+        if url is not None:
+            self.url = url
+            return url
         tail = ""
         with contextlib.suppress(OSError), open(self.log_path, encoding="utf-8") as fh:
             tail = fh.read()[-2000:]
@@ -207,15 +198,8 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if proc is not None and proc.stdout is not None:
-            proc.stdout.close()
+        if proc is not None:
+            stop_process(proc)
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .client import Reply
-from .context import CheckContext
+from .context import CheckContext, fenced_body
 from .outcomes import CheckFailure
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "poll_activity",
     "query_call",
     "query_timeout",
+    "require_open",
     "schedule_activities",
     "settle",
     "start_query",
@@ -183,15 +184,9 @@ async def lease_activity_at(
     return task, received[0]
 
 
-async def lease_activity(
-    ctx: CheckContext,
-    run: ActivityRun,
-    *,
-    within: float = READY_WITHIN,
-    requirement: str = SCHEDULED,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    task, _ = await lease_activity_at(ctx, run, within=within, requirement=requirement, extra=extra)
+async def lease_activity(ctx: CheckContext, run: ActivityRun, **options: Any) -> dict[str, Any]:
+    """:func:`lease_activity_at` without the time."""
+    task, _ = await lease_activity_at(ctx, run, **options)
     return task
 
 
@@ -207,11 +202,7 @@ async def activity_call(
     namespace: str | None = None,
 ) -> Reply:
     """``POST /activity-tasks/{task_id}/{verb}`` fenced with the lease's attempt id and owner (§11.2)."""
-    payload = {
-        "activity_attempt_id": attempt_id if attempt_id is not None else task.get("activity_attempt_id"),
-        "lease_owner": owner if owner is not None else task.get("lease_owner"),
-        **(body or {}),
-    }
+    payload = fenced_body(task, body, activity_attempt_id=attempt_id, lease_owner=owner)
     path = f"/activity-tasks/{task_id or task['task_id']}/{verb}"
     return await ctx.client.worker(path, payload, namespace=namespace)
 
@@ -268,21 +259,26 @@ async def settle(call: asyncio.Task[Reply]) -> None:
         await call
 
 
+def require_open(ctx: CheckContext, call: asyncio.Task[Reply], requirement: str | None = None) -> None:
+    """Fail when the control-plane query ``call`` ended before a worker leased its query task."""
+    if call.done():
+        ended = call.result()
+        raise ctx.fail(
+            "the control-plane query ended before a worker leased its query task",
+            expected="a query task waiting for a worker",
+            received=f"{ended.status} {ended.reason}",
+            replies=[ended],
+            requirement=requirement,
+        )
+
+
 async def lease_query(
     ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
 ) -> dict[str, Any]:
     """Poll query tasks as the run's worker until one is leased (or the control-plane call gave up)."""
 
     async def probe() -> dict[str, Any] | None:
-        if call.done():
-            reply = call.result()
-            raise ctx.fail(
-                "the query ended before any worker leased its query task",
-                expected="a query task",
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-                requirement=requirement,
-            )
+        require_open(ctx, call, requirement)
         reply = await ctx.client.worker(
             "/query-tasks/poll",
             {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
@@ -308,9 +304,5 @@ async def query_call(
     attempt: int | None = None,
 ) -> Reply:
     """``POST /query-tasks/{query_task_id}/{verb}`` fenced with the lease's owner and attempt (§10.6)."""
-    payload = {
-        "lease_owner": owner if owner is not None else task.get("lease_owner"),
-        "query_task_attempt": attempt if attempt is not None else task.get("query_task_attempt"),
-        **body,
-    }
+    payload = fenced_body(task, body, lease_owner=owner, query_task_attempt=attempt)
     return await ctx.client.worker(f"/query-tasks/{task['query_task_id']}/{verb}", payload)

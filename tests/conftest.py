@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from suite.processes import read_url, stop_process
 
 
 @dataclass
@@ -24,29 +24,16 @@ class ServerProcess:
     db: Path
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc, sig)
 
 
 def start_server(db: Path, *args: str, port: int = 0, timeout: float = 30.0) -> ServerProcess:
     """``python -m reference_server`` on a free port; returns once it printed its URL."""
     cmd = [sys.executable, "-m", "reference_server", "--port", str(port), "--db", str(db), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline().strip()
-            if line.startswith("http"):
-                return ServerProcess(proc, line, db)
+    url = read_url(proc, timeout)
+    if url is not None:
+        return ServerProcess(proc, url, db)
     proc.kill()
     raise RuntimeError(f"reference server did not start: {' '.join(cmd)}")
 

@@ -26,9 +26,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..polling import Polls
-from ..ports import Core
+from ..ports import Core, Waits
 
-__all__ = ["PollRoutes"]
+__all__ = ["CoreRoutes", "PollRoutes", "WaitRoutes"]
+
+
+@dataclass(frozen=True)
+class CoreRoutes:
+    """A group that needs transactions and reads only."""
+
+    core: Core
+
+
+@dataclass(frozen=True)
+class WaitRoutes:
+    """A group whose calls may hold the request until durable state changes (or that wakes those that do)."""
+
+    core: Waits
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import math
-import struct
 from typing import Any
 
 import schemas
 from suite.client import Reply
 from suite.context import CheckContext
-from suite.protocol.codec import FINGERPRINT, decode_blob, encode_blob, encode_value
+from suite.protocol.codec import (
+    FINGERPRINT,
+    GOLDEN_IMPLICIT_VALUES,
+    decode_blob,
+    encode_blob,
+    encode_value,
+    golden_value,
+    same_value,
+)
 from suite.protocol.errors import CodecError
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 from suite.registry import check
@@ -30,18 +36,6 @@ _STATE_FIELDS = (
     "run_count",
     "search_attributes",
 )
-
-# Appendix D: decoded values of the golden cases that carry no "value".
-_GOLDEN_VALUES: dict[str, Any] = {
-    "null": None,
-    "array": [None, True, 7, 7.0, b"\x00\xff", "text"],
-    "map": {"a": 1, "b": [False]},
-    "map_empty": {},
-    "map_key_0": {"0": "zero"},
-    "map_keys_0_1": {"0": "zero", "1": "one"},
-    "nested": {"items": [{"enabled": True}, b"bytes", -2.5]},
-    "nested_map_list": {"outer": [{"left": 1, "right": b"x"}], "tail": "done"},
-}
 
 _UNSUPPORTED_CODEC = "unsupported_payload_codec"
 
@@ -853,7 +847,7 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
                 requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
             ) from None
         ctx.require(
-            _same_value(decoded, wanted),
+            same_value(decoded, wanted),
             "task.arguments decodes to the array of start inputs",
             expected=repr(wanted),
             received=repr(decoded),
@@ -874,7 +868,7 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
 
 def _decodes_to(blob: Any, wanted: Any) -> bool:
     try:
-        return isinstance(blob, str) and _same_value(decode_blob(blob), wanted)
+        return isinstance(blob, str) and same_value(decode_blob(blob), wanted)
     except CodecError:
         return False
 
@@ -928,39 +922,15 @@ async def activity_task_attempt_alias(ctx: CheckContext) -> None:
 # -- Codec: the suite's own codec against the golden vectors (invariant 65) --------------------------------
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    """Equality that tells 7 from 7.0 and True from 1, and -0.0 from 0.0 (the golden negative_zero case)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
-def _golden_value(case: dict[str, Any]) -> Any:
-    if "value_base64" in case:
-        return base64.b64decode(case["value_base64"])
-    if "value" not in case:
-        return _GOLDEN_VALUES[case["name"]]
-    value = case["value"]
-    if case["kind"] == "long":
-        return int(value)
-    if case["kind"] == "double":
-        return float(value)
-    return value
-
-
 @check("CODEC-GOLDEN-DECODE")
 async def codec_decodes_golden_cases(ctx: CheckContext) -> None:
     """The suite's codec decodes all 16 golden cases (and both alternate map orders) to their values."""
     golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    cases = [(c["name"], c["wire_base64"], _golden_value(c)) for c in golden["cases"]]
+    cases = [(c["name"], c["wire_base64"], golden_value(c)) for c in golden["cases"]]
     cases += [
-        (g["name"], w, _GOLDEN_VALUES[g["name"]]) for g in golden["alternate_map_orders"] for w in g["wire_base64"]
+        (g["name"], w, GOLDEN_IMPLICIT_VALUES[g["name"]])
+        for g in golden["alternate_map_orders"]
+        for w in g["wire_base64"]
     ]
     ctx.require(
         len(golden["cases"]) == 16,
@@ -974,7 +944,7 @@ async def codec_decodes_golden_cases(ctx: CheckContext) -> None:
         except CodecError as exc:
             raise ctx.fail(f"golden case {name} does not decode", expected=repr(wanted), received=str(exc)) from None
         ctx.require(
-            _same_value(got, wanted),
+            same_value(got, wanted),
             f"golden case {name} decodes to its listed value",
             expected=repr(wanted),
             received=repr(got),
@@ -987,7 +957,7 @@ async def codec_reencodes_golden_bytes(ctx: CheckContext) -> None:
     golden = schemas.load_json("avro/avro-value-v1-golden.json")
     for case in golden["cases"]:
         wanted = case["wire_base64"]
-        got = encode_blob(_golden_value(case))
+        got = encode_blob(golden_value(case))
         ctx.require(
             got == wanted,
             f"golden case {case['name']} re-encodes byte for byte",

@@ -21,6 +21,7 @@ from suite.context import CheckContext
 from suite.outcomes import HarnessError, NotCovered, profile_setting
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
+from suite.worlds import require_open
 
 R = TypeVar("R")
 
@@ -97,14 +98,8 @@ async def _lease(
     """Poll until a task of ``kind`` is leased to ``worker``; ``call`` is a query that must still be open."""
 
     async def probe() -> tuple[Reply, dict[str, Any]] | None:
-        if call is not None and call.done():
-            ended = call.result()
-            raise ctx.fail(
-                "the control-plane query ended before a worker could lease its query task",
-                expected="a query task waiting for a worker",
-                received=f"{ended.status} {ended.reason}",
-                replies=[ended],
-            )
+        if call is not None:
+            require_open(ctx, call)
         reply = await _poll(ctx, kind, worker, queue, 1, **extra)
         ctx.expect(reply, 200, what=f"{kind}-task poll")
         task = _task(reply)

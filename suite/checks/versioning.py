@@ -7,7 +7,7 @@ from typing import Any
 
 from suite.context import CheckContext
 from suite.outcomes import NotCovered
-from suite.protocol.capabilities import S0_CAPABILITY_KEYS, S0_COMMAND_TYPES
+from suite.protocol.capabilities import S0_CAPABILITY_KEYS, S0_COMMAND_TYPES, S0_FEATURE_FLAGS
 from suite.registry import check
 
 # A worker route that needs no state: a poll by an unregistered worker. Whatever the version check
@@ -323,15 +323,7 @@ async def capabilities_advertise_s0(ctx: CheckContext) -> None:
         received=f"missing {missing}",
         requirement="DISCOVERY-S0-COMMANDS",
     )
-    flags = (
-        "query_tasks",
-        "activity_retry_policy",
-        "activity_timeouts",
-        "child_workflow_retry_policy",
-        "child_workflow_timeouts",
-        "parent_close_policy",
-        "non_retryable_failures",
-    )
+    flags = S0_FEATURE_FLAGS
     off = [f for f in flags if ctx.caps.get(f) is not True]
     ctx.require(
         not off,

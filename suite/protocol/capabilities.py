@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from suite.protocol.commands import ALL_TYPES, NON_TERMINAL_TYPES, TERMINAL_TYPES
 from suite.protocol.versions import ADVERTISED_VERSION, CONTROL_PLANE_VERSION, CONTROL_PLANE_VERSION_HEADER
 
 __all__ = [
@@ -48,18 +49,9 @@ __all__ = [
 # schedule_activity, start_timer, start_child_workflow, complete_update, fail_update, record_side_effect,
 # record_version_marker, upsert_search_attributes". UPS keeps this order (index 0 = complete_workflow,
 # index 3 = schedule_activity).
-TERMINAL_COMMAND_TYPES: Final = ("complete_workflow", "fail_workflow", "continue_as_new")
-NON_TERMINAL_COMMAND_TYPES: Final = (
-    "schedule_activity",
-    "start_timer",
-    "start_child_workflow",
-    "complete_update",
-    "fail_update",
-    "record_side_effect",
-    "record_version_marker",
-    "upsert_search_attributes",
-)
-S0_COMMAND_TYPES: Final = TERMINAL_COMMAND_TYPES + NON_TERMINAL_COMMAND_TYPES
+TERMINAL_COMMAND_TYPES: Final = TERMINAL_TYPES
+NON_TERMINAL_COMMAND_TYPES: Final = NON_TERMINAL_TYPES
+S0_COMMAND_TYPES: Final = ALL_TYPES
 
 # §5.2 flags that are ``true`` on a 1.20 server; §16.8 asserts each is exactly ``true``.
 S0_FEATURE_FLAGS: Final = (

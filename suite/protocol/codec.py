@@ -59,6 +59,7 @@ from suite.protocol.errors import (
 __all__ = [
     "AVRO_CODEC",
     "FINGERPRINT",
+    "GOLDEN_IMPLICIT_VALUES",
     "INT64_MAX",
     "INT64_MIN",
     "MAGIC",
@@ -71,9 +72,11 @@ __all__ = [
     "decode_value",
     "encode_blob",
     "encode_value",
+    "golden_value",
     "is_envelope",
     "json_to_value",
     "make_envelope",
+    "same_value",
     "value_to_json",
 ]
 
@@ -559,3 +562,46 @@ def _value_to_json(value: object, depth: int) -> Any:
         _to_record(value, depth)  # the same range, finiteness and text checks as the encoder
         return value
     raise UnsupportedValueType(f"a {type(value).__name__} has no Avro Value branch")
+
+
+# -- the golden vectors (schemas/avro/avro-value-v1-golden.json, PROTOCOL.md Appendix D) -------------------
+
+GOLDEN_IMPLICIT_VALUES: Final[dict[str, Value]] = {
+    "null": None,
+    "array": [None, True, 7, 7.0, b"\x00\xff", "text"],
+    "map": {"a": 1, "b": [False]},
+    "map_empty": {},
+    "map_key_0": {"0": "zero"},
+    "map_keys_0_1": {"0": "zero", "1": "one"},
+    "nested": {"items": [{"enabled": True}, b"bytes", -2.5]},
+    "nested_map_list": {"outer": [{"left": 1, "right": b"x"}], "tail": "done"},
+}
+"""Appendix D's decoded values of the golden cases (and alternate map orders) the file gives no ``value``."""
+
+
+def golden_value(case: Mapping[str, Any]) -> Any:
+    """A golden case's decoded value: longs and -0.0 are strings in the file, bytes are in ``value_base64``,
+    and the cases without a ``value`` are :data:`GOLDEN_IMPLICIT_VALUES`."""
+    if "value_base64" in case:
+        return base64.b64decode(case["value_base64"])
+    if "value" not in case:
+        return GOLDEN_IMPLICIT_VALUES[case["name"]]
+    value = case["value"]
+    if case["kind"] == "long":
+        return int(value)
+    if case["kind"] == "double":
+        return float(value)
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality that tells 7 from 7.0, True from 1 and -0.0 from 0.0 (the golden negative_zero case)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return bool(a == b)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import math
 import re
@@ -1149,13 +1150,7 @@ class HeartbeatProgress:
     details: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "message": self.message,
-            "current": self.current,
-            "total": self.total,
-            "unit": self.unit,
-            "details": self.details,
-        }
+        return dataclasses.asdict(self)
 
 
 _FieldErrors = dict[str, list[str]]

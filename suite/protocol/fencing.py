@@ -20,6 +20,7 @@ All datetimes here must be timezone-aware.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -438,14 +439,7 @@ class HeartbeatDecision:
 
     def fields(self) -> dict[str, Any]:
         """The body keys this decision fixes (the server adds ids, lease and timestamp fields)."""
-        return {
-            "can_continue": self.can_continue,
-            "cancel_requested": self.cancel_requested,
-            "reason": self.reason,
-            "heartbeat_recorded": self.heartbeat_recorded,
-            "run_closed_reason": self.run_closed_reason,
-            "run_closed_at": self.run_closed_at,
-        }
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "closes_attempt"}
 
 
 def activity_heartbeat_outcome(view: ActivityAttemptView, *, now: datetime) -> HeartbeatDecision:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -35,6 +35,7 @@ __all__ = [
     "FakeClock",
     "Harness",
     "HarnessFactory",
+    "harnesses",
     "run_async",
     "until",
 ]
@@ -283,19 +284,33 @@ class Harness:
 HarnessFactory = Callable[..., Harness]
 
 
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[HarnessFactory]:
-    """Build a harness with extra settings; every one is closed after the test."""
-    made: list[Harness] = []
+H = TypeVar("H", bound="_HasServer")
 
-    def build(**settings: Any) -> Harness:
-        harness = Harness(tmp_path / f"server-{len(made)}", **settings)
+
+class _HasServer(Protocol):
+    server: Server
+
+    def __init__(self, tmp_path: Path, **settings: Any) -> None: ...
+
+
+def harnesses(tmp_path: Path, cls: type[H]) -> Iterator[Callable[..., H]]:
+    """Build harnesses of ``cls`` with extra settings, each on its own files; every one is closed after."""
+    made: list[H] = []
+
+    def build(**settings: Any) -> H:
+        harness = cls(tmp_path / f"server-{len(made)}", **settings)
         made.append(harness)
         return harness
 
     yield build
     for harness in made:
         harness.server.store.close()
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[HarnessFactory]:
+    """Build a harness with extra settings; every one is closed after the test."""
+    yield from harnesses(tmp_path, Harness)
 
 
 @pytest.fixture

@@ -24,26 +24,11 @@ from reference_server.server import Server
 from reference_server.store import from_us
 from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock, harnesses
 
-START_US = 1_800_000_000_000_000
-WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
-CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
 ARGS = {"codec": "avro", "blob": encode_blob(["order-17", 3])}
 RESULT = {"codec": "avro", "blob": encode_blob({"ok": True})}
 TERMINAL_ACTIVITY_EVENTS = {"ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled"}
-
-
-class FakeClock:
-    """The server's only clock; tests move it forward explicitly."""
-
-    def __init__(self) -> None:
-        self.us = START_US
-
-    def now_us(self) -> int:
-        return self.us
-
-    def advance(self, seconds: float) -> None:
-        self.us += round(seconds * 1_000_000)
 
 
 class Harness:
@@ -198,16 +183,7 @@ class Harness:
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
     """Build a harness with extra settings; every one is closed after the test."""
-    made: list[Harness] = []
-
-    def build(**settings: Any) -> Harness:
-        harness = Harness(tmp_path / f"server-{len(made)}", **settings)
-        made.append(harness)
-        return harness
-
-    yield build
-    for harness in made:
-        harness.server.store.close()
+    yield from harnesses(tmp_path, Harness)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from suite.protocol.codec import decode_blob, encode_blob
+from suite.protocol.commands import ALL_TYPES
 from suite.protocol.fencing import parse_rfc3339
 from tests.server.harness import CONTROL_HEADERS, Harness, HarnessFactory, h, make, run_async, until
 
@@ -845,19 +846,7 @@ def test_cluster_info_fields(make: HarnessFactory) -> None:
     caps = worker["server_capabilities"]
     assert caps["query_tasks"] is True
     assert caps["history_compression"] == {"supported_encodings": ["gzip", "deflate"], "compression_threshold": 50}
-    assert {
-        "complete_workflow",
-        "fail_workflow",
-        "continue_as_new",
-        "schedule_activity",
-        "start_timer",
-        "start_child_workflow",
-        "complete_update",
-        "fail_update",
-        "record_side_effect",
-        "record_version_marker",
-        "upsert_search_attributes",
-    } <= set(caps["supported_workflow_task_commands"])
+    assert set(ALL_TYPES) <= set(caps["supported_workflow_task_commands"])
     # Invariant 7: the same object as on every worker-plane response.
     _status, polled = h.poll("w1")
     assert polled["server_capabilities"] == caps

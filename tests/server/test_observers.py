@@ -32,20 +32,10 @@ from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock
 
-START_US = 1_800_000_000_000_000
-WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
-CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
 ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
 SAFETY_SECONDS = 30.0  # only a guard against a hung test; nothing asserts on how long anything took
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.us = START_US
-
-    def now_us(self) -> int:
-        return self.us
 
 
 # -- observers -------------------------------------------------------------------------------------------------

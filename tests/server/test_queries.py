@@ -24,6 +24,7 @@ from reference_server.polling import Poll
 from reference_server.server import Server
 from suite.protocol.codec import decode_blob, make_envelope
 from suite.protocol.fencing import parse_rfc3339
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock
 
 R = TypeVar("R")
 
@@ -33,9 +34,6 @@ TEST_DEADLINE = 30.0
 POLL_HOLD = 8  # the poll returns as soon as a task is there; this only bounds a broken server
 START_US = 1_776_513_600_000_000  # 2026-04-18T12:00:00Z
 CANONICAL_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
-
-WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
-CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
 
 
 def run(coro: Coroutine[Any, Any, R]) -> R:
@@ -56,17 +54,15 @@ async def until(condition: Callable[[], bool]) -> None:
     await within(spin())
 
 
-class ManualClock:
-    """The server's only clock, moved by the test."""
+class ManualClock(FakeClock):
+    """The server's only clock, moved by the test (``now`` is the instant in microseconds)."""
 
     def __init__(self, now_us: int = START_US) -> None:
-        self.now = now_us
+        self.us = now_us
 
-    def now_us(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += int(seconds * 1_000_000)
+    @property
+    def now(self) -> int:
+        return self.us
 
 
 class World:

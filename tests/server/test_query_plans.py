@@ -31,10 +31,8 @@ from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock
 
-START_US = 1_800_000_000_000_000
-WORKER_HEADERS = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
-CONTROL_HEADERS = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
 # Tables whose size grows with every run ever finished (the first six are cloned by the seeding).
 GROWING_TABLES = frozenset(
     {"workflow_tasks", "activity_tasks", "history", "runs", "activity_executions", "activity_attempts"}
@@ -44,14 +42,6 @@ ALSO_GROWING = frozenset(
 )
 FINISHED_RUNS = 2_000
 MAX_GROWTH = 1.25  # steps with 2,000 finished runs / steps with none, per request
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.us = START_US
-
-    def now_us(self) -> int:
-        return self.us
 
 
 # -- capturing what the server asks SQLite -------------------------------------------------------------------

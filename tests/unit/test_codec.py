@@ -18,9 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import schemas
-from suite.protocol import codec
+from suite.protocol import codec, errors
 from suite.protocol.codec import (
     FINGERPRINT,
+    GOLDEN_IMPLICIT_VALUES,
     INT64_MAX,
     INT64_MIN,
     MAGIC,
@@ -30,58 +31,27 @@ from suite.protocol.codec import (
     decode_value,
     encode_blob,
     encode_value,
+    golden_value,
     is_envelope,
     json_to_value,
     make_envelope,
     value_to_json,
 )
-from suite.protocol.errors import (
-    CodecError,
-    IntegerOverflow,
-    InvalidMapKey,
-    InvalidPayloadFraming,
-    NonFiniteFloat,
-    UnsupportedPayloadCodec,
-    UnsupportedPayloadSchema,
-    UnsupportedValueType,
-)
 
 GOLDEN: dict[str, Any] = schemas.load_json("avro/avro-value-v1-golden.json")
 HEADER = bytes.fromhex("c301e2a33dff55802237")
 
-# The golden file gives no `value` for these cases (`null` included: its value is None, which the file
-# leaves implicit); PROTOCOL.md Appendix D lists their decoded values.
-APPENDIX_D: dict[str, Any] = {
-    "null": None,
-    "array": [None, True, 7, 7.0, b"\x00\xff", "text"],
-    "map": {"a": 1, "b": [False]},
-    "map_empty": {},
-    "map_key_0": {"0": "zero"},
-    "map_keys_0_1": {"0": "zero", "1": "one"},
-    "nested": {"items": [{"enabled": True}, b"bytes", -2.5]},
-}
-APPENDIX_D_ALTERNATE: dict[str, Any] = {
-    "nested_map_list": {"outer": [{"left": 1, "right": b"x"}], "tail": "done"},
-}
+APPENDIX_D = {k: v for k, v in GOLDEN_IMPLICIT_VALUES.items() if k != "nested_map_list"}
+APPENDIX_D_ALTERNATE = {"nested_map_list": GOLDEN_IMPLICIT_VALUES["nested_map_list"]}
 
-ERRORS_BY_CODE: dict[str, type[CodecError]] = {
-    "invalid_payload_framing": InvalidPayloadFraming,
-    "unsupported_payload_schema": UnsupportedPayloadSchema,
+ERRORS_BY_CODE: dict[str, type[errors.CodecError]] = {
+    "invalid_payload_framing": errors.InvalidPayloadFraming,
+    "unsupported_payload_schema": errors.UnsupportedPayloadSchema,
 }
 
 
 def expected_value(case: dict[str, Any]) -> Any:
-    """A golden case's decoded value: longs and -0.0 are strings in the file, bytes are in value_base64."""
-    if "value_base64" in case:
-        return base64.b64decode(case["value_base64"])
-    if "value" not in case:
-        return APPENDIX_D[case["name"]]
-    value = case["value"]
-    if case["kind"] == "long":
-        return int(value)
-    if case["kind"] == "double":
-        return float(value)
-    return value
+    return golden_value(case)
 
 
 def strict(value: Any) -> Any:
@@ -162,7 +132,7 @@ def test_alternate_map_orders_decode_to_the_same_value(group: dict[str, Any]) ->
 @pytest.mark.parametrize("frame", GOLDEN["malformed_frames"], ids=lambda f: f["name"])
 def test_golden_malformed_frame_fails_with_its_error(frame: dict[str, Any]) -> None:
     error = ERRORS_BY_CODE[frame["error"]]
-    with pytest.raises(CodecError) as caught:
+    with pytest.raises(errors.CodecError) as caught:
         decode_blob(frame["wire_base64"])
     assert type(caught.value) is error
     assert caught.value.code == frame["error"]
@@ -213,35 +183,35 @@ def test_canonical_form_uses_full_names() -> None:
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        (INT64_MAX + 1, IntegerOverflow),
-        (INT64_MIN - 1, IntegerOverflow),
-        (2**100, IntegerOverflow),
-        ([{"a": [-(2**64)]}], IntegerOverflow),
-        (math.nan, NonFiniteFloat),
-        (math.inf, NonFiniteFloat),
-        (-math.inf, NonFiniteFloat),
-        ({"x": [math.nan]}, NonFiniteFloat),
-        ({1: "x"}, InvalidMapKey),
-        ({None: 1}, InvalidMapKey),
-        ({b"k": 1}, InvalidMapKey),
-        ({True: 1}, InvalidMapKey),
-        ([{"ok": {2.5: 1}}], InvalidMapKey),
-        ({1, 2}, UnsupportedValueType),
-        (frozenset(), UnsupportedValueType),
-        ((1, 2), UnsupportedValueType),
-        (object(), UnsupportedValueType),
-        (bytearray(b"x"), UnsupportedValueType),
-        (memoryview(b"x"), UnsupportedValueType),
-        (Decimal("1.5"), UnsupportedValueType),
-        (1j, UnsupportedValueType),
-        (["fine", {"nested": (1,)}], UnsupportedValueType),
-        ("\ud800", UnsupportedValueType),
-        ({"\udfff": 1}, UnsupportedValueType),
+        (INT64_MAX + 1, errors.IntegerOverflow),
+        (INT64_MIN - 1, errors.IntegerOverflow),
+        (2**100, errors.IntegerOverflow),
+        ([{"a": [-(2**64)]}], errors.IntegerOverflow),
+        (math.nan, errors.NonFiniteFloat),
+        (math.inf, errors.NonFiniteFloat),
+        (-math.inf, errors.NonFiniteFloat),
+        ({"x": [math.nan]}, errors.NonFiniteFloat),
+        ({1: "x"}, errors.InvalidMapKey),
+        ({None: 1}, errors.InvalidMapKey),
+        ({b"k": 1}, errors.InvalidMapKey),
+        ({True: 1}, errors.InvalidMapKey),
+        ([{"ok": {2.5: 1}}], errors.InvalidMapKey),
+        ({1, 2}, errors.UnsupportedValueType),
+        (frozenset(), errors.UnsupportedValueType),
+        ((1, 2), errors.UnsupportedValueType),
+        (object(), errors.UnsupportedValueType),
+        (bytearray(b"x"), errors.UnsupportedValueType),
+        (memoryview(b"x"), errors.UnsupportedValueType),
+        (Decimal("1.5"), errors.UnsupportedValueType),
+        (1j, errors.UnsupportedValueType),
+        (["fine", {"nested": (1,)}], errors.UnsupportedValueType),
+        ("\ud800", errors.UnsupportedValueType),
+        ({"\udfff": 1}, errors.UnsupportedValueType),
     ],
     # Ids must be stable across processes (pytest-xdist compares collections): no memory addresses.
     ids=lambda v: re.sub(r" at 0x[0-9a-f]+", "", repr(v)),
 )
-def test_encoder_refuses(value: Any, error: type[CodecError]) -> None:
+def test_encoder_refuses(value: Any, error: type[errors.CodecError]) -> None:
     with pytest.raises(error) as caught:
         encode_value(value)
     assert type(caught.value) is error
@@ -249,16 +219,16 @@ def test_encoder_refuses(value: Any, error: type[CodecError]) -> None:
 
 
 def test_error_messages_stay_short_for_huge_values() -> None:
-    with pytest.raises(IntegerOverflow) as too_big:
+    with pytest.raises(errors.IntegerOverflow) as too_big:
         encode_value(10**5000)  # too many digits for str() under the default int_max_str_digits
-    with pytest.raises(UnsupportedValueType) as surrogate:
+    with pytest.raises(errors.UnsupportedValueType) as surrogate:
         encode_value("x" * 1_000_000 + "\ud800")
     assert len(str(too_big.value)) < 300
     assert len(str(surrogate.value)) < 300
 
 
 def test_map_keys_are_never_stringified() -> None:
-    with pytest.raises(InvalidMapKey, match="never"):
+    with pytest.raises(errors.InvalidMapKey, match="never"):
         encode_value({0: "zero"})
     assert decode_value(encode_value({"0": "zero"})) == {"0": "zero"}
 
@@ -293,11 +263,11 @@ def nested_lists(depth: int) -> Any:
 
 def test_encoder_depth_limit() -> None:
     assert decode_value(encode_value(nested_lists(MAX_DEPTH))) == nested_lists(MAX_DEPTH)
-    with pytest.raises(UnsupportedValueType, match="nests more than"):
+    with pytest.raises(errors.UnsupportedValueType, match="nests more than"):
         encode_value(nested_lists(MAX_DEPTH + 1))
     cycle: list[Any] = []
     cycle.append(cycle)
-    with pytest.raises(UnsupportedValueType, match="contains itself"):
+    with pytest.raises(errors.UnsupportedValueType, match="contains itself"):
         encode_value(cycle)
 
 
@@ -420,7 +390,7 @@ DEEP = b"\x0c\x02" * 5000 + b"\x00" + b"\x00" * 5000  # segfaults fastavro's C r
     ],
 )
 def test_malformed_datum(datum_bytes: bytes, match: str) -> None:
-    with pytest.raises(InvalidPayloadFraming, match=match):
+    with pytest.raises(errors.InvalidPayloadFraming, match=match):
         decode_value(HEADER + datum_bytes)
 
 
@@ -442,16 +412,16 @@ def test_non_minimal_varint_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("frame", "error"),
     [
-        (b"", InvalidPayloadFraming),
-        (HEADER[:9], InvalidPayloadFraming),
-        (b"\xc3\x02" + FINGERPRINT + b"\x00", InvalidPayloadFraming),
-        (b"\x00\x00" + FINGERPRINT + b"\x00", InvalidPayloadFraming),
-        (MAGIC + bytes(8) + b"\x00", UnsupportedPayloadSchema),
-        (MAGIC + FINGERPRINT[::-1] + b"\x00", UnsupportedPayloadSchema),
+        (b"", errors.InvalidPayloadFraming),
+        (HEADER[:9], errors.InvalidPayloadFraming),
+        (b"\xc3\x02" + FINGERPRINT + b"\x00", errors.InvalidPayloadFraming),
+        (b"\x00\x00" + FINGERPRINT + b"\x00", errors.InvalidPayloadFraming),
+        (MAGIC + bytes(8) + b"\x00", errors.UnsupportedPayloadSchema),
+        (MAGIC + FINGERPRINT[::-1] + b"\x00", errors.UnsupportedPayloadSchema),
     ],
     ids=["empty", "nine_bytes", "magic_c302", "magic_0000", "zero_fingerprint", "big_endian_fingerprint"],
 )
-def test_framing_header(frame: bytes, error: type[CodecError]) -> None:
+def test_framing_header(frame: bytes, error: type[errors.CodecError]) -> None:
     with pytest.raises(error):
         decode_value(frame)
 
@@ -494,14 +464,14 @@ def test_is_envelope(obj: Any, expected: bool) -> None:
 @pytest.mark.parametrize("name", ["json", "php", "base64", "Y", "AVRO", "avro ", "", None, 5])
 def test_unknown_codec(name: Any) -> None:
     # A valid avro blob still fails: the codec is checked first and the content never guessed from.
-    with pytest.raises(UnsupportedPayloadCodec) as caught:
+    with pytest.raises(errors.UnsupportedPayloadCodec) as caught:
         decode_envelope({"codec": name, "blob": "wwHioz3/VYAiNwA="})
     assert str(caught.value).startswith("unsupported_payload_codec:")
     assert repr(name) in str(caught.value)
 
 
 def test_unknown_codec_wins_over_a_bad_blob() -> None:
-    with pytest.raises(UnsupportedPayloadCodec):
+    with pytest.raises(errors.UnsupportedPayloadCodec):
         decode_envelope({"codec": "json", "blob": "not base64 at all"})
 
 
@@ -520,9 +490,9 @@ def test_unknown_codec_wins_over_a_bad_blob() -> None:
     ids=repr,
 )
 def test_bad_blob(blob: str) -> None:
-    with pytest.raises(InvalidPayloadFraming):
+    with pytest.raises(errors.InvalidPayloadFraming):
         decode_blob(blob)
-    with pytest.raises(InvalidPayloadFraming):
+    with pytest.raises(errors.InvalidPayloadFraming):
         decode_envelope({"codec": "avro", "blob": blob})
 
 
@@ -539,7 +509,7 @@ def test_bad_blob(blob: str) -> None:
     ids=repr,
 )
 def test_decode_envelope_refuses_non_inline_envelopes(obj: Any) -> None:
-    with pytest.raises(InvalidPayloadFraming):
+    with pytest.raises(errors.InvalidPayloadFraming):
         decode_envelope(obj)
 
 
@@ -567,28 +537,28 @@ def test_json_to_value_does_not_guess_bytes() -> None:
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("9223372036854775808", IntegerOverflow),
-        ("[-9223372036854775809]", IntegerOverflow),
-        ('{"a": NaN}', NonFiniteFloat),
-        ("Infinity", NonFiniteFloat),
-        ("[-Infinity]", NonFiniteFloat),
-        ("1e400", NonFiniteFloat),
-        ('"\\ud800"', UnsupportedValueType),
-        ('{"\\udfff": 1}', UnsupportedValueType),
-        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), UnsupportedValueType),
+        ("9223372036854775808", errors.IntegerOverflow),
+        ("[-9223372036854775809]", errors.IntegerOverflow),
+        ('{"a": NaN}', errors.NonFiniteFloat),
+        ("Infinity", errors.NonFiniteFloat),
+        ("[-Infinity]", errors.NonFiniteFloat),
+        ("1e400", errors.NonFiniteFloat),
+        ('"\\ud800"', errors.UnsupportedValueType),
+        ('{"\\udfff": 1}', errors.UnsupportedValueType),
+        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), errors.UnsupportedValueType),
     ],
 )
-def test_json_to_value_refuses(text: str, error: type[CodecError]) -> None:
+def test_json_to_value_refuses(text: str, error: type[errors.CodecError]) -> None:
     with pytest.raises(error):
         json_to_value(json.loads(text))
 
 
 @pytest.mark.parametrize(
     ("obj", "error"),
-    [((1, 2), UnsupportedValueType), ({1: "x"}, InvalidMapKey), (b"x", UnsupportedValueType)],
+    [((1, 2), errors.UnsupportedValueType), ({1: "x"}, errors.InvalidMapKey), (b"x", errors.UnsupportedValueType)],
     ids=repr,
 )
-def test_json_to_value_refuses_non_json_types(obj: Any, error: type[CodecError]) -> None:
+def test_json_to_value_refuses_non_json_types(obj: Any, error: type[errors.CodecError]) -> None:
     with pytest.raises(error):
         json_to_value(obj)
 
@@ -607,14 +577,14 @@ def test_value_to_json() -> None:
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        ({1: "x"}, InvalidMapKey),
-        ((1,), UnsupportedValueType),
-        (math.nan, NonFiniteFloat),
-        (2**64, IntegerOverflow),
+        ({1: "x"}, errors.InvalidMapKey),
+        ((1,), errors.UnsupportedValueType),
+        (math.nan, errors.NonFiniteFloat),
+        (2**64, errors.IntegerOverflow),
     ],
     ids=repr,
 )
-def test_value_to_json_refuses(value: Any, error: type[CodecError]) -> None:
+def test_value_to_json_refuses(value: Any, error: type[errors.CodecError]) -> None:
     with pytest.raises(error):
         value_to_json(value)
 

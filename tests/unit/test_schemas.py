@@ -10,6 +10,7 @@ schemas, so a schema that drifts from the spec fails.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -35,73 +36,17 @@ MESSAGE_SCHEMAS = [p for p in SCHEMA_PATHS if p.startswith(MESSAGE_DIRS)]
 PACKAGE_DIR = Path(str(resources.files(schemas)))
 OPENAPI_URI = (PACKAGE_DIR / "openapi.yaml").as_uri()
 
-# PROTOCOL.md Appendix A.1, verbatim.
-CAPABILITIES_A1: dict[str, Any] = {
-    "supported_workflow_task_commands": [
-        "complete_workflow",
-        "fail_workflow",
-        "continue_as_new",
-        "schedule_activity",
-        "start_timer",
-        "start_child_workflow",
-        "complete_update",
-        "fail_update",
-        "record_side_effect",
-        "record_version_marker",
-        "upsert_search_attributes",
-    ],
-    "poll_status": True,
-    "long_poll_timeout": 30,
-    "workflow_task_poll_request_idempotency": True,
-    "history_page_size_default": 500,
-    "default_history_page_size": 500,
-    "history_page_size_max": 1000,
-    "history_compression": {"supported_encodings": ["gzip", "deflate"], "compression_threshold": 50},
-    "query_tasks": True,
-    "activity_retry_policy": True,
-    "activity_timeouts": True,
-    "child_workflow_retry_policy": True,
-    "child_workflow_timeouts": True,
-    "parent_close_policy": True,
-    "non_retryable_failures": True,
-    "response_compression": [],
-}
+# PROTOCOL.md Appendix A.1 and Appendix B (SDK-INTEROP.md §3), verbatim, kept as data: spec_documents.json.
+SPEC_DOCUMENTS: dict[str, Any] = json.loads((Path(__file__).parent / "spec_documents.json").read_text(encoding="utf-8"))
+CAPABILITIES_A1: dict[str, Any] = SPEC_DOCUMENTS["appendix_a1_server_capabilities"]
 S0_COMMANDS = CAPABILITIES_A1["supported_workflow_task_commands"]
 TERMINAL = {"complete_workflow", "fail_workflow", "continue_as_new"}
 
 # PROTOCOL.md Appendix A.2: the model's runtime contract, which the reference server advertises.
 WORKER_SESSIONS_A2: dict[str, Any] = dict(RUNTIME_CONTRACT)
 
-# PROTOCOL.md Appendix B / SDK-INTEROP.md §3: the minimal document that passes the SDK's start-up gate.
-SDK_GATE_CLUSTER_INFO: dict[str, Any] = {
-    "control_plane": {
-        "version": "2",
-        "request_contract": {"schema": "durable-workflow.v2.control-plane-request.contract", "version": 1},
-    },
-    "worker_protocol": {"version": "1.20", "server_capabilities": {"query_tasks": True}},
-    "auth_composition_contract": {
-        "schema": "durable-workflow.v2.auth-composition.contract",
-        "version": 1,
-        "precedence": {
-            "connection_values": ["flag", "environment", "selected_profile", "default"],
-            "profile_selection": ["flag_env", "DW_ENV", "current_profile", "default_profile"],
-        },
-        "canonical_environment": {
-            "server_url": "DURABLE_WORKFLOW_SERVER_URL",
-            "namespace": "DURABLE_WORKFLOW_NAMESPACE",
-            "auth_token": "DURABLE_WORKFLOW_AUTH_TOKEN",
-            "tls_verify": "DURABLE_WORKFLOW_TLS_VERIFY",
-            "profile": "DW_ENV",
-        },
-        "auth_material": {
-            "token": {"status": "supported", "effective_config_value": "redacted"},
-            "mtls": {"status": "reserved"},
-            "signed_headers": {"status": "reserved"},
-        },
-        "effective_config": {"required_fields": ["server_url", "namespace", "profile", "auth", "tls", "identity"]},
-        "redaction": {"never_echo": ["bearer_tokens", "private_keys", "raw_authorization_headers"]},
-    },
-}
+# The minimal document that passes the SDK's start-up gate.
+SDK_GATE_CLUSTER_INFO: dict[str, Any] = SPEC_DOCUMENTS["appendix_b_cluster_info"]
 
 ENVELOPE = {"protocol_version": "1.20", "server_capabilities": CAPABILITIES_A1}
 AVRO = {"codec": "avro", "blob": "wwHioz3/VYAiNwoMaMOpbGxv"}  # golden string_utf8 "héllo"

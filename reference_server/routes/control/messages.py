@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
 from ... import queries
 from ...app import Ctx, route, validation_error
-from ...ports import Waits
 from ...runs import accept_update, command_target, receive_signal, update_outcome
+from .. import WaitRoutes
 from .payloads import payload_blob
 from .workflows import RUN_PATHS
 
@@ -27,9 +26,8 @@ def _request_id(body: dict[str, Any]) -> str | None:
     return request_id if isinstance(request_id, str) else None
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Waits
+class Routes(WaitRoutes):
+    """What a client sends a run."""
 
     @route("POST", *(prefix + "/signal/{name}" for prefix in RUN_PATHS))
     async def signal(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...app import Ctx, route
-from ...ports import Core
 from ...sessions import describe_session, list_sessions
+from .. import CoreRoutes
 
 __all__ = ["Routes"]
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Core
+class Routes(CoreRoutes):
+    """Operator visibility of worker sessions (A.2 ``workerSessionVisibility``)."""
 
     @route("GET", "/api/worker-sessions")
     async def list_sessions(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

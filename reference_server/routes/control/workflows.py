@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from suite.protocol import history as hist
@@ -15,9 +14,9 @@ from ... import engine as E
 from ...app import Ctx, route, validation_error
 from ...commands import MAX_DURATION_SECONDS
 from ...engine import ts
-from ...ports import Waits
 from ...runs import close_by_request, command_target, resolve_run, start_workflow
 from ...store import loads, new_id
+from .. import WaitRoutes
 from .payloads import payload_blob
 
 __all__ = ["Routes"]
@@ -26,9 +25,8 @@ RUN_PATHS = ("/api/workflows/{workflow_id}", "/api/workflows/{workflow_id}/runs/
 """A run-targeted call names the workflow's current run, or one run of it (§1.2)."""
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Waits
+class Routes(WaitRoutes):
+    """Runs: start, read, close."""
 
     @route("POST", "/api/workflows")
     async def start_workflow(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...app import Ctx, route
 from ...cancellation import deliver, delivery_fields
-from ...ports import Core
 from ...workflow_tasks import guarded_task
+from .. import CoreRoutes
 
 __all__ = ["Routes"]
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Core
+class Routes(CoreRoutes):
+    """Mounted on the worker plane, beside the workflow-task verbs."""
 
     @route("POST", "/api/worker/workflow-tasks/{task_id}/deliver-cancellation")
     async def deliver(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

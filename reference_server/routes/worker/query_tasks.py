@@ -17,10 +17,6 @@ __all__ = ["Routes"]
 class Routes(PollRoutes):
     """Mounted on the worker plane."""
 
-    @route("POST", "/api/worker/query-tasks/poll")
-    async def qt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        return await self.polls.serve(ctx, "query", claim_query_task, query_due_in)
-
     @route("POST", "/api/worker/query-tasks/{query_task_id}/complete")
     async def qt_complete(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         owner, attempt, doc = validate_query_complete(ctx.obj())
@@ -42,3 +38,7 @@ class Routes(PollRoutes):
             "outcome": status,
             "reason": doc.get("reason") if event is QueryTaskEvent.FAIL else None,
         }
+
+    @route("POST", "/api/worker/query-tasks/poll")
+    async def qt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        return await self.polls.serve(ctx, "query", claim_query_task, query_due_in)

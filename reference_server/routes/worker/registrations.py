@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from suite.protocol.errors import Rejection
 
 from ...app import Ctx, route, validation_error
 from ...faults import fault
-from ...hub import Hub
-from ...ports import Core
 from ...store import new_id
 from ...tx import T
 from ...workers import deregister_worker, parse_registration, register_worker
+from .. import WaitRoutes
 
 __all__ = ["Routes"]
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Core
-    hub: Hub
+class Routes(WaitRoutes):
+    """Deregistration wakes every poll (its tasks are ready again)."""
 
     @route("POST", "/api/worker/register")
     async def register(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
@@ -57,7 +53,7 @@ class Routes:
     async def deregister(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         worker_id = ctx.params["worker_id"]
         recovered = self.core.run_tx(lambda t: deregister_worker(t, ctx.namespace, worker_id))
-        self.hub.notify_all()
+        self.core.hub.notify_all()
         return 200, {
             "worker_id": worker_id,
             "outcome": "deregistered",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from suite.protocol import sessions as model
 
 from ...app import Ctx, route, validation_error
-from ...ports import Core
 from ...sessions import close_session, create_session, heartbeat_session
+from .. import CoreRoutes
 
 __all__ = ["Routes"]
 
@@ -22,9 +21,8 @@ def _worker_id(body: Mapping[str, Any]) -> str:
     return worker_id
 
 
-@dataclass(frozen=True)
-class Routes:
-    core: Core
+class Routes(CoreRoutes):
+    """The three worker-session verbs."""
 
     @route("POST", "/api/worker/sessions")
     async def create(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
