@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import schemas
@@ -101,6 +102,37 @@ def _same_state(
     )
 
 
+async def _refused_without_effect(
+    ctx: CheckContext,
+    run: LeasedRun,
+    bodies: Iterable[tuple[str, dict[str, Any]]],
+    judge: Callable[[Reply, str], None],
+    what: str,
+    requirement: str,
+) -> None:
+    """Complete the run's leased task with each body; ``judge`` each refusal; then the run must be as before."""
+    before = await _state(ctx, run)
+    replies = []
+    for label, body in bodies:
+        reply = await ctx.wf_call(run.task, "complete", body)
+        judge(reply, label)
+        replies.append(reply)
+    _same_state(ctx, before, await _state(ctx, run), what, replies, requirement)
+
+
+def _scope_judge(ctx: CheckContext, requirement: str) -> Callable[[Reply, str], None]:
+    """A field-shape refusal: 422 validation_failed (or invalid_commands)."""
+
+    def judge(reply: Reply, what: str) -> None:
+        ctx.expect(reply, 422, ("validation_failed", "invalid_commands"), what=what, requirement=requirement)
+
+    return judge
+
+
+def _batches(cases: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(label, {"commands": commands}) for label, commands in cases]
+
+
 def _side_effect(value: Any) -> dict[str, Any]:
     return {"type": "record_side_effect", "result": CheckContext.envelope(value)}
 
@@ -160,25 +192,22 @@ def _count(events: list[dict[str, Any]], event_type: str) -> int:
 async def commands_must_be_non_empty(ctx: CheckContext) -> None:
     """A complete with commands: [], without commands, or with a typeless command is 422 validation_failed."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
     cases: list[tuple[str, dict[str, Any]]] = [
         ("commands: []", {"commands": []}),
         ("no commands member", {}),
         ("a command without type", {"commands": [{"result": ctx.envelope(1)}]}),
     ]
-    replies = []
-    for what, body in cases:
-        reply = await ctx.wf_call(run.task, "complete", body)
+
+    def judge(reply: Reply, what: str) -> None:
         ctx.expect(reply, 422, "validation_failed", what=f"complete with {what}", requirement="COMMANDS-NON-EMPTY")
-        replies.append(reply)
-    _same_state(ctx, before, await _state(ctx, run), "an empty command batch", replies, "COMMANDS-NON-EMPTY")
+
+    await _refused_without_effect(ctx, run, cases, judge, "an empty command batch", "COMMANDS-NON-EMPTY")
 
 
 @check("COMMANDS-ONE-TERMINAL")
 async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
     """Two terminal commands in one batch are rejected with invalid_commands and the run is unchanged."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
     batches: list[list[dict[str, Any]]] = [
         [
             {"type": "complete_workflow", "result": ctx.envelope("a")},
@@ -187,47 +216,33 @@ async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
         [{"type": "complete_workflow"}, {"type": "complete_workflow"}],
         [_side_effect(1), {"type": "continue_as_new"}, {"type": "complete_workflow"}],
     ]
-    replies = []
-    for commands in batches:
-        reply = await ctx.complete(run.task, commands)
-        _expect_invalid_batch(ctx, reply, f"a batch of {[c['type'] for c in commands]}", "COMMANDS-ONE-TERMINAL")
-        replies.append(reply)
-    _same_state(
-        ctx,
-        before,
-        await _state(ctx, run),
-        "a batch with two terminal commands",
-        replies,
-        "COMMANDS-ONE-TERMINAL",
-    )
+    cases = _batches((f"a batch of {[c['type'] for c in commands]}", commands) for commands in batches)
+
+    def judge(reply: Reply, what: str) -> None:
+        _expect_invalid_batch(ctx, reply, what, "COMMANDS-ONE-TERMINAL")
+
+    await _refused_without_effect(ctx, run, cases, judge, "a batch with two terminal commands", "COMMANDS-ONE-TERMINAL")
 
 
 @check("COMMANDS-UNKNOWN-TYPE")
 async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
     """An unknown command type makes the whole batch invalid_commands; its valid commands are not applied."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
-    replies = []
-    for commands in (
+    batches: list[list[dict[str, Any]]] = [
         [{"type": "conformance_no_such_command"}],
         [
             _side_effect("kept?"),
             {"type": "start_timer", "delay_seconds": 3600},
             {"type": "conformance_another_unknown_type"},
         ],
-    ):
-        reply = await ctx.complete(run.task, commands)
-        _expect_invalid_batch(
-            ctx, reply, f"a batch with unknown type {commands[-1]['type']!r}", "COMMANDS-UNKNOWN-TYPE"
-        )
-        replies.append(reply)
-    _same_state(
-        ctx,
-        before,
-        await _state(ctx, run),
-        "a batch with an unknown command type",
-        replies,
-        "COMMANDS-UNKNOWN-TYPE",
+    ]
+    cases = _batches((f"a batch with unknown type {commands[-1]['type']!r}", commands) for commands in batches)
+
+    def judge(reply: Reply, what: str) -> None:
+        _expect_invalid_batch(ctx, reply, what, "COMMANDS-UNKNOWN-TYPE")
+
+    await _refused_without_effect(
+        ctx, run, cases, judge, "a batch with an unknown command type", "COMMANDS-UNKNOWN-TYPE"
     )
 
 
@@ -235,7 +250,6 @@ async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
 async def commands_required_fields(ctx: CheckContext) -> None:
     """Each invariant-34 case (missing or out-of-range required field) is rejected and nothing is applied."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
     invalid: list[tuple[str, dict[str, Any]]] = [
         (
             "schedule_activity without activity_type",
@@ -247,20 +261,13 @@ async def commands_required_fields(ctx: CheckContext) -> None:
         ("record_version_marker with version above max_supported", _marker("above", 3, 1, 2)),
         ("record_version_marker with version below min_supported", _marker("below", 1, 2, 3)),
     ]
-    replies = []
-    for what, command in invalid:
-        # A valid command first: the rejection must take the whole batch, not just the bad command.
-        reply = await ctx.complete(run.task, [_side_effect(what), command])
+    # A valid command first: the rejection must take the whole batch, not just the bad command.
+    cases = _batches((what, [_side_effect(what), command]) for what, command in invalid)
+
+    def judge(reply: Reply, what: str) -> None:
         _expect_invalid_batch(ctx, reply, what, "COMMANDS-REQUIRED-FIELDS", shape_error=True)
-        replies.append(reply)
-    _same_state(
-        ctx,
-        before,
-        await _state(ctx, run),
-        "a batch with an invalid command",
-        replies,
-        "COMMANDS-REQUIRED-FIELDS",
-    )
+
+    await _refused_without_effect(ctx, run, cases, judge, "a batch with an invalid command", "COMMANDS-REQUIRED-FIELDS")
     # §8.7: "The task stays leased, so the same owner can retry with a valid batch."
     reply = await ctx.complete(run.task, [_side_effect("ok"), {"type": "complete_workflow"}])
     ctx.expect(
@@ -370,7 +377,6 @@ async def commands_field_scope(ctx: CheckContext) -> None:
     """A field on a command that does not allow it (heartbeat_timeout on start_timer, retry_policy on
     complete_workflow, …) returns 422 and applies nothing."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
     cases: list[tuple[str, dict[str, Any]]] = [
         (
             "heartbeat_timeout on start_timer",
@@ -391,23 +397,12 @@ async def commands_field_scope(ctx: CheckContext) -> None:
         ),
         ("non_retryable on complete_workflow", {"type": "complete_workflow", "non_retryable": True}),
     ]
-    replies = []
-    for what, command in cases:
-        reply = await ctx.complete(run.task, [command])
-        ctx.expect(
-            reply,
-            422,
-            ("validation_failed", "invalid_commands"),
-            what=what,
-            requirement="COMMANDS-FIELD-SCOPE",
-        )
-        replies.append(reply)
-    _same_state(
+    await _refused_without_effect(
         ctx,
-        before,
-        await _state(ctx, run),
+        run,
+        _batches((what, [command]) for what, command in cases),
+        _scope_judge(ctx, "COMMANDS-FIELD-SCOPE"),
         "a command with an out-of-scope field",
-        replies,
         "COMMANDS-FIELD-SCOPE",
     )
 
@@ -417,7 +412,6 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
     """schedule_activity with heartbeat > start_to_close, start_to_close > schedule_to_close or
     schedule_to_start > schedule_to_close is 422; equal timeouts are accepted."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
 
     def activity(**timeouts: int) -> dict[str, Any]:
         return {
@@ -441,23 +435,12 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
             activity(schedule_to_start_timeout=10, schedule_to_close_timeout=5),
         ),
     ]
-    replies = []
-    for what, command in cases:
-        reply = await ctx.complete(run.task, [command])
-        ctx.expect(
-            reply,
-            422,
-            ("validation_failed", "invalid_commands"),
-            what=what,
-            requirement="COMMANDS-TIMEOUT-ORDER",
-        )
-        replies.append(reply)
-    _same_state(
+    await _refused_without_effect(
         ctx,
-        before,
-        await _state(ctx, run),
+        run,
+        _batches((what, [command]) for what, command in cases),
+        _scope_judge(ctx, "COMMANDS-TIMEOUT-ORDER"),
         "a schedule_activity with misordered timeouts",
-        replies,
         "COMMANDS-TIMEOUT-ORDER",
     )
     # "≤" allows equality: a server that rejects everything with timeouts would fail here.
@@ -1050,7 +1033,6 @@ async def command_envelope_codec_checked(ctx: CheckContext) -> None:
     """Command result/arguments envelopes with a codec other than avro (around a valid Avro frame) are 422
     unsupported_payload_codec: and apply nothing."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
     frame = encode_blob(["valid", "avro"])
     cases: list[tuple[str, dict[str, Any]]] = [
         (
@@ -1074,19 +1056,14 @@ async def command_envelope_codec_checked(ctx: CheckContext) -> None:
             {"type": "continue_as_new", "arguments": {"codec": "base64", "blob": frame}},
         ),
     ]
-    replies = []
-    for what, command in cases:
-        reply = await ctx.complete(run.task, [_side_effect("before"), command])
+
+    def judge(reply: Reply, what: str) -> None:
         ctx.expect(reply, 422, what=what, requirement="CODEC-NON-AVRO-ENVELOPE-422")
         _codec_error_named(ctx, reply, what, "CODEC-NON-AVRO-ENVELOPE-422")
-        replies.append(reply)
-    _same_state(
-        ctx,
-        before,
-        await _state(ctx, run),
-        "a batch with a non-avro envelope",
-        replies,
-        "CODEC-CHECK-BEFORE-DECODE",
+
+    batches = _batches((what, [_side_effect("before"), command]) for what, command in cases)
+    await _refused_without_effect(
+        ctx, run, batches, judge, "a batch with a non-avro envelope", "CODEC-CHECK-BEFORE-DECODE"
     )
     ctx.expect(
         await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("ok")}]),

@@ -32,6 +32,7 @@ __all__ = [
     "DEADLINE",
     "RESUME_KEYS",
     "WORKER_HEADERS",
+    "Clocked",
     "FakeClock",
     "Harness",
     "HarnessFactory",
@@ -95,7 +96,23 @@ class FakeClock:
         self.us += round(seconds * 1_000_000)
 
 
-class Harness:
+class Clocked:
+    """What a harness with a :class:`FakeClock` can do with time."""
+
+    clock: FakeClock
+    server: Server
+
+    def now(self) -> datetime:
+        return from_us(self.clock.us)
+
+    def maintain(self) -> float:
+        """One scheduler pass; returns the seconds until the scheduler's next due work."""
+        delay = self.server.run_tx(self.server.scheduler.maintenance_pass)
+        assert isinstance(delay, float)
+        return delay
+
+
+class Harness(Clocked):
     """One server, a fake clock, and the calls a worker and an operator make."""
 
     def __init__(self, tmp_path: Path, **settings: Any) -> None:
@@ -143,16 +160,7 @@ class Harness:
     def worker(self, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
         return self.call("POST", "/api/worker" + path, body, **kw)
 
-    # -- time and state --------------------------------------------------------------------------------------
-
-    def now(self) -> datetime:
-        return from_us(self.clock.us)
-
-    def maintain(self) -> float:
-        """One scheduler pass; returns the seconds until the scheduler's next due work."""
-        delay = self.server.run_tx(self.server.scheduler.maintenance_pass)
-        assert isinstance(delay, float)
-        return delay
+    # -- state -----------------------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row a rejected call could have touched (invariant 68)."""

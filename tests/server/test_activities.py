@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,16 @@ from reference_server.activities import activity_due_in, enforce_activity_timeou
 from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
-from reference_server.store import from_us
 from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
-from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock, harnesses
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, Clocked, FakeClock, harnesses
 
 ARGS = {"codec": "avro", "blob": encode_blob(["order-17", 3])}
 RESULT = {"codec": "avro", "blob": encode_blob({"ok": True})}
 TERMINAL_ACTIVITY_EVENTS = {"ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled"}
 
 
-class Harness:
+class Harness(Clocked):
     """One server, a fake clock, and the calls a worker and an operator make."""
 
     def __init__(self, tmp_path: Path, **settings: Any) -> None:
@@ -54,14 +53,6 @@ class Harness:
         doc = response.json()
         assert isinstance(doc, dict)
         return response.status, doc
-
-    def now(self) -> datetime:
-        return from_us(self.clock.us)
-
-    def maintain(self) -> float:
-        delay = self.server.run_tx(self.server.scheduler.maintenance_pass)
-        assert isinstance(delay, float)
-        return delay
 
     # -- control plane -----------------------------------------------------------------------------------
 
