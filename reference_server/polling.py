@@ -46,6 +46,7 @@ __all__ = [
     "forget_polls",
     "lease_taken",
     "poll_response",
+    "record_liveness",
     "replayed_task",
 ]
 
@@ -145,6 +146,14 @@ def lease_taken(t: T, poll: Poll, task_id: str, attempt: int) -> None:
         )
 
 
+def record_liveness(t: T, poll: Poll) -> None:
+    """An accepted poll is the worker's heartbeat (§6.2): its ``last_heartbeat_at`` is now."""
+    t.db.execute(
+        "UPDATE workers SET last_heartbeat_at = ? WHERE namespace = ? AND worker_id = ?",
+        (t.now, poll.namespace, poll.worker_id),
+    )
+
+
 def forget_polls(t: T, kind: str, task_id: str) -> None:
     """The lease of ``task_id`` ended: no poll may be answered with it again."""
     t.db.execute("DELETE FROM poll_requests WHERE kind = ? AND task_id = ?", (kind, task_id))
@@ -187,14 +196,33 @@ class Poller:
         self._replays_by_connection: dict[int, set[tuple[str, str, str, str, str]]] = {}
 
     async def serve(self, ctx: Ctx, kind: str, claim: Claim, due_in: DueIn) -> tuple[int, dict[str, Any]]:
-        """One poll of ``kind``, from its preconditions to its answer."""
+        """One poll of ``kind``, from its preconditions to its answer.
+
+        The accepted poll records the worker's liveness in the transaction of its first claim, so a poll that
+        leases at once costs one fsynced transaction, not two; when that first claim raises (its transaction
+        rolled back), the liveness is recorded alone before the error is answered."""
         poll = self.accept(ctx, kind)
-        result = await self.long_poll(
-            (kind, ctx.namespace, poll.queue),
-            poll.hold,
-            lambda t: claim(t, poll),
-            lambda db, now: due_in(db, poll, now),
-        )
+        recorded = False
+
+        def attempt(t: T) -> Any:
+            nonlocal recorded
+            if not recorded:
+                record_liveness(t, poll)
+            out = claim(t, poll)
+            recorded = True  # the transaction commits once ``attempt`` returns
+            return out
+
+        try:
+            result = await self.long_poll(
+                (kind, ctx.namespace, poll.queue),
+                poll.hold,
+                attempt,
+                lambda db, now: due_in(db, poll, now),
+            )
+        except Exception:
+            if not recorded:
+                self.core.run_tx(lambda t: record_liveness(t, poll))
+            raise
         self._note_answer(ctx, poll, result)
         return poll_response(result)
 
@@ -256,12 +284,6 @@ class Poller:
             )
         # §7.2: clamp into [min, max]; 0 and negatives hold about the minimum.
         hold = max(self.settings.long_poll_min_seconds, min(self.settings.long_poll_max_seconds, timeout))
-        self.core.run_tx(
-            lambda t: t.db.execute(
-                "UPDATE workers SET last_heartbeat_at = ? WHERE namespace = ? AND worker_id = ?",
-                (t.now, ctx.namespace, worker_id),
-            )
-        )
         return Poll(kind, worker, queue, build_id, float(hold), prid)
 
     def _fields(self, body: dict[str, Any]) -> tuple[str, str, str | None, str | None, int]:

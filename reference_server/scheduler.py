@@ -1,20 +1,25 @@
 """The background scheduler: time-driven work that no request triggers.
 
 The scheduler runs a list of **steps**, each ``step(t) -> seconds until its next due work`` (``None`` when
-nothing is pending), one transaction per step, and then sleeps until the earliest due moment or a wake-up
-(any committed change to a queue or a run wakes it). Its own steps fire due timers, start child retries whose
-backoff passed and time out runs past their deadline; the activity and query modules register theirs (§11.7
-timeouts, §10.5 query deadlines). Expired leases and delayed tasks need no step: pollers compute their own due
-time from durable state (:mod:`reference_server.polling`).
+nothing is pending), all in one transaction (each behind its own savepoint), and then sleeps until the earliest
+due moment or a wake-up (any committed change to a queue or a run wakes it). The commits of a burst of requests
+are let settle for :data:`WAKE_SETTLE_SECONDS` into one pass, so a busy server runs a pass per burst, not one
+per request. Its own steps fire due timers, start child retries whose backoff passed and time out runs past
+their deadline; the activity and query modules register theirs (§11.7 timeouts, §10.5 query deadlines).
+Expired leases and delayed tasks need no step: pollers compute their own due time from durable state
+(:mod:`reference_server.polling`).
 
-Steps are independent on purpose: one that fails is logged and the others still run, so one bad row cannot
-stop timers, retries and timeouts for the whole server.
+Steps are independent on purpose: one that fails is rolled back to its savepoint (its writes and the effects it
+would have published forgotten) and logged, and the others still run and commit, so one bad row cannot stop
+timers, retries and timeouts for the whole server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -26,11 +31,18 @@ from .closing import close_run
 from .config import Settings
 from .engine import TERMINAL_RUN_STATUSES
 from .transitions import CHILDREN, CONDITION_WAITS, TIMERS, move, move_all
-from .tx import T
+from .tx import Effects, T
 
-__all__ = ["Scheduler", "Step", "fire_timers", "retry_children", "time_out_runs"]
+__all__ = ["WAKE_SETTLE_SECONDS", "Scheduler", "Step", "fire_timers", "retry_children", "time_out_runs"]
 
 log = logging.getLogger(__name__)
+
+# After a wake-up, how long the commits that come with it may gather before the pass that reads them. Due work a
+# request creates (a timer of 0 s, an immediate retry) is found this much later at most; a poll never waits on
+# the scheduler (pollers compute their own due time).
+WAKE_SETTLE_SECONDS = 0.02
+# A pass that failed as a whole (not one step: the transaction itself, e.g. the disk) is retried this much later.
+FAILED_PASS_RETRY_SECONDS = 1.0
 
 Step = Callable[[T], float | None]
 
@@ -62,20 +74,42 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def run_steps(self) -> float:
+        """Every step once, in one transaction; the seconds until the earliest due work (at most
+        ``scheduler_max_sleep_seconds``)."""
+        try:
+            return self._run_tx(self._pass) or 0.0
+        except Exception:
+            log.exception("scheduler pass failed")
+            return FAILED_PASS_RETRY_SECONDS
+
+    def _pass(self, t: T) -> float:
+        delay = self.settings.scheduler_max_sleep_seconds
+        for step in self.steps:
+            before = _copy_effects(t.fx)
+            t.db.execute("SAVEPOINT step")
+            try:
+                due = step(t)
+            except Exception:
+                t.db.execute("ROLLBACK TO step")
+                t.db.execute("RELEASE step")
+                t.fx = before  # what the failed step would have published is forgotten with its writes
+                log.exception("scheduler step %s failed", getattr(step, "__name__", step))
+                continue
+            t.db.execute("RELEASE step")
+            if due is not None:
+                delay = min(delay, max(0.0, due))
+        return delay
+
     async def _loop(self) -> None:
         while True:
-            delay = self.settings.scheduler_max_sleep_seconds
-            for step in self.steps:
-                try:
-                    due = self._run_tx(step)
-                except Exception:
-                    log.exception("scheduler step %s failed", getattr(step, "__name__", step))
-                    continue
-                if due is not None:
-                    delay = min(delay, max(0.0, due))
+            delay = self.run_steps()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, delay))
+            except TimeoutError:
+                continue
+            await asyncio.sleep(WAKE_SETTLE_SECONDS)
 
     def maintenance_pass(self, t: T) -> float:
         """Every step in one transaction (what in-process tests drive with a fake clock); the seconds until
@@ -86,6 +120,11 @@ class Scheduler:
             if d is not None:
                 delays.append(d)
         return max(0.0, min(delays))
+
+
+def _copy_effects(fx: Effects) -> Effects:
+    """A copy of a transaction's effects so far (each collection copied), to restore after a failed step."""
+    return dataclasses.replace(fx, **{f.name: copy.copy(getattr(fx, f.name)) for f in dataclasses.fields(fx)})
 
 
 def _seconds_until(t: T, sql: str) -> float | None:

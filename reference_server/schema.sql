@@ -90,7 +90,10 @@ CREATE TABLE IF NOT EXISTS workflow_tasks (
     seen_sequence INTEGER,              -- last history sequence delivered with the current lease
     repairs INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS wt_ready ON workflow_tasks (namespace, task_queue, status, available_at);
+-- A claim reads a queue's ready tasks oldest first, (available_at, task_id): the index holds that order, so a poll
+-- reads a page of it whatever the backlog. It replaces wt_ready (the same columns without task_id).
+DROP INDEX IF EXISTS wt_ready;
+CREATE INDEX IF NOT EXISTS wt_claimable ON workflow_tasks (namespace, task_queue, status, available_at, task_id);
 CREATE INDEX IF NOT EXISTS wt_leases ON workflow_tasks (status, lease_expires_at);
 CREATE INDEX IF NOT EXISTS wt_by_run ON workflow_tasks (run_id, status);
 

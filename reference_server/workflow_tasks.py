@@ -130,27 +130,47 @@ def _claim_unconditionally(t: T, poll: Poll) -> str | None:
     return str(raced["task_id"])
 
 
+# The candidates a claim reads, ready tasks first by age. One transaction runs alone, so the first candidate is
+# always leased (its conditional write sees the row as the read did); the rest only matter to the fault that
+# races a claim. A bounded page keeps the cost of a poll independent of the backlog of the queue.
+_CANDIDATE_PAGE = 16
+_CANDIDATE_FILTERS = (
+    " AND (compatibility IS NULL OR compatibility = ?)"
+    " AND (? = 0 OR workflow_type IN (SELECT value FROM json_each(?)))"
+    " ORDER BY available_at, task_id LIMIT ?"
+)
+
+
 def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
     """§7.5 matching: the queue's ready tasks and expired leases, compatible with the worker's build id and
-    of a workflow type it registered (empty list = all), oldest first."""
+    of a workflow type it registered (empty list = all), oldest first.
+
+    Two queries, each walking an index in the order it returns (ready tasks by ``wt_claimable``, expired leases by
+    ``wt_leases``), merged here: one query with ``OR`` between the two would sort every ready task of the queue
+    before the first could be returned."""
     types = loads(poll.worker["workflow_types"]) or []
-    candidates = t.all(
-        "SELECT task_id, status FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
-        " AND ((status = 'ready' AND available_at <= ?) OR (status = 'leased' AND lease_expires_at <= ?))"
-        " AND (compatibility IS NULL OR compatibility = ?)"
-        " AND (? = 0 OR workflow_type IN (SELECT value FROM json_each(?)))"
-        " ORDER BY available_at, task_id LIMIT 100",
+    filters = (poll.worker["build_id"] or "", len(types), dumps(types), _CANDIDATE_PAGE)
+    ready = t.all(
+        "SELECT task_id, status, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
+        " AND status = 'ready' AND available_at <= ?" + _CANDIDATE_FILTERS,
         poll.namespace,
         poll.queue,
         t.now,
+        *filters,
+    )
+    expired = t.all(
+        "SELECT task_id, status, available_at FROM workflow_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
+        " AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
         t.now,
-        poll.worker["build_id"] or "",
-        len(types),
-        dumps(types),
+        poll.namespace,
+        poll.queue,
+        *filters,
     )
     if fault(t.settings, "expired-never-redelivered"):
-        candidates = [c for c in candidates if c["status"] == TaskStatus.READY]  # the bug: expired leases stay stuck
-    return candidates
+        expired = []  # the bug: expired leases stay stuck
+    if not expired:
+        return ready
+    return sorted(ready + expired, key=lambda row: (row["available_at"], row["task_id"]))[:_CANDIDATE_PAGE]
 
 
 def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> bool:
