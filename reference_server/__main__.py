@@ -53,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Full-access bearer token (env DW_AUTH_TOKEN): every role on both planes, beside any role tokens "
         "(PROTOCOL.md §4.1).",
     )
+    p.add_argument(
+        "--test-clock",
+        action="store_true",
+        default=os.environ.get("DW_TEST_CLOCK", "") not in ("", "0", "false"),
+        help='A test build: POST /api/test/clock/advance {"seconds": s} moves the server\'s clock forward for '
+        "everything time-driven (leases, timers, backoff, timeouts, long-poll holds), advertised in "
+        "worker_protocol.test_profile.clock_advance (env DW_TEST_CLOCK=1). Never on a production server.",
+    )
     p.add_argument("--event-log", default=None, help="Append every lifecycle transition as one JSON line to this file.")
     p.add_argument(
         "--fault",
@@ -153,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         cancellation_cleanup_seconds=max(1, args.cancellation_cleanup_seconds),
         event_log=args.event_log,
         faults=frozenset(args.fault),
+        test_clock=bool(args.test_clock),
     )
 
 

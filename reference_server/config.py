@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Settings"]
+__all__ = ["CLOCK_ADVANCE_PATH", "Settings"]
+
+# The test clock's control route (control plane; see reference_server.routes.control.test_clock).
+CLOCK_ADVANCE_PATH = "/api/test/clock/advance"
 
 
 # Appendix C test-profile key → the setting it shows.
@@ -56,6 +59,9 @@ class Settings:
     # How long the background scheduler may sleep when nothing is due; due work is found by the
     # scheduler's own timer, so this only bounds the cost of a missed computation.
     scheduler_max_sleep_seconds: float = 1.0
+    # A test build: ``POST /api/test/clock/advance`` moves the server's clock forward (reference_server.clock),
+    # advertised in the test profile as ``clock_advance``. Off, the route does not exist.
+    test_clock: bool = False
 
     @property
     def auth_enabled(self) -> bool:
@@ -68,4 +74,5 @@ class Settings:
             "auth_enabled": self.auth_enabled,
             "faults": sorted(self.faults),
             "matching_switch": "/api/task-queues/{queue}/matching",
+            **({"clock_advance": CLOCK_ADVANCE_PATH} if self.test_clock else {}),
         }

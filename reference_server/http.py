@@ -58,6 +58,7 @@ import itertools
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -364,6 +365,7 @@ class HttpServer:
         max_concurrent_connections: int | None = None,
         shutdown_grace: float = 5.0,
         on_connection_closed: ConnectionClosedCallback | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if max_concurrent_connections is not None and max_concurrent_connections < 1:
             raise ValueError(f"max_concurrent_connections must be at least 1, got {max_concurrent_connections}")
@@ -376,6 +378,8 @@ class HttpServer:
         self._max_connections = max_concurrent_connections
         self._shutdown_grace = shutdown_grace
         self._on_connection_closed = on_connection_closed
+        # The Date header's clock (seconds since the epoch): the server's own, so a test clock moves it too.
+        self._clock = clock
         self._connection_ids = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._sockname: tuple[str, int] | None = None
@@ -758,17 +762,17 @@ class HttpServer:
 
     def _render_result(self, result: object, head: _Head, *, close: bool) -> list[_OutEvent]:
         try:
-            return _render(result, close=close, head_only=head.method == "HEAD")
+            return _render(result, close=close, head_only=head.method == "HEAD", now=self._clock())
         except Exception:
             logger.exception("the handler for %s %s returned an unusable response", head.method, head.path)
             return self._render_error(_internal_error(head), close=close, head_only=head.method == "HEAD")
 
     def _render_error(self, error: ShellError, *, close: bool, head_only: bool = False) -> list[_OutEvent]:
         try:
-            return _render(self._error_responder(error), close=close, head_only=head_only)
+            return _render(self._error_responder(error), close=close, head_only=head_only, now=self._clock())
         except Exception:
             logger.exception("the error responder failed on %s; using the default", error)
-            return _render(default_error_responder(error), close=close, head_only=head_only)
+            return _render(default_error_responder(error), close=close, head_only=head_only, now=self._clock())
 
     async def _write(self, connection: _Connection, events: list[_OutEvent]) -> None:
         data = b"".join(connection.protocol.send(event) or b"" for event in events)
@@ -874,7 +878,7 @@ def _internal_error(head: _Head) -> ShellError:
     )
 
 
-def _render(response: object, *, close: bool, head_only: bool) -> list[_OutEvent]:
+def _render(response: object, *, close: bool, head_only: bool, now: float) -> list[_OutEvent]:
     """Turn a handler's response into h11 events, validating everything before h11 state changes."""
     if not isinstance(response, Response):
         raise TypeError(f"expected a Response, got {type(response).__name__}")
@@ -899,7 +903,7 @@ def _render(response: object, *, close: bool, head_only: bool) -> list[_OutEvent
     if "server" not in seen:
         headers.append((b"Server", SERVER_NAME.encode("ascii")))
     if "date" not in seen:
-        headers.append((b"Date", email.utils.formatdate(usegmt=True).encode("ascii")))
+        headers.append((b"Date", email.utils.formatdate(now, usegmt=True).encode("ascii")))
     if not no_content:
         # For HEAD, Content-Length states the size a GET would have had (RFC 9110 §8.6).
         headers.append((b"Content-Length", str(len(payload)).encode("ascii")))

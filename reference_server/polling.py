@@ -326,17 +326,18 @@ class Poller:
     ) -> Any:
         """Try ``attempt`` now; if it finds nothing, wait for a wake-up, the next due moment of durable
         state, or the end of the hold (§7.2: a task that becomes ready is returned immediately)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold
+        # The hold is measured on the server's clock, so a test-clock advance ends it too (it wakes every hold).
+        deadline = self.clock.now_us() + round(hold * 1_000_000)
         while True:
             ev = self.hub.event(key)
             result = self.core.run_tx(attempt)
             if result is not None:
                 return result
-            remaining = deadline - loop.time()
+            now = self.clock.now_us()
+            remaining = (deadline - now) / 1e6
             if remaining <= 0:
                 return None
-            due = due_in(self.core.read(), self.clock.now_us())
+            due = due_in(self.core.read(), now)
             wait = remaining if due is None else min(remaining, max(0.001, due))
             if fault(self.settings, "poll-ignores-wakeups"):
                 await asyncio.sleep(wait)  # the bug: deaf to wake-ups, new work waits for the end of the hold

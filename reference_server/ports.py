@@ -12,12 +12,13 @@ import sqlite3
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from .clock import ServerClock
 from .config import Settings
 from .hub import Hub
 from .store import Clock
 from .tx import T
 
-__all__ = ["Core", "MatchingSwitch", "Waits"]
+__all__ = ["ClockControl", "Core", "MatchingSwitch", "Waits"]
 
 R = TypeVar("R")
 
@@ -48,3 +49,12 @@ class MatchingSwitch(Protocol):
 
     @property
     def unavailable_queues(self) -> set[tuple[str, str]]: ...
+
+
+class ClockControl(Protocol):
+    """The test clock (``--test-clock``): move the server's clock forward, then run what became due."""
+
+    @property
+    def clock(self) -> ServerClock: ...
+
+    async def advance_clock(self, seconds: float) -> int: ...

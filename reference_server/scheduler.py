@@ -76,7 +76,7 @@ class Scheduler:
 
     def run_steps(self) -> float:
         """Every step once, in one transaction; the seconds until the earliest due work (at most
-        ``scheduler_max_sleep_seconds``)."""
+        ``scheduler_max_sleep_seconds``). The loop runs this; so does a test-clock advance, at once."""
         try:
             return self._run_tx(self._pass) or 0.0
         except Exception:

@@ -16,6 +16,7 @@ from suite.protocol import capabilities as caps
 from . import cancellation, sessions
 from .activities import enforce_activity_timeouts
 from .app import CONTROL, OPEN, WORKER, App
+from .clock import Clock, ServerClock, SystemClock
 from .closing import enforce_cancellation_deadlines
 from .commands import IMPLEMENTED_OPTIONAL_COMMANDS
 from .config import Settings
@@ -26,13 +27,13 @@ from .observers import JsonLinesEventLog, ObserverSet
 from .polling import Poller
 from .queries import sweep_query_tasks
 from .routes import open as open_routes
-from .routes.control import messages, task_queues, workflows
+from .routes.control import messages, task_queues, test_clock, workflows
 from .routes.control import worker_sessions as session_visibility
 from .routes.worker import activity_tasks, query_tasks, registrations, workflow_tasks
 from .routes.worker import cancellation as cooperative
 from .routes.worker import sessions as worker_sessions
 from .scheduler import Scheduler
-from .store import Clock, Store, SystemClock, new_id
+from .store import Store, new_id
 from .tx import Engine, T
 
 __all__ = ["Server"]
@@ -45,8 +46,9 @@ class Server:
 
     def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
         self.settings = settings
-        self.clock = clock or SystemClock()
         self.store = Store(settings.db_path)
+        # The durable offset of a test clock applies with or without --test-clock: time never goes back.
+        self.clock = ServerClock(clock or SystemClock(), ServerClock.load(self.store.read()))
         self.engine = Engine(self.store, self.clock, settings)
         self.hub = Hub()
         self.observers = ObserverSet()
@@ -97,6 +99,8 @@ class Server:
         app.mount(WORKER, worker_sessions.Routes(self))
         app.mount(WORKER, cooperative.Routes(self))
         app.mount(CONTROL, session_visibility.Routes(self))
+        if self.settings.test_clock:
+            app.mount(CONTROL, test_clock.Routes(self))
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -109,6 +113,7 @@ class Server:
             max_body_bytes=self.settings.max_body_bytes,
             max_header_bytes=self.settings.max_header_bytes,
             on_connection_closed=self.poller.forget_connection if forget_on_close else None,
+            clock=self.clock.now_seconds,
         )
         await self.http.start(host, port)
         return self.http.url
@@ -152,6 +157,18 @@ class Server:
         return row is not None
 
     # -- test knobs ----------------------------------------------------------------------------------------
+
+    async def advance_clock(self, seconds: float) -> int:
+        """ports.ClockControl: move the clock ``seconds`` forward — durably first, then in memory — run every
+        scheduler step due at the new instant, and wake every held request to re-read the clock. The new now."""
+        if seconds > 0:
+            offset = self.clock.offset_us + round(seconds * 1_000_000)
+            self.run_tx(lambda t: self.clock.store(t.db, offset))
+            self.clock.apply(offset)
+            self.scheduler.run_steps()
+            self.hub.notify_all()
+            self.scheduler.wake()
+        return self.clock.now_us()
 
     @property
     def unavailable_queues(self) -> set[tuple[str, str]]:

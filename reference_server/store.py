@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
+
+from .clock import Clock, SystemClock
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -69,17 +71,6 @@ def dumps(obj: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-class Clock(Protocol):
-    def now_us(self) -> int: ...
-
-
-class SystemClock:
-    """Wall-clock time in microseconds. The only clock the server reads."""
-
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
 
 
 DDL = (resources.files(__package__) / "schema.sql").read_text(encoding="utf-8")

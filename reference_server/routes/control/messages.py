@@ -72,14 +72,14 @@ class Routes(WaitRoutes):
 
     async def _await_update(self, base: dict[str, Any], wait_timeout: float) -> tuple[int, dict[str, Any]]:
         """Hold until the update completed or failed, the run closed, or ``wait_timeout`` passed (202)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_timeout
+        clock = self.core.clock
+        deadline = clock.now_us() + round(wait_timeout * 1_000_000)
         while True:
             ev = self.core.hub.event(("run", base["run_id"]))
             answer = update_outcome(self.core.read(), base["update_id"], base)
             if answer is not None:
                 return answer
-            remaining = deadline - loop.time()
+            remaining = (deadline - clock.now_us()) / 1e6
             if remaining <= 0:
                 return 202, {**base, "outcome": "update_accepted", "update_status": "accepted", "wait_timed_out": True}
             await self.core.hub.wait(ev, remaining)
@@ -115,14 +115,13 @@ class Routes(WaitRoutes):
         is only a hint: the row is re-read every time. The run key is watched too, because closing a run
         fails its pending query tasks (``engine.close_run``)."""
         core = self.core
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + timeout
+        give_up_at = core.clock.now_us() + round(timeout * 1_000_000)
         while True:
             events = [core.hub.event(queries.result_key(namespace, qid)), core.hub.event(("run", run_id))]
             row = queries.query_task_row(core.read(), qid)
             if queries.is_terminal(row):
                 return row
-            remaining = min(give_up_at - loop.time(), (int(row["deadline"]) - core.clock.now_us()) / 1e6)
+            remaining = (min(give_up_at, int(row["deadline"])) - core.clock.now_us()) / 1e6
             if remaining <= 0:
                 final: sqlite3.Row = core.run_tx(lambda t: queries.give_up(t, qid))
                 return final

@@ -21,6 +21,8 @@ from .payloads import payload_blob
 
 __all__ = ["Routes"]
 
+HISTORY_WAIT_SECONDS = 20
+
 RUN_PATHS = ("/api/workflows/{workflow_id}", "/api/workflows/{workflow_id}/runs/{run_id}")
 """A run-targeted call names the workflow's current run, or one run of it (§1.2)."""
 
@@ -86,6 +88,19 @@ class Routes(WaitRoutes):
             ],
         }
 
+    async def _await_event(self, run_id: str, after: int) -> None:
+        """§12.3 ``wait_new_event``: hold until the run has an event past ``after``, at most 20 s of the server's
+        clock (a test-clock advance shortens the hold like any other)."""
+        clock = self.core.clock
+        deadline = clock.now_us() + HISTORY_WAIT_SECONDS * 1_000_000
+        while True:
+            ev = self.core.hub.event(("run", run_id))
+            last = self.core.read().execute("SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            remaining = (deadline - clock.now_us()) / 1e6
+            if int(last[0]) > after or remaining <= 0:
+                return
+            await self.core.hub.wait(ev, remaining)
+
     @route("GET", "/api/workflows/{workflow_id}/runs/{run_id}/history")
     async def run_history(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         db = self.core.read()
@@ -93,10 +108,7 @@ class Routes(WaitRoutes):
         page_size, after = _history_cursor(ctx.request.query)
         wait = ctx.request.query.get("wait_new_event", "").lower() in ("1", "true", "yes")
         if wait and int(run["last_sequence"]) <= after:
-            ev = self.core.hub.event(("run", run["run_id"]))
-            last = db.execute("SELECT last_sequence FROM runs WHERE run_id = ?", (run["run_id"],)).fetchone()[0]
-            if int(last) <= after:
-                await self.core.hub.wait(ev, 20.0)
+            await self._await_event(run["run_id"], after)
         rows = E.history_page(db, run["run_id"], after, page_size + 1)
         more = len(rows) > page_size
         rows = rows[:page_size]
