@@ -12,6 +12,7 @@ import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from suite.protocol.codec import encode_blob
@@ -19,12 +20,20 @@ from suite.protocol.fencing import parse_rfc3339
 
 from .client import Exchange, ProtocolClient, Reply
 from .outcomes import CheckFailure, NotCovered, profile_setting
+from .timing import TargetClock
 
 __all__ = ["CheckContext", "TargetInfo", "fenced_body"]
 
 R = TypeVar("R")
 
 _counter = itertools.count(1)
+# With a test clock, how long a held request (a long poll) may take to answer at once before the clock is moved
+# to the end of its hold: time for the request to reach the target and be served, never the hold itself.
+HELD_GRACE = 0.25
+# Assumed worst clock skew when the target sends no Date header and the local clock must stand in.
+CLOCK_SKEW = 2.0
+# The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
+TEST_CLOCK_MAX_WAIT = 366 * 86_400.0
 
 
 @dataclass
@@ -47,10 +56,14 @@ class TargetInfo:
     # Each process running checks has its own; neither field crosses to xdist workers.
     fault_ledger: Any = field(default=None, repr=False, compare=False)
     upstream_url: str | None = None
+    # How the run lets time pass (the controller's plan, for the reports; suite.plugin.time_plan).
+    time: dict[str, Any] | None = None
+    # How waits pass on the target (suite.timing): set up by each process that runs checks.
+    clock: TargetClock = field(default_factory=TargetClock, repr=False, compare=False)
 
     def shareable(self) -> dict[str, Any]:
-        """The fields an xdist worker gets (the proxy stays in the process that started it)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("fault_ledger", "upstream_url")}
+        """The fields an xdist worker gets (the proxy and the clock stay in the process that set them up)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("fault_ledger", "upstream_url", "clock")}
         if self.upstream_url is not None:
             out["url"] = self.upstream_url
         return out
@@ -88,6 +101,7 @@ class CheckContext:
     client: ProtocolClient
     check_name: str
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
+    _clock_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property
     def exchanges(self) -> list[Exchange]:
@@ -157,15 +171,21 @@ class CheckContext:
         if not condition:
             raise self.fail(message, expected=expected, received=received, replies=replies, requirement=requirement)
 
+    @property
+    def max_wait(self) -> float:
+        """The longest wait this run affords: ``--max-wait``, or with a test clock any wait it covers."""
+        return TEST_CLOCK_MAX_WAIT if self.target.clock.skips else self.target.max_wait
+
     def needs_short(self, seconds: float | None, what: str, setting: str | None = None) -> float:
-        """Not covered when waiting ``seconds`` does not fit ``--max-wait``. ``setting`` is the test-profile key
-        that shortens the wait on the target (``None``: the check fixes the wait, only --max-wait covers it)."""
+        """Not covered when waiting ``seconds`` does not fit ``--max-wait`` (with a test clock, any wait fits).
+        ``setting`` is the test-profile key that shortens the wait on the target (``None``: the check fixes the
+        wait, only --max-wait covers it)."""
         if seconds is None:
             raise NotCovered(
                 f"the target does not say how long {what} takes",
                 profile_setting(setting) if setting else None,
             )
-        if seconds > self.target.max_wait:
+        if seconds > self.max_wait:
             cover = f"--max-wait {math.ceil(seconds)}"
             raise NotCovered(
                 f"{what} is {seconds:g}s, longer than --max-wait={self.target.max_wait:g}s",
@@ -173,19 +193,105 @@ class CheckContext:
             )
         return seconds
 
+    # -- time ----------------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The target's clock as this process knows it (the local clock for a target without a test clock)."""
+        return self.target.clock.now()
+
+    async def wait(self, seconds: float = 0.0, *, until: datetime | None = None, real: bool = False) -> None:
+        """The one way the suite lets time pass: ``seconds`` of the target's time, or until its clock reaches
+        ``until`` (a target timestamp such as ``lease_expires_at``), whichever is later.
+
+        With the target's test clock (:attr:`suite.timing.TargetClock.skips`) the clock is moved forward and the
+        wait takes no real time; concurrent waits of one check aim at absolute instants, so they never add up.
+        Otherwise, and with ``real=True`` (time for a request to reach the target, a rule about real elapsed
+        time), it sleeps.
+        """
+        clock = self.target.clock
+        target = clock.now() + timedelta(seconds=max(0.0, seconds))
+        if until is not None and until > target:
+            target = until
+        if real or not clock.skips:
+            remaining = (target - clock.now()).total_seconds()
+            if remaining > 0:
+                await asyncio.sleep(remaining)
+            return
+        async with self._clock_lock:
+            remaining = (target - clock.now()).total_seconds()
+            if remaining > 0:
+                self.client.exchanges.append(await clock.advance(remaining))
+
+    async def held(self, request: Awaitable[R], hold: float = 0.0, *, until: datetime | None = None) -> R:
+        """Await a request the target may hold for ``hold`` seconds of its clock (a long poll), where ``until``
+        is an instant that should end the hold early (a lease expiry, a timer) when the rule says so.
+
+        With a test clock, a request still unanswered after :data:`HELD_GRACE` real seconds is released by moving
+        the clock: first to ``until`` (the request then has another grace to answer), then to the end of its
+        hold. An empty long poll thus costs a fraction of a second instead of ``hold``; a request answered at
+        once moves nothing; a target that goes on holding past the end of the hold is awaited in real time.
+        Without a test clock this is just ``await request``.
+        """
+        task = asyncio.ensure_future(request)
+        clock = self.target.clock
+        if not clock.skips:
+            return await task
+        ends = clock.now() + timedelta(seconds=max(0.0, hold))
+        stops = [ends] if until is None else [until, ends] if until < ends else [until]
+        try:
+            for stop in stops:
+                if stop <= clock.now():
+                    continue
+                done, _ = await asyncio.wait({task}, timeout=HELD_GRACE)
+                if done:
+                    break
+                await self.wait(until=stop)
+            return await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    async def wait_past(self, instant: datetime, *, within: float, what: str) -> None:
+        """Wait until the target's clock is past ``instant`` (a target timestamp, e.g. ``lease_expires_at``).
+
+        With a test clock, the advance's answer proves it. Otherwise the ``Date`` of ``GET /api/health`` does:
+        it has whole seconds and is truncated, so ``Date > instant`` proves the target's now is past it (a
+        read-only health probe is no stimulus for the task queues); without a Date header the local clock,
+        less :data:`CLOCK_SKEW`, stands in.
+        """
+        if self.target.clock.skips:
+            await self.wait(until=instant + timedelta(microseconds=1))
+            return
+
+        async def probe() -> bool | None:
+            reply = await self.client.request("GET", "/api/health")
+            now = reply.server_date or self.now() - timedelta(seconds=CLOCK_SKEW)
+            return True if now > instant else None
+
+        await self.wait(until=instant)
+        await self.wait_until(probe, timeout=within, what=what, interval=0.25)
+
     async def wait_until(
         self, probe: Callable[[], Awaitable[R | None]], *, timeout: float, what: str, interval: float = 0.1
     ) -> R:
-        """Poll ``probe`` until it returns something other than None; fail after ``timeout`` seconds."""
+        """Poll ``probe`` until it returns something other than None, letting ``interval`` pass between probes;
+        fail after ``timeout`` seconds.
+
+        With a test clock the time between probes is the target's (moved, not slept), and the check fails only
+        once ``timeout`` has passed both on the target's clock and in real time: a target that does some work
+        in real time (a timer service that polls) is never failed sooner than without a test clock.
+        """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        real_deadline = loop.time() + timeout
+        deadline = self.now() + timedelta(seconds=timeout)
         while True:
             result = await probe()
             if result is not None:
                 return result
-            if loop.time() >= deadline:
+            target_left = self.now() < deadline
+            if not target_left and loop.time() >= real_deadline:
                 raise self.fail(f"timed out after {timeout:g}s waiting for {what}")
-            await asyncio.sleep(interval)
+            await self.wait(interval, real=not target_left)
 
     # -- protocol helpers ------------------------------------------------------------------------------
 
@@ -218,9 +324,27 @@ class CheckContext:
         out = self.expect(reply, 201, what="workflow start")
         return wid, str(out.get("run_id"))
 
-    async def poll_wf(self, worker_id: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
+    async def poll_wf(
+        self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
+    ) -> Reply:
+        """A workflow-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
         body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
-        return await self.client.worker("/workflow-tasks/poll", body, timeout=timeout + 15)
+        request = self.client.worker("/workflow-tasks/poll", body, timeout=timeout + 15)
+        return await self.held(request, self.poll_hold(timeout), until=until)
+
+    async def poll_activity(
+        self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
+    ) -> Reply:
+        """An activity-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
+        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
+        request = self.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
+        return await self.held(request, self.poll_hold(timeout), until=until)
+
+    def poll_hold(self, timeout: int) -> float:
+        """How long the target holds an empty poll with ``timeout_seconds`` (§7.2: clamped into [1, max])."""
+        clamp = self.target.test_profile.get("long_poll_max_seconds")
+        top = float(clamp) if isinstance(clamp, int | float) and not isinstance(clamp, bool) and clamp >= 1 else 60.0
+        return max(1.0, min(float(timeout), top))
 
     async def lease_wf(self, worker_id: str, queue: str, *, within: float = 10.0, **extra: Any) -> dict[str, Any]:
         """Poll until a workflow task is leased to ``worker_id``; return the task object."""

@@ -47,6 +47,7 @@ nothing a generated command scheduled (a timer, an activity) can change a world 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -59,8 +60,9 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -77,8 +79,8 @@ from suite.protocol.requirements import REGISTRY, applicable
 from suite.protocol.retries import classify
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
-from .client import CONTROL_HEADER, LOST_ANSWER, REDACTED, WORKER_HEADER, Exchange, resendable_poll
-from .context import TargetInfo
+from .client import CONTROL_HEADER, LOST_ANSWER, REDACTED, WORKER_HEADER, Exchange, ProtocolClient, resendable_poll
+from .context import CheckContext, TargetInfo
 from .outcomes import FUZZ_COUNTERS, CheckFailure, FuzzStats, HarnessError, Kind, Record, Verdict, broken
 
 __all__ = [
@@ -112,6 +114,8 @@ AVRO_VALUE_FORMAT: Final = "durable-workflow-avro-value"
 ALWAYS_ALLOWED: Final = frozenset({413})
 # Long polls, update waits and history waits are pinned to this many seconds so a case never holds a
 # connection for the target's default (30 s); the value stays inside every schema's positive space.
+R = TypeVar("R")
+
 SHORT_HOLD: Final = 1
 CALL_TIMEOUT: Final = 30.0
 KEPT_FAILURES: Final = 3  # exchanges kept as evidence per failing requirement and operation
@@ -515,9 +519,25 @@ class _Driver:
         self.target = target
         self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT)
         self.requests = 0
+        # The fuzzer's waits (long-poll holds) go through the check context's one helper, like every check's.
+        self.ctx = CheckContext(target=target, client=ProtocolClient(target.url), check_name="fuzz")
 
     def close(self) -> None:
         self.http.close()
+
+    def now(self) -> datetime:
+        return self.ctx.now()
+
+    def held(self, send: Callable[[], R], hold: float) -> R:
+        """``send()`` (blocking) as a request the target may hold ``hold`` s: with a test clock, ended by
+        moving the clock once it had :data:`suite.context.HELD_GRACE` to answer (``ctx.held``)."""
+        if not self.target.clock.skips:
+            return send()
+
+        async def go() -> R:
+            return await self.ctx.held(asyncio.to_thread(send), hold)
+
+        return asyncio.run(go())
 
     def headers(self, plane: str) -> dict[str, str]:
         return plane_headers(self.target, plane)
@@ -578,10 +598,11 @@ class _Driver:
         return wid, str(out.get("run_id"))
 
     def lease(self, kind: str, worker: str, queue: str, within: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
+        deadline = self.now() + timedelta(seconds=within)
+        while self.now() < deadline:
             body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1}
-            out = self.ok(self.call("worker", "POST", f"/{kind}/poll", body, timeout=20), (200,), f"{kind} poll")
+            reply = self.held(functools.partial(self.call, "worker", "POST", f"/{kind}/poll", body, timeout=20), 1)
+            out = self.ok(reply, (200,), f"{kind} poll")
             if isinstance(out.get("task"), dict):
                 return dict(out["task"])
         raise WorldUnavailable(f"no {kind} task leased on {queue} within {within:g}s")
@@ -762,7 +783,8 @@ class Worlds:
             return None
 
     def _fresh(self, world: World) -> bool:
-        now = time.monotonic()
+        # On the target's clock: a test clock moved by a held case ages the world's lease and query too.
+        now = self.driver.now().timestamp()
         if world.kind in ("query", "query-ready"):
             return now - world.built_at < self.query_life
         if world.kind not in ("workflow", "activity") or now - world.renewed_at < self.renew_every:
@@ -780,7 +802,7 @@ class Worlds:
         except ValueError:
             out = None
         alive = reply.status_code == 200 and isinstance(out, dict) and out.get("can_continue", True) is not False
-        world.renewed_at = time.monotonic()
+        world.renewed_at = self.driver.now().timestamp()
         return alive
 
     def _build(self) -> World:
@@ -789,7 +811,7 @@ class Worlds:
         # A parked run has no worker at all, so a query is refused at once (no query target).
         worker = uid("w-none") if self.kind == "parked" else d.register(queue)
         workflow_id, run_id = d.start(queue)
-        world = World(self.kind, queue, worker, workflow_id, run_id, built_at=time.monotonic())
+        world = World(self.kind, queue, worker, workflow_id, run_id, built_at=d.now().timestamp())
         base = self.kind.removesuffix("-ready")
         if base in ("workflow", "activity", "query") and self.kind != "workflow-ready":
             world.task = d.lease("workflow-tasks", worker, queue)
@@ -808,7 +830,7 @@ class Worlds:
             world.query_call = self._start_query(world)
             if self.kind == "query":
                 world.task = d.lease("query-tasks", worker, queue, within=5.0)
-        world.renewed_at = time.monotonic()
+        world.renewed_at = d.now().timestamp()
         return world
 
     def _start_query(self, world: World) -> threading.Thread:
@@ -978,7 +1000,10 @@ class _CaseRunner:
                 world = None
         r.stats["requests"] += 1
         try:
-            response = case.call(base_url=self.target.url, timeout=CALL_TIMEOUT)
+            # A poll or update case may be held (its hold is pinned to SHORT_HOLD): a wait like any other.
+            holds = op.op_id.startswith(("poll_", "update_"))
+            send = functools.partial(case.call, base_url=self.target.url, timeout=CALL_TIMEOUT)
+            response = self.driver.held(send, SHORT_HOLD) if holds else send()
         except Exception as exc:
             if self.target.fault_ledger is not None and {c.__name__ for c in type(exc).__mro__} & _LOST_NAMES:
                 # --faults: the proxy lost the answer (the case may have been applied): nothing to judge.

@@ -151,6 +151,12 @@ def _add_target_options(group: Any) -> None:
         "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
     )
     group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
+    group.addoption(
+        "--real-time",
+        action="store_true",
+        default=False,
+        help="Wait in real time even when the target advertises a test clock (test_profile.clock_advance)",
+    )
 
 
 # The budget options: attribute of Budget → (metavar, help); ranges and defaults come from LIMITS and Budget.
@@ -236,12 +242,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SETTINGS_KEY] = RunSettings.from_json(json.loads(workerinput["dw_settings"]))
         config.stash[TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
         config.stash[RUN_KEY] = json.loads(workerinput["dw_run"])
-        if config.stash[SETTINGS_KEY].faults is not None:
-            index = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
-            try:
-                _attach_proxy(config, config.stash[TARGET_KEY], index)
-            except HarnessError as exc:
-                pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
+        target = config.stash[TARGET_KEY]
+        try:
+            if target.embedded:  # each worker its own server, so its clock moves for its checks alone
+                _own_embedded(config, target)
+            if config.stash[SETTINGS_KEY].faults is not None:
+                index = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
+                _attach_proxy(config, target, index)
+            _attach_clock(config, target, int(workerinput.get("workercount", 1)))
+        except HarnessError as exc:
+            _stop_proxy(config)
+            _stop_embedded(config)
+            pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS_ERROR)
         return
     settings = parse_settings(config)
     _check_ids(settings.ids)
@@ -259,10 +271,13 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     if not collect_only:  # listing the items needs no target
         try:
-            config.stash[TARGET_KEY] = _resolve_target(config, settings)
+            target = config.stash[TARGET_KEY] = _resolve_target(config, settings)
+            target.time = time_plan(config, target)
             # Under xdist the workers run the checks, each behind its own proxy; otherwise this process does.
-            if settings.faults is not None and getattr(config.option, "dist", "no") == "no":
-                _attach_proxy(config, config.stash[TARGET_KEY], 0)
+            if getattr(config.option, "dist", "no") == "no":
+                if settings.faults is not None:
+                    _attach_proxy(config, target, 0)
+                _attach_clock(config, target, 1)
         except HarnessError as exc:
             _stop_proxy(config)
             _stop_embedded(config)
@@ -351,6 +366,76 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
         embedded=embedded,
         clock_skew_seconds=measure_clock_skew(url),
     )
+
+
+def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
+    """An xdist worker of ``--target=embedded`` starts its own reference server and runs its checks on it: a
+    test-clock jump made by one check then expires no lease of a check running on another worker."""
+    from .target import EmbeddedServer, probe_cluster_info
+
+    server = EmbeddedServer()
+    config.stash[_EMBEDDED_KEY] = server
+    url = server.start()
+    given = any(config.getoption(o) for o in ("--worker-token", "--operator-token", "--auth-token"))
+    if not given:
+        target.worker_token, target.operator_token = server.worker_token, server.operator_token
+    target.url = url
+    target.cluster_info = probe_cluster_info(url, target.operator_token or target.worker_token)
+
+
+def _attach_clock(config: pytest.Config, target: TargetInfo, processes: int) -> None:
+    """How this process lets the target's time pass (suite.timing): its test clock, when it advertises one and
+    no other process of the run shares it, else real time."""
+    from .timing import TargetClock, advertised_route, plan
+
+    route = advertised_route(target.test_profile)
+    base = (target.upstream_url or target.url).rstrip("/")
+    clock = TargetClock(url=base + route if route else None, token=target.operator_token)
+    clock.real_time_reason = plan(
+        target.test_profile,
+        processes=processes,
+        embedded=target.embedded,
+        real_time=config.stash[SETTINGS_KEY].real_time,
+    )
+    clock.skips = clock.real_time_reason is None
+    clock.read()
+    target.clock = clock
+
+
+def _processes(config: pytest.Config) -> int:
+    """How many processes run checks: the xdist workers, or this one."""
+    if getattr(config.option, "dist", "no") == "no":
+        return 1
+    n = getattr(config.option, "numprocesses", 1)
+    return max(1, n) if isinstance(n, int) else 2  # "auto" not yet resolved: assume it shares
+
+
+def time_plan(config: pytest.Config, target: TargetInfo) -> dict[str, Any]:
+    """How this run lets the target's time pass (the report's ``target.time``, the header line)."""
+    from .timing import advertised_route, plan
+
+    reason = plan(
+        target.test_profile,
+        processes=_processes(config),
+        embedded=target.embedded,
+        real_time=config.stash[SETTINGS_KEY].real_time,
+    )
+    return {
+        "test_clock_advertised": advertised_route(target.test_profile) is not None,
+        "test_clock_used": reason is None,
+        "real_time_reason": reason,
+    }
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    target = config.stash.get(TARGET_KEY, None) if _enabled(config) else None
+    if target is None or target.time is None or hasattr(config, "workerinput"):
+        return None
+    reason = target.time["real_time_reason"]
+    if reason is None:
+        where = "one embedded server per xdist worker" if target.embedded and _processes(config) > 1 else "one process"
+        return [f"dw time: the target's test clock is moved instead of waiting ({where})"]
+    return [f"dw time: real time, because {reason}"]
 
 
 def pytest_configure_node(node: Any) -> None:

@@ -111,12 +111,27 @@ class EntryItem(pytest.Item):
         records = [
             replace(r, test_id=self.nodeid) for r in RUNNERS[self.entry.kind](self.entry, target, settings, config)
         ]
+        foreign = foreign_clock(target)
+        if foreign is not None:  # whatever the entry saw cannot be held against the target
+            records = [
+                replace(r, verdict=Verdict.ERROR, message=str(foreign), failed_requirement=None) for r in records
+            ]
         for record in records:
             self.user_properties.append((RECORD_KEY, json.dumps(record.to_json(), default=str)))
         _conclude(self.entry, records, target, settings)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid
+
+
+def foreign_clock(target: TargetInfo) -> HarnessError | None:
+    """A harness error when someone else moved the target's test clock while an entry ran: leases expiring
+    early and timers firing are then no evidence against the target (suite.timing)."""
+    try:
+        moved = target.clock.moved_by_others()
+    except HarnessError as exc:
+        return exc
+    return HarnessError(moved) if moved else None
 
 
 def records_of(report: pytest.TestReport) -> list[Record]:

@@ -111,6 +111,7 @@ class RunSettings:
     faults: str | None = None
     fault_seed: int | None = None
     sign_key: str | None = None
+    real_time: bool = False  # --real-time: wait in real time even when the target advertises a test clock
     seed: int = 0
     narrowed_by: tuple[str, ...] = field(default=())
 
@@ -251,6 +252,7 @@ def parse_settings(config: pytest.Config) -> RunSettings:
         faults=None if faults is None else str(faults),
         fault_seed=None if fault_seed is None else int(LIMITS["fault_seed"].parse(fault_seed)),
         sign_key=_option(config, "--sign-key"),
+        real_time=bool(_option(config, "--real-time", False)),
         seed=_seed(),
         narrowed_by=tuple(_selection(config, requirements, ids)),
     )

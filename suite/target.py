@@ -23,7 +23,14 @@ import httpx
 from .outcomes import HarnessError
 from .processes import read_url, stop_process
 
-__all__ = ["EMBEDDED_ARGS", "EmbeddedServer", "measure_clock_skew", "namespace_missing", "probe_cluster_info"]
+__all__ = [
+    "EMBEDDED_ARGS",
+    "REAL_TIME_ARGS",
+    "EmbeddedServer",
+    "measure_clock_skew",
+    "namespace_missing",
+    "probe_cluster_info",
+]
 
 # Short but not racy: long enough that a healthy check finishes its work inside one lease.
 EMBEDDED_ARGS: tuple[str, ...] = (
@@ -41,7 +48,11 @@ EMBEDDED_ARGS: tuple[str, ...] = (
     "8",
     "--cancellation-cleanup-seconds",
     "3",
+    # Leases, timers and timeouts pass by moving the server's clock (suite.timing), not by waiting.
+    "--test-clock",
 )
+# The same server waiting in real time: what a target without a test clock looks like to the suite.
+REAL_TIME_ARGS: tuple[str, ...] = tuple(a for a in EMBEDDED_ARGS if a != "--test-clock")
 
 
 def probe_cluster_info(url: str, token: str | None, timeout: float = 10.0) -> dict[str, Any]:

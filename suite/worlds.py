@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from .client import Reply
@@ -37,6 +37,7 @@ __all__ = [
     "leased_run",
     "next_activity",
     "poll_activity",
+    "poll_query",
     "query_call",
     "query_timeout",
     "require_open",
@@ -157,8 +158,7 @@ async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
 
 
 async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
-    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
-    return await ctx.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
+    return await ctx.poll_activity(worker, queue, timeout, **extra)
 
 
 async def lease_activity_at(
@@ -168,14 +168,14 @@ async def lease_activity_at(
     within: float = READY_WITHIN,
     requirement: str = SCHEDULED,
     extra: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], float]:
-    """Poll until an activity task is leased; return it and the monotonic time its lease arrived.
-    ``extra`` fields go into every poll body."""
-    received = [0.0]
+) -> tuple[dict[str, Any], datetime]:
+    """Poll until an activity task is leased; return it and when its lease arrived (on ``ctx.now()``: the
+    target's clock). ``extra`` fields go into every poll body."""
+    received = [ctx.now()]
 
     async def probe() -> dict[str, Any] | None:
         reply = await poll_activity(ctx, run.worker, run.queue, **(extra or {}))
-        received[0] = time.monotonic()
+        received[0] = ctx.now()
         body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
         task = body.get("task")
         return task if isinstance(task, dict) else None
@@ -272,6 +272,12 @@ def require_open(ctx: CheckContext, call: asyncio.Task[Reply], requirement: str 
         )
 
 
+async def poll_query(ctx: CheckContext, run: QueryRun) -> Reply:
+    """A one-second query-task poll as the run's worker (with a test clock, an empty one ends at once)."""
+    body = {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1}
+    return await ctx.held(ctx.client.worker("/query-tasks/poll", body, timeout=16), ctx.poll_hold(1))
+
+
 async def lease_query(
     ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
 ) -> dict[str, Any]:
@@ -279,11 +285,7 @@ async def lease_query(
 
     async def probe() -> dict[str, Any] | None:
         require_open(ctx, call, requirement)
-        reply = await ctx.client.worker(
-            "/query-tasks/poll",
-            {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
-            timeout=16,
-        )
+        reply = await poll_query(ctx, run)
         task = ctx.expect(reply, 200, what="query-task poll", requirement=requirement).get("task")
         return task if isinstance(task, dict) else None
 

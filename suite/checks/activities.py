@@ -9,7 +9,7 @@ task and completes it with ``schedule_activity`` commands targeting that queue, 
 from __future__ import annotations
 
 import base64
-import time
+from datetime import datetime
 from typing import Any
 
 from suite.context import CheckContext
@@ -418,11 +418,11 @@ async def activity_attempt_of_other_task(ctx: CheckContext) -> None:
 # -- retries (invariants 55-57, §11.6, §14.2) ----------------------------------------------------------------
 
 
-async def _fail(ctx: CheckContext, task: dict[str, Any], requirement: str, **failure: Any) -> float:
-    """Fail the attempt; return the monotonic time the answer arrived."""
+async def _fail(ctx: CheckContext, task: dict[str, Any], requirement: str, **failure: Any) -> datetime:
+    """Fail the attempt; return when the answer arrived (on ``ctx.now()``)."""
     reply = await activity_call(ctx, task, "fail", {"failure": {"message": "conformance failure", **failure}})
     ctx.expect(reply, 200, what=f"fail of attempt {task.get('attempt_number')}", requirement=requirement)
-    return time.monotonic()
+    return ctx.now()
 
 
 def _terminal_outcomes(history: list[dict[str, Any]], execution: str) -> list[str]:
@@ -493,7 +493,7 @@ async def retry_attempts_and_backoff(ctx: CheckContext) -> None:
         task, leased_at = await lease_activity_at(
             ctx, run, within=backoff + READY_WITHIN, requirement="RETRY-ATTEMPT-NUMBERS"
         )
-        _require_backoff(ctx, leased_at - failed_at, backoff, attempt, "ACTIVITY-RETRY-BACKOFF")
+        _require_backoff(ctx, (leased_at - failed_at).total_seconds(), backoff, attempt, "ACTIVITY-RETRY-BACKOFF")
         tasks.append(task)
     numbers = [t.get("attempt_number") for t in tasks]
     ctx.require(
@@ -645,7 +645,7 @@ async def retry_backoff_schedule(ctx: CheckContext) -> None:
     for attempt, backoff in enumerate(schedule, start=1):
         failed_at = await _fail(ctx, tasks[-1], req)
         task, leased_at = await lease_activity_at(ctx, run, within=backoff + READY_WITHIN, requirement=req)
-        gap = leased_at - failed_at
+        gap = (leased_at - failed_at).total_seconds()
         _require_backoff(ctx, gap, backoff, attempt, req)
         if attempt == 1:
             # ≈1 s, not the 2 s of the next entry: a server that ignores the schedule's order fails here.
@@ -690,7 +690,7 @@ async def retry_backoff_schedule(ctx: CheckContext) -> None:
 # -- timeouts (§11.7) ----------------------------------------------------------------------------------------
 
 
-async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: float, seconds: float) -> None:
+async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: datetime, seconds: float) -> None:
     """Wait until an attempt's ``seconds``-long timeout has certainly passed: the owner's heartbeat says it
     cannot continue, or a full second more than the timeout has elapsed since the lease arrived."""
 
@@ -698,7 +698,7 @@ async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: float, se
         reply = await activity_call(ctx, task, "heartbeat", {})
         if reply.status != 200 or reply.json().get("can_continue") is False:
             return True
-        return True if time.monotonic() - leased_at >= seconds + 1.0 else None
+        return True if (ctx.now() - leased_at).total_seconds() >= seconds + 1.0 else None
 
     await ctx.wait_until(probe, timeout=seconds + READY_WITHIN, what="the start_to_close timeout", interval=0.2)
 

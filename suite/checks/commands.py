@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -712,17 +711,17 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
     delay, tolerance = 3, 0.5
     ctx.needs_short(delay + 10, "a 3-second timer plus 10 s of slack")
     run = await leased_run(ctx)
-    loop = asyncio.get_running_loop()
     reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}])
     # The timer was scheduled before this response left the server, so this instant is late, never early:
-    # the elapsed time below can only understate how long the server held the task back.
-    scheduled = loop.time()
+    # the elapsed time below (on the target's clock, ctx.now()) can only understate how long the server held
+    # the task back.
+    scheduled = ctx.now()
     ctx.expect(reply, 200, what="start_timer", requirement="TIMER-NOT-EARLY")
 
     async def probe() -> tuple[dict[str, Any], float] | None:
         poll = await ctx.poll_wf(run.worker, run.queue, 1)
         task = ctx.expect(poll, 200, what="workflow-task poll").get("task")
-        return (task, loop.time() - scheduled) if isinstance(task, dict) else None
+        return (task, (ctx.now() - scheduled).total_seconds()) if isinstance(task, dict) else None
 
     task, elapsed = await ctx.wait_until(probe, timeout=delay + 10, what="the timer's workflow task")
     ctx.require(

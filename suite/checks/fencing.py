@@ -15,11 +15,11 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from suite.client import ProtocolClient, Reply
-from suite.context import CheckContext
+from suite.context import CLOCK_SKEW, CheckContext
 from suite.protocol.commands import LEGACY_START_FIELDS
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import RUN_TERMINAL_EVENTS
@@ -29,8 +29,6 @@ from suite.worlds import activity_call, next_activity, poll_activity, require_op
 
 # Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
 SLACK = 10.0
-# Assumed worst clock skew when the target sends no Date header and the local clock must stand in.
-CLOCK_SKEW = 2.0
 # The four workflow-task verbs fenced by §8.9.
 VERBS = ("heartbeat", "complete", "fail", "history")
 LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
@@ -119,21 +117,6 @@ def _lease_length(ctx: CheckContext, task: dict[str, Any], reply: Reply, kind: t
         if expires is not None and now is not None:
             seconds = max(0.0, (expires - now).total_seconds())
     return ctx.needs_short(seconds, what, setting)
-
-
-async def _wait_past(ctx: CheckContext, instant: datetime, *, within: float, what: str) -> None:
-    """Wait until the server's clock (the Date of ``GET /api/health``) is past ``instant``.
-
-    Date has whole seconds and is truncated, so ``Date > instant`` proves the server's now is past it. A
-    read-only health probe is no stimulus for the task queues.
-    """
-
-    async def probe() -> bool | None:
-        reply = await ctx.client.request("GET", "/api/health")
-        now = reply.server_date or datetime.now(UTC) - timedelta(seconds=CLOCK_SKEW)
-        return True if now > instant else None
-
-    await ctx.wait_until(probe, timeout=within, what=what, interval=0.25)
 
 
 # -- judging -----------------------------------------------------------------------------------------------
@@ -554,7 +537,7 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
         requirement="EXPIRY-HOLDER-FENCED",
     )
     assert expires is not None
-    await _wait_past(ctx, expires, within=lease + SLACK, what="the server clock to pass lease_expires_at")
+    await ctx.wait_past(expires, within=lease + SLACK, what="the server clock to pass lease_expires_at")
     # Nobody has reclaimed the task: whoever asks is told the lease expired (a server whose repair loop
     # already put the task back to ready answers task_not_leased, which the order also allows).
     unclaimed = ("lease_expired", "task_not_leased")
@@ -709,10 +692,11 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
         "workflow_task_lease_seconds",
     )
     hold = min(60, math.ceil(lease + SLACK))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    reply = await ctx.poll_wf(waiting, queue, hold)
-    elapsed = loop.time() - started
+    expires = _instant(task.get("lease_expires_at"))
+    started = ctx.now()
+    # With a test clock the hold is cut short at the lease's expiry: the poll must then answer at once.
+    reply = await ctx.poll_wf(waiting, queue, hold, until=expires)
+    elapsed = (ctx.now() - started).total_seconds()
     body = ctx.expect(
         reply, 200, what="a long poll started while the task was leased", requirement="DISPATCH-LOST-NOTIFICATION"
     )
@@ -746,7 +730,7 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
         requirement="DISPATCH-LOST-NOTIFICATION",
     )
     assert expires is not None
-    await _wait_past(ctx, expires, within=lease + SLACK, what="the server clock to pass the second lease")
+    await ctx.wait_past(expires, within=lease + SLACK, what="the server clock to pass the second lease")
     reply = await ctx.poll_wf(third, queue, 1)
     body = ctx.expect(
         reply, 200, what="the first poll after the second lease expired", requirement="EXPIRY-SELF-RECOVERY"
@@ -776,7 +760,6 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
     hold = math.ceil(delay + SLACK)
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
-    loop = asyncio.get_running_loop()
     # A timer fires while the poll waits.
     await ctx.start(queue)
     task, _ = await _lease(ctx, worker, queue)
@@ -785,9 +768,10 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
         200,
         what="complete with start_timer",
     )
-    started = loop.time()
-    reply = await ctx.poll_wf(worker, queue, hold)
-    elapsed = loop.time() - started
+    started = ctx.now()
+    due = started + timedelta(seconds=delay)
+    reply = await ctx.poll_wf(worker, queue, hold, until=due)
+    elapsed = (ctx.now() - started).total_seconds()
     body = ctx.expect(reply, 200, what="a long poll waiting for the timer", requirement="DISPATCH-LOST-NOTIFICATION")
     fired = _task_of(body)
     on_time = elapsed <= delay + SLACK / 2
@@ -812,9 +796,9 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
     transient = {"message": "conformance: transient", "type": "Transient"}
     reply = await activity_call(ctx, act, "fail", {"failure": transient})
     ctx.expect(reply, 200, what="a retryable activity failure")
-    started = loop.time()
-    reply = await poll_activity(ctx, worker, queue, hold)
-    elapsed = loop.time() - started
+    started = ctx.now()
+    reply = await poll_activity(ctx, worker, queue, hold, until=started + timedelta(seconds=delay))
+    elapsed = (ctx.now() - started).total_seconds()
     body = ctx.expect(reply, 200, what="a long poll waiting for the retry", requirement="DISPATCH-LOST-NOTIFICATION")
     retry = _task_of(body) or {}
     on_time = elapsed <= delay + SLACK / 2
@@ -1076,8 +1060,8 @@ async def cancel_no_redelivery_after_expiry(ctx: CheckContext) -> None:
         await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance"}), 200, what="cancel"
     )
     instants = [i for i in (_instant(wf.get("lease_expires_at")), _instant(act.get("lease_expires_at"))) if i]
-    latest = max(instants) if instants else datetime.now(UTC) + timedelta(seconds=lease + CLOCK_SKEW)
-    await _wait_past(ctx, latest, within=lease + SLACK, what="both leases to expire")
+    latest = max(instants) if instants else ctx.now() + timedelta(seconds=lease + CLOCK_SKEW)
+    await ctx.wait_past(latest, within=lease + SLACK, what="both leases to expire")
     await _no_leases_after_close(ctx, queue, worker, {run_id}, "CANCEL-NO-NEW-LEASES")
 
 
@@ -1471,9 +1455,8 @@ async def _foreign_query_calls(ctx: CheckContext, wid: str, worker: str, queue: 
     try:
 
         async def probe() -> dict[str, Any] | None:
-            reply = await ctx.client.worker(
-                "/query-tasks/poll", {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1}, timeout=16
-            )
+            body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1}
+            reply = await ctx.held(ctx.client.worker("/query-tasks/poll", body, timeout=16), ctx.poll_hold(1))
             qt = ctx.expect(reply, 200, what="query-task poll").get("task")
             if not isinstance(qt, dict):
                 require_open(ctx, query)

@@ -64,13 +64,25 @@ def _key(task: dict[str, Any], kind: str = "workflow") -> tuple[Any, Any]:
 
 
 async def _poll(
-    ctx: CheckContext, kind: str, worker: str | None, queue: str | None, timeout: int | None = 1, **extra: Any
+    ctx: CheckContext,
+    kind: str,
+    worker: str | None,
+    queue: str | None,
+    timeout: int | None = 1,
+    *,
+    real: bool = False,
+    **extra: Any,
 ) -> Reply:
-    """One poll of ``kind``; ``None`` leaves a field out of the body."""
+    """One poll of ``kind``; ``None`` leaves a field out of the body. With a test clock an empty poll's hold is
+    ended by moving the clock (``ctx.held``); the hold checks time their polls themselves (:func:`_timed`)."""
     body: dict[str, Any] = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
     body = {k: v for k, v in body.items() if v is not None}
     hold = timeout if timeout is not None and timeout > 0 else 1
-    return await ctx.client.worker(POLL_PATH[kind], body, timeout=min(hold, 60) + 20)
+    request = ctx.client.worker(POLL_PATH[kind], body, timeout=min(hold, 60) + 20)
+    default = ctx.target.test_profile.get("long_poll_default_seconds")
+    if timeout is None:
+        hold = int(default) if isinstance(default, int) and not isinstance(default, bool) else 30
+    return await (request if real else ctx.held(request, ctx.poll_hold(hold)))
 
 
 async def _race(coros: Iterable[Awaitable[R]]) -> list[R]:
@@ -149,22 +161,22 @@ async def _answer_query(ctx: CheckContext, task: dict[str, Any], call: asyncio.T
     ctx.expect(await call, 200, what="the control-plane query after the worker answered")
 
 
-async def _leased_of_every_kind(ctx: CheckContext) -> dict[str, tuple[str, Reply, float]]:
-    """One leased workflow, activity and query task: kind → (poller, poll reply, local send time)."""
+async def _leased_of_every_kind(ctx: CheckContext) -> dict[str, tuple[str, Reply, datetime]]:
+    """One leased workflow, activity and query task: kind → (poller, poll reply, send time on ``ctx.now()``)."""
     queue = ctx.uid("q")
     workers = {kind: await ctx.register(queue, capabilities=["query_tasks"]) for kind in KINDS}
-    out: dict[str, tuple[str, Reply, float]] = {}
+    out: dict[str, tuple[str, Reply, datetime]] = {}
     workflow_id, _ = await ctx.start(queue)
-    sent = time.time()
+    sent = ctx.now()
     reply, task = await _lease(ctx, "workflow", workers["workflow"], queue)
     out["workflow"] = (workers["workflow"], reply, sent)
     done = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
     ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
-    sent = time.time()
+    sent = ctx.now()
     reply, _ = await _lease(ctx, "activity", workers["activity"], queue)
     out["activity"] = (workers["activity"], reply, sent)
     async with _open_query(ctx, workflow_id) as call:
-        sent = time.time()
+        sent = ctx.now()
         reply, task = await _lease(ctx, "query", workers["query"], queue, call=call)
         out["query"] = (workers["query"], reply, sent)
         await _answer_query(ctx, task, call)
@@ -470,6 +482,23 @@ async def _timed(
     return reply, reply.exchange.elapsed
 
 
+async def _held_for(
+    ctx: CheckContext, worker: str, queue: str, timeout: int, clamp: float, *, limit: float, requirement: str
+) -> tuple[Reply, float]:
+    """An empty workflow poll whose hold should be ``clamp`` s, and how long it was held on the target's clock.
+
+    Without a test clock that is the real hold (as :func:`_timed` measures it). With one, the clock is moved to
+    the end of the expected hold once the poll is waiting there: a target that clamps as it should answers
+    at once; one that holds longer keeps the poll in real time until it answers or ``limit`` passes.
+    """
+    started = ctx.now()
+    timed = _timed(ctx, "workflow", worker, queue, timeout, limit=limit, requirement=requirement)
+    # Released at the expected end; a poll still held then is released at the end of what it asked for.
+    asked = max(clamp, min(float(timeout), 60.0))
+    reply, real = await ctx.held(timed, asked, until=started + timedelta(seconds=clamp))
+    return reply, real if not ctx.target.clock.skips else (ctx.now() - started).total_seconds()
+
+
 @check("LONGPOLL-HOLD", "POLL-STATUS-EMPTY")
 async def long_poll_holds_for_timeout(ctx: CheckContext) -> None:
     """An empty queue polled with timeout_seconds t ∈ {1, 2} answers 200 empty after t s (t-0.5 … t+3), per request."""
@@ -506,14 +535,10 @@ async def long_poll_clamps_max(ctx: CheckContext) -> None:
     returns within that plus slack."""
     declared = ctx.target.test_profile.get("long_poll_max_seconds")
     clamp = declared if isinstance(declared, int) and 1 <= declared <= 60 else 60
-    if ctx.target.max_wait < clamp + 5:
-        raise NotCovered(
-            f"a poll with timeout_seconds 120 may hold {clamp} s, longer than --max-wait={ctx.target.max_wait:g}s",
-            f"--max-wait {clamp + 5}, or a shorter {profile_setting('long_poll_max_seconds')}",
-        )
+    ctx.needs_short(clamp + 5, f"a poll with timeout_seconds 120, which may hold {clamp} s,", "long_poll_max_seconds")
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
-    reply, elapsed = await _timed(ctx, "workflow", wid, queue, 120, limit=clamp + 20, requirement="LONGPOLL-CLAMP-MAX")
+    reply, elapsed = await _held_for(ctx, wid, queue, 120, clamp, limit=clamp + 20, requirement="LONGPOLL-CLAMP-MAX")
     ctx.expect(reply, 200, what="poll with timeout_seconds 120")
     ctx.require(
         elapsed <= clamp + 5,
@@ -530,7 +555,7 @@ async def long_poll_clamps_min(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     for value in (0, -5):
-        reply, elapsed = await _timed(ctx, "workflow", wid, queue, value, limit=10, requirement="LONGPOLL-CLAMP-MIN")
+        reply, elapsed = await _held_for(ctx, wid, queue, value, 1, limit=10, requirement="LONGPOLL-CLAMP-MIN")
         body = ctx.expect(reply, 200, what=f"poll with timeout_seconds {value}")
         ctx.require(
             body.get("task") is None,
@@ -557,7 +582,7 @@ POLL_SETTLE_SECONDS = 1.0
 async def _settle(ctx: CheckContext, waiting: asyncio.Task[Reply], kind: str, *, settled: bool = False) -> None:
     """Let ``waiting`` reach the server (unless that time has passed already); it must still be held."""
     if not settled:
-        await asyncio.sleep(POLL_SETTLE_SECONDS)
+        await ctx.wait(POLL_SETTLE_SECONDS, real=True)
     if waiting.done():
         raise ctx.fail(
             f"an empty {kind} queue polled with timeout_seconds 20 holds the poll",
@@ -573,8 +598,9 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
     """Work that becomes ready while a 20 s poll waits is delivered at once (workflow and activity polls)."""
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
-    wf_poll = asyncio.create_task(_poll(ctx, "workflow", wid, queue, 20))
-    act_poll = asyncio.create_task(_poll(ctx, "activity", wid, queue, 20))
+    # Real holds: these polls must still be waiting when the work appears (a test clock is not moved here).
+    wf_poll = asyncio.create_task(_poll(ctx, "workflow", wid, queue, 20, real=True))
+    act_poll = asyncio.create_task(_poll(ctx, "activity", wid, queue, 20, real=True))
     try:
         await _settle(ctx, wf_poll, "workflow")
         await _settle(ctx, act_poll, "activity", settled=True)
@@ -751,7 +777,7 @@ async def _throttled_poll(ctx: CheckContext) -> Reply:
         workers = [await ctx.register(queue) for _ in range(limit + 1)]
         for _ in range(limit + 1):
             await ctx.start(queue)
-        started = time.monotonic()
+        started = ctx.now()
         fills = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers[:limit])
         throttled = [r for r in fills if r.json().get("poll_status") == "throttled"]
         if throttled:
@@ -767,7 +793,7 @@ async def _throttled_poll(ctx: CheckContext) -> Reply:
                 requirement="LEASE-ONE-PER-POLL",
             )
         reply = await _poll(ctx, "workflow", workers[limit], queue, 1)
-        if _task(reply) is None or time.monotonic() - started < lease - 0.5:
+        if _task(reply) is None or (ctx.now() - started).total_seconds() < lease - 0.5:
             return reply
         # A lease may have expired before the probe reached the server; the probe is inconclusive.
     raise NotCovered(f"the {lease:g} s leases expired before the queue could be filled three times", THROTTLE_SETTING)
@@ -995,7 +1021,7 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
         floor, what = (
             (date, "the response Date")
             if date is not None
-            else (datetime.fromtimestamp(sent - 60, tz=expires.tzinfo), "the local send time minus 60 s of skew")
+            else (sent - timedelta(seconds=60), "the local send time minus 60 s of skew")
         )
         ctx.require(
             expires > floor,
@@ -1233,17 +1259,12 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     )
     assert lease is not None
 
-    async def expired() -> bool | None:
-        # Wait on the server's clock: Date is floored, so Date > expiry means the lease is over.
-        date = (await ctx.client.request("GET", "/api/health")).server_date
-        if date is None:
-            raise NotCovered(
-                "the target sends no Date header, so lease expiry cannot be read off its clock",
-                "a Date response header",
-            )
-        return True if date > expires else None
-
-    await ctx.wait_until(expired, timeout=lease + 4, interval=0.25, what="the lease to expire on the server's clock")
+    if date is None and not ctx.target.clock.skips:
+        raise NotCovered(
+            "the target sends no Date header, so lease expiry cannot be read off its clock",
+            "a Date response header",
+        )
+    await ctx.wait_past(expires, within=lease + 4, what="the lease to expire on the server's clock")
     reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
     got = _leased(ctx, reply, "poll with the poll_request_id of an expired lease")
     ctx.require(

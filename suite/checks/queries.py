@@ -8,6 +8,7 @@ completes or fails the leased query task, then reads what the control-plane call
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from suite.client import Reply
@@ -18,6 +19,7 @@ from suite.worlds import (
     QUERY_ARGS,
     QueryRun,
     lease_query,
+    poll_query,
     query_call,
     query_timeout,
     settle,
@@ -185,11 +187,13 @@ async def query_timeout_504(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     await ctx.register(queue)  # registered and fresh, but it never polls
     workflow_id, _ = await ctx.start(queue)
-    started = time.monotonic()
-    reply = await ctx.client.control(
+    started = ctx.now()
+    call = ctx.client.control(
         "POST", f"/workflows/{workflow_id}/query/status", {"input": QUERY_ARGS}, timeout=timeout + 15
     )
-    elapsed = time.monotonic() - started
+    # With a test clock the target's clock is moved to the timeout; without one this waits it out.
+    reply = await ctx.held(call, until=started + timedelta(seconds=timeout))
+    elapsed = (ctx.now() - started).total_seconds()
     ctx.expect(reply, 504, "query_worker_timeout", what="a query no worker picks up", requirement=req)
     low, high = (timeout - 0.5, timeout + 5.0) if advertised else (1.0, timeout + 5.0)
     ctx.require(
@@ -210,10 +214,12 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     timeout, _ = query_timeout(ctx)
     ctx.needs_short(timeout, "the query timeout", "query_task_timeout_seconds")
     run = await waiting_run(ctx)
+    started = ctx.now()
     call = start_query(ctx, run, "slow")
     try:
         task = await lease_query(ctx, run, call, requirement=req)
-        reply = await call  # the worker sits on its lease until the control plane gives up
+        # The worker sits on its lease until the control plane gives up.
+        reply = await ctx.held(call, until=started + timedelta(seconds=timeout))
     finally:
         await settle(call)
     ctx.expect(
@@ -227,11 +233,7 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     ctx.expect(late, 409, "query_task_not_leased", what="query complete after the timeout", requirement=req)
     late = await query_call(ctx, task, "fail", {"failure": {"message": "too late"}})
     ctx.expect(late, 409, "query_task_not_leased", what="query fail after the timeout", requirement=req)
-    poll = await ctx.client.worker(
-        "/query-tasks/poll",
-        {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1},
-        timeout=16,
-    )
+    poll = await poll_query(ctx, run)
     again = ctx.expect(poll, 200, what="query-task poll after the timeout", requirement="QUERY-READ-ONLY").get("task")
     ctx.require(
         again is None,

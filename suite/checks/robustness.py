@@ -11,9 +11,9 @@ leased task, where only the fencing fields are broken (so that no fuzz body can 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from suite.client import WORKER_HEADER, Reply
@@ -459,7 +459,7 @@ class _LiveRun:
     wf: dict[str, Any]
     a: dict[str, Any]
     b: dict[str, Any]
-    renewed_at: float = 0.0
+    renewed_at: datetime  # on ctx.now(): the leases age on the target's clock, which a test clock moves
 
 
 async def _live_run(ctx: CheckContext) -> _LiveRun:
@@ -469,12 +469,12 @@ async def _live_run(ctx: CheckContext) -> _LiveRun:
     reply = await ctx.client.control("POST", f"/workflows/{run.workflow_id}/signal/conformance_wake", {"input": []})
     ctx.expect(reply, 202, what="a signal that opens a workflow task", requirement="ROBUST-REJECTED-NO-STATE-CHANGE")
     wf = await ctx.lease_wf(run.worker, run.queue)
-    return _LiveRun(run, wf, a, b, time.monotonic())
+    return _LiveRun(run, wf, a, b, ctx.now())
 
 
 async def _renew(ctx: CheckContext, live: _LiveRun) -> None:
     """Keep the three leases alive (a heartbeat may write history, so it happens outside any comparison)."""
-    if time.monotonic() - live.renewed_at < RENEW_EVERY:
+    if (ctx.now() - live.renewed_at).total_seconds() < RENEW_EVERY:
         return
     req = "ROBUST-REJECTED-NO-STATE-CHANGE"
     ctx.expect(
@@ -497,7 +497,7 @@ async def _renew(ctx: CheckContext, live: _LiveRun) -> None:
             received=body.get("can_continue"),
             requirement=req,
         )
-    live.renewed_at = time.monotonic()
+    live.renewed_at = ctx.now()
 
 
 async def _snapshot(ctx: CheckContext, run: ActivityRun) -> Snapshot:

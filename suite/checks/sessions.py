@@ -8,7 +8,7 @@ builds its own world: session ids, queues and workers from ``ctx.uid``. Sessions
 from __future__ import annotations
 
 import asyncio
-import time
+from datetime import datetime
 from typing import Any
 
 from suite.client import Reply
@@ -89,12 +89,12 @@ async def lease_within(ctx: CheckContext, worker: str, queue: str, requirement: 
         raise
 
 
-def still_within(since: float, seconds: float, what: str) -> None:
-    """Timing evidence for a judgement: the server's clock cannot have moved more than the local monotonic
-    time since ``since`` (taken before the request that started the clock). When that bound reaches
-    ``seconds`` the lease in question may have lapsed on its own — delays, not the target, decide the answer,
-    so the check cannot judge (under --faults it runs again)."""
-    if time.monotonic() - since >= seconds:
+def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) -> None:
+    """Timing evidence for a judgement: the server's clock cannot have moved more than ``ctx.now()`` (the local
+    clock, plus every test-clock advance) since ``since`` (taken before the request that started the clock).
+    When that bound reaches ``seconds`` the lease in question may have lapsed on its own — delays, not the
+    target, decide the answer, so the check cannot judge (under --faults it runs again)."""
+    if (ctx.now() - since).total_seconds() >= seconds:
         raise Indeterminate(f"{what} may have lapsed on its own: {seconds:g}s passed before the probe answered")
 
 
@@ -215,13 +215,13 @@ async def session_one_owner_race(ctx: CheckContext) -> None:
     owner = a if admitted[0] is replies[0] else b
     loser = b if owner == a else a
     await schedule_in_session(ctx, queue, {"session_id": sid}, {"session_id": sid})
-    started = time.monotonic()
+    started = ctx.now()
     polls = await asyncio.gather(leased(ctx, loser, queue), leased(ctx, owner, queue))
     ctx.require(polls[0] is None, "the worker that does not hold the session is leased none of its tasks")
     first = polls[1] or await lease_within(ctx, owner, queue, "SESSION-SINGLE-OWNER")
     extra = await leased(ctx, owner, queue)
     if extra is not None:
-        still_within(started, attempt_lease(ctx), "the first in-session attempt's lease")
+        still_within(ctx, started, attempt_lease(ctx), "the first in-session attempt's lease")
     ctx.require(
         extra is None,
         "max_concurrent_activities 1: the second in-session task waits while the first is leased",
@@ -241,24 +241,24 @@ async def session_renewed_by_activity_heartbeat(ctx: CheckContext) -> None:
     queue, [worker] = await workers(ctx, [])
     sid = ctx.uid("s")
     await schedule_in_session(ctx, queue, {"session_id": sid, "lease_seconds": 2})
-    started = time.monotonic()
+    started = ctx.now()
     task = await lease_within(ctx, worker, queue, "SESSION-ACTIVITY-HEARTBEAT-RENEWS")
     first = (task.get("worker_session") or {}).get("lease_expires_at")
     beat = {"activity_attempt_id": task["activity_attempt_id"], "lease_owner": worker}
     last: Reply | None = None
     renewed_since = started
     for _ in range(4):  # 4 × 1 s: twice the session lease
-        await asyncio.sleep(1.0)
-        sent = time.monotonic()
+        await ctx.wait(1.0)
+        sent = ctx.now()
         last = await ctx.client.worker(f"/activity-tasks/{task['task_id']}/heartbeat", beat)
         ctx.expect(last, 200, what="in-session activity heartbeat")
-        still_within(renewed_since, 2.0, "the 2 s session lease between two heartbeats")
+        still_within(ctx, renewed_since, 2.0, "the 2 s session lease between two heartbeats")
         renewed_since = sent
     assert last is not None
     shown = last.json().get("worker_session") or {}
     reply = await heartbeat(ctx, worker, sid)
     if reply.status != 200:
-        still_within(renewed_since, 2.0, "the 2 s session lease after the last heartbeat")
+        still_within(ctx, renewed_since, 2.0, "the 2 s session lease after the last heartbeat")
     ctx.require(
         reply.status == 200 and status_of(reply.json()) == "active",
         "after 4 s of activity heartbeats the 2 s session lease is still live",
@@ -284,9 +284,9 @@ async def session_expiry_and_reacquisition(ctx: CheckContext) -> None:
     queue, [old, new] = await workers(ctx, [], [])
     sid = ctx.uid("s")
     await schedule_in_session(ctx, queue, {"session_id": sid, "lease_seconds": 1})
-    started = time.monotonic()
+    started = ctx.now()
     task = await lease_within(ctx, old, queue, "SESSION-LEASE-EXPIRY")
-    await asyncio.sleep(1.5)
+    await ctx.wait(1.5)
     reply = await session_call(ctx, "POST", f"/{sid}/heartbeat", {"worker_id": old})
     ctx.expect(
         reply, 409, "session_not_active", what="heartbeat of a lapsed session", requirement="SESSION-LEASE-EXPIRY"
@@ -313,7 +313,7 @@ async def session_expiry_and_reacquisition(ctx: CheckContext) -> None:
         requirement="SESSION-ATTEMPT-LEASE-INDEPENDENT",
     )
     if out.get("can_continue") is not True:
-        still_within(started, attempt_lease(ctx), "the in-flight attempt's own lease")
+        still_within(ctx, started, attempt_lease(ctx), "the in-flight attempt's own lease")
     ctx.require(
         out.get("can_continue") is True,
         "the attempt's own lease outlives the session it was leased in",
@@ -337,7 +337,7 @@ async def session_reacquire_disallowed(ctx: CheckContext) -> None:
     _, [holder, other] = await workers(ctx, [], [])
     sid = ctx.uid("s")
     ctx.expect(await create(ctx, holder, sid, lease_seconds=1, allow_reacquire_after_failure=False), 201)
-    await asyncio.sleep(1.5)
+    await ctx.wait(1.5)
     reply = await create(ctx, other, sid)
     ctx.expect(reply, 409, "session_reacquire_disallowed", what="reacquire a session that forbids it")
 
@@ -358,7 +358,7 @@ async def session_ttl_is_terminal(ctx: CheckContext) -> None:
         expected=f"<= {ttl}",
         received=lease,
     )
-    await asyncio.sleep(2.5)
+    await ctx.wait(2.5)
     ctx.expect(await create(ctx, holder, sid), 409, "session_closed", what="the id after its TTL passed")
 
 

@@ -116,10 +116,11 @@ async def version_older_minors_accepted(ctx: CheckContext) -> None:
             "/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"}, version=version
         )
         ctx.expect(reply, (200, 201), what=f"register with {version}", requirement="VERSION-OLDER-MINOR-ACCEPTED")
-        poll = await ctx.client.worker(
-            "/workflow-tasks/poll",
-            {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1},
-            version=version,
+        poll = await ctx.held(
+            ctx.client.worker(
+                "/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1}, version=version
+            ),
+            ctx.poll_hold(1),
         )
         ctx.expect(poll, 200, what=f"poll with {version}", requirement="VERSION-OLDER-MINOR-ACCEPTED")
         for r in (reply, poll):
@@ -196,7 +197,7 @@ async def envelope_on_every_worker_response(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     replies = [
         await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"}),  # 201
-        await ctx.client.worker("/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1}),
+        await ctx.poll_wf(wid, queue, 1),
         await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None),  # 400
         await ctx.client.worker(
             "/workflow-tasks/no-such-task/heartbeat", {"lease_owner": wid, "workflow_task_attempt": 1}
@@ -215,11 +216,9 @@ async def worker_plane_has_no_control_marks(ctx: CheckContext) -> None:
     """A worker request that also sends the control-plane header is answered in the worker envelope only."""
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
-    reply = await ctx.client.worker(
-        "/workflow-tasks/poll",
-        {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1},
-        headers={"X-Durable-Workflow-Control-Plane-Version": "2"},
-    )
+    body = {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1}
+    extra = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+    reply = await ctx.held(ctx.client.worker("/workflow-tasks/poll", body, headers=extra), ctx.poll_hold(1))
     ctx.expect(reply, 200, requirement="ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER")
     ctx.require(
         "x-durable-workflow-control-plane-version" not in reply.headers and "control_plane" not in reply.json(),
@@ -539,7 +538,7 @@ async def responses_match_schemas(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     await ctx.client.worker("/heartbeat", {"worker_id": wid})
-    await ctx.client.worker("/workflow-tasks/poll", {"worker_id": wid, "task_queue": queue, "timeout_seconds": 1})
+    await ctx.poll_wf(wid, queue, 1)
     workflow_id, run_id = await ctx.start(queue, input=["hello", 42])
     task = await ctx.lease_wf(wid, queue)
     await ctx.wf_call(task, "heartbeat")

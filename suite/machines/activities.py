@@ -32,10 +32,8 @@ Hypothesis replays an example the same way when it shrinks it.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -49,7 +47,7 @@ from suite.protocol.lifecycles import AttemptStatus
 
 from . import activity_oracle as oracle
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
-from .base import MachineBase, Polled, note
+from .base import EXPIRY_STEP, MachineBase, Polled, note
 
 __all__ = ["ActivityMachine"]
 
@@ -124,7 +122,7 @@ class ActivityMachine(MachineBase):
         profile = self.target.test_profile if self.target else {}
         lease = profile.get("activity_task_lease_seconds")
         self.lease_seconds: float | None = float(lease) if isinstance(lease, int | float) else None
-        self.max_wait = self.target.max_wait if self.target else 30.0
+        self.max_wait = self.ctx.max_wait
         # A start_to_close shorter than the lease always fires first (both run from the same claim), so the
         # model never has to guess which of the two ended an attempt.
         self.short_timeouts = (
@@ -148,12 +146,11 @@ class ActivityMachine(MachineBase):
 
     # -- polling -------------------------------------------------------------------------------------------
 
-    async def _poll(self, worker: str, timeout: int) -> Reply:
-        body = {"worker_id": worker, "task_queue": self.queue, "timeout_seconds": timeout}
-        return await self.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
+    async def _poll(self, worker: str, timeout: int, until: datetime | None = None) -> Reply:
+        return await self.ctx.poll_activity(worker, self.queue, timeout, until=until)
 
-    def poll_activity(self, worker: str, timeout: int = 1) -> Polled:
-        return self.poll_once(self._poll(worker, timeout), "activity")
+    def poll_activity(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
+        return self.poll_once(self._poll(worker, timeout, until), "activity")
 
     def lost_poll(self) -> None:
         """A poll without an answer may have leased any claimable task: those executions become uncertain."""
@@ -462,10 +459,11 @@ class ActivityMachine(MachineBase):
             return
         self.lease_waits += 1
         taker = next(w for w in self.workers if w != a.owner)
-        deadline = time.monotonic() + max(0.0, (a.expires - self.now()).total_seconds()) + self.lease_seconds + 5
-        while time.monotonic() < deadline:
-            hold = max(1, min(10, int(deadline - time.monotonic())))
-            polled = self.poll_activity(taker, hold)
+        deadline = max(a.expires, self.now()) + timedelta(seconds=self.lease_seconds + 5)
+        while self.now() < deadline:
+            hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
+            # With a test clock the poll's hold ends at the expiry: just as much time passes as in real time.
+            polled = self.poll_activity(taker, hold, max(a.expires, self.now()) + EXPIRY_STEP)
             if polled.reply is None:
                 return
             got = self.adopt(polled, taker)
@@ -488,8 +486,8 @@ class ActivityMachine(MachineBase):
         if a is None or a.deadline is None:
             return
         self.timeout_waits += 1
-        deadline = time.monotonic() + max(0.0, (a.deadline - self.now()).total_seconds()) + self.MARGIN + 5
-        while time.monotonic() < deadline:
+        deadline = max(a.deadline, self.now()) + timedelta(seconds=self.MARGIN + 5)
+        while self.now() < deadline:
             res = self.report(a, "owner", "heartbeat")
             if res is None or not a.execution.certain:
                 return
@@ -498,7 +496,7 @@ class ActivityMachine(MachineBase):
                     self.reached("timeout_waited")
                     self.report(a, "owner", then)
                 return
-            self.run(asyncio.sleep(0.25))
+            self.run(self.ctx.wait(0.25))
         raise self.violation(
             "TIMEOUT-LATE-COMPLETE-STALE",
             f"attempt {a.attempt_id} still can_continue well after its start_to_close deadline",

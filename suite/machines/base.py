@@ -49,10 +49,14 @@ from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 
 from .world import CLOSE_EVENTS, RunShadow
 
-__all__ = ["FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
+__all__ = ["EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
 
 R = TypeVar("R")
 RunT = TypeVar("RunT", bound=RunShadow)
+
+# With a test clock, a rule that waits out a lease moves the clock this far past its expiry (and no further):
+# the expiry has certainly passed on the target, and no more time passes than a real wait would let pass.
+EXPIRY_STEP = timedelta(milliseconds=10)
 
 # How often each hard state was reached in this process, per machine (the coverage ledger).
 LEDGER: dict[str, Counter[str]] = {}
@@ -132,7 +136,8 @@ class MachineBase(RuleBasedStateMachine):
         return type(cls.__name__, (cls,), {"target": target})
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        """The target's clock (``ctx.now()``): the local clock, or the target's test clock as moved so far."""
+        return self.ctx.now()
 
     # -- running requests ----------------------------------------------------------------------------
 

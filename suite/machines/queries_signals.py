@@ -498,7 +498,7 @@ class QuerySignalMachine(QueryWorker):
                         and isinstance(payload.get("update_id"), str)
                     ):
                         return str(payload["update_id"])
-                await asyncio.sleep(0.05)
+                await self.ctx.wait(0.05, real=True)  # the server's own latency, not protocol time
             return None
 
         found = self.run(find())

@@ -84,13 +84,9 @@ class QueryWorker(MachineBase):
                     received=f"{early.status} {early.reason}",
                     replies=[early],
                 )
-            reply = self.call(
-                self.ctx.client.worker(
-                    "/query-tasks/poll",
-                    {"worker_id": worker, "task_queue": self.queue, "timeout_seconds": 1},
-                    timeout=16,
-                )
-            )
+            body = {"worker_id": worker, "task_queue": self.queue, "timeout_seconds": 1}
+            poll = self.ctx.client.worker("/query-tasks/poll", body, timeout=16)
+            reply = self.call(self.ctx.held(poll, self.ctx.poll_hold(1)))
             if reply is None:
                 return None
             task = self.check_poll_shape(reply, "query-task").get("task")

@@ -12,7 +12,6 @@ seconds of an expiry may legitimately land on either side, so both outcomes are 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -25,7 +24,7 @@ from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 
-from .base import MachineBase, Polled
+from .base import EXPIRY_STEP, MachineBase, Polled
 from .world import RunShadow, TaskShadow, workflow_view
 
 __all__ = ["WorkflowLeaseMachine"]
@@ -237,8 +236,8 @@ class WorkflowLeaseMachine(MachineBase):
                 replies=[reply],
             )
 
-    def poll_wf(self, worker: str, timeout: int = 1) -> Polled:
-        return self.poll_once(self.ctx.poll_wf(worker, self.queue, timeout))
+    def poll_wf(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
+        return self.poll_once(self.ctx.poll_wf(worker, self.queue, timeout, until=until))
 
     def lost_poll(self) -> None:
         """A poll without an answer (or resent after one was lost) may have leased a ready task the model does
@@ -386,9 +385,7 @@ class WorkflowLeaseMachine(MachineBase):
 
     def _expiry_fits(self) -> bool:
         return bool(self.live_leases()) and (
-            self.lease_seconds is not None
-            and self.lease_seconds <= self.target.max_wait  # type: ignore[union-attr]
-            and self.expiry_waits < 2
+            self.lease_seconds is not None and self.lease_seconds <= self.ctx.max_wait and self.expiry_waits < 2
         )
 
     @precondition(lambda self: self._expiry_fits())
@@ -401,11 +398,12 @@ class WorkflowLeaseMachine(MachineBase):
         self.expiry_waits += 1
         old_owner, old_attempt = task.owner, task.attempt
         taker = next(w for w in self.workers if w != old_owner)
-        deadline = time.monotonic() + max(0.0, (task.expires - self.now()).total_seconds()) + self.lease_seconds + 5
+        deadline = max(task.expires, self.now()) + timedelta(seconds=self.lease_seconds + 5)
         started_before_expiry = self.now() < task.expires
-        while time.monotonic() < deadline:
-            hold = max(1, min(10, int(deadline - time.monotonic())))
-            polled = self.poll_wf(taker, hold)
+        while self.now() < deadline:
+            hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
+            # With a test clock the poll's hold ends at the expiry: just as much time passes as in real time.
+            polled = self.poll_wf(taker, hold, max(task.expires, self.now()) + EXPIRY_STEP)
             if polled.reply is None:
                 task.uncertain = True
                 return multiple()

@@ -1,0 +1,152 @@
+"""The suite and the target's test clock: every wait moves the clock when the target advertises one and nothing
+else shares it, and waits in real time otherwise — with the same verdicts either way.
+
+* both modes judge alike: the time-driven checks against the reference server with ``--test-clock`` (embedded)
+  and without it (a URL target waiting in real time) give identical verdicts, on the correct server and on two
+  servers broken in a time-driven rule;
+* ``--target=embedded -n 2`` starts one server per xdist worker, so a jump by one worker's check never expires a
+  lease of the other's (the suite would turn such a jump into a harness error, below), and a URL target shared
+  by two workers waits in real time;
+* a clock moved by anyone but the process that judges is detected, never judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer
+from suite.timing import REAL_TIME_REASONS, TargetClock
+from tests.conftest import ServerProcess, SuiteRun, run_suite
+
+# Checks whose every wait is time-driven: leases, timers, backoffs, timeouts and long-poll holds.
+TIME_CHECKS = (
+    "expiry_holder_fenced",
+    "dispatch_crash_takeover",
+    "dispatch_lost_notification",
+    "dispatch_due_work_without_stimulus",
+    "expiry_activity_redelivery",
+    "cancel_no_redelivery_after_expiry",
+    "poll_replay_dropped_after_expiry",
+    "long_poll_clamps_max",
+    "long_poll_clamps_min",
+    "timer_fires_with_resume_context",
+    "timer_not_leasable_early",
+    "retry_attempts_and_backoff",
+    "retry_backoff_schedule",
+    "timeout_late_complete_stale",
+    "timeout_records_timed_out",
+    "timeout_schedule_to_close_terminal",
+    "query_timeout_504",
+    "query_late_complete_not_leased",
+)
+SELECT = " or ".join(TIME_CHECKS)
+
+
+def _verdicts(run: SuiteRun) -> dict[str, str]:
+    assert run.results is not None, run.stdout[-3000:]
+    return {c["check"]: c["verdict"] for c in run.results["checks"]}
+
+
+def _time(run: SuiteRun) -> dict[str, object]:
+    assert run.results is not None, run.stdout[-3000:]
+    time: dict[str, object] = run.results["target"]["time"]
+    return time
+
+
+def test_a_clock_moved_by_another_process_is_detected() -> None:
+    server = EmbeddedServer()
+    url = server.start()
+    try:
+        mine, theirs = (
+            TargetClock(url=url + "/api/test/clock/advance", token=server.operator_token, skips=True) for _ in "ab"
+        )
+        mine.read()
+        theirs.read()
+        asyncio.run(mine.advance(30))
+        assert mine.moved_by_others() is None  # its own jump
+        message = theirs.moved_by_others()
+        assert message is not None
+        assert "+30.000 s" in message
+        assert theirs.moved_by_others() is None  # reported once
+        assert theirs.offset > 29  # and it now knows the target's time (less the latency of its read)
+    finally:
+        server.stop()
+
+
+def test_embedded_and_shared_url_targets_plan_their_time() -> None:
+    from suite.timing import plan
+
+    profile = {"clock_advance": "/api/test/clock/advance"}
+    assert plan(profile, processes=2, embedded=True, real_time=False) is None
+    assert plan(profile, processes=1, embedded=False, real_time=False) is None
+    assert plan(profile, processes=2, embedded=False, real_time=False) == REAL_TIME_REASONS["shared"].format(n=2)
+    assert plan(profile, processes=1, embedded=True, real_time=True) == REAL_TIME_REASONS["option"]
+    assert plan({}, processes=1, embedded=True, real_time=False) == REAL_TIME_REASONS["absent"]
+    assert "--test-clock" in EMBEDDED_ARGS
+    assert "--test-clock" not in REAL_TIME_ARGS
+
+
+@pytest.mark.slow
+def test_both_modes_give_the_same_verdicts(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    skipped = run_suite("embedded", tmp_path / "clock", "-k", SELECT)
+    assert _time(skipped)["test_clock_used"] is True
+    real_server = server_factory(*REAL_TIME_ARGS)
+    # Two xdist workers on one URL target: real time (here the target has no test clock at all).
+    real = run_suite(real_server.url, tmp_path / "real", "-k", SELECT, "-n", "2")
+    assert _time(real) == {
+        "test_clock_advertised": False,
+        "test_clock_used": False,
+        "real_time_reason": REAL_TIME_REASONS["absent"],
+    }
+    verdicts = _verdicts(skipped)
+    assert sorted(verdicts) == sorted(TIME_CHECKS)
+    assert set(verdicts.values()) == {"passed"}, verdicts
+    assert _verdicts(real) == verdicts
+    assert (skipped.returncode, real.returncode) == (0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "requirement"),
+    [("expired-never-redelivered", "DISPATCH-CRASH-TAKEOVER"), ("ignore-retry-backoff", "ACTIVITY-RETRY-BACKOFF")],
+)
+def test_both_modes_kill_a_time_driven_fault_alike(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path, fault: str, requirement: str
+) -> None:
+    runs = {
+        mode: run_suite(
+            server_factory(*args, "--fault", fault).url,
+            tmp_path / mode,
+            "--requirement",
+            requirement,
+            "-k",
+            "not machine",  # the requirement's checks alone
+        )
+        for mode, args in (("clock", EMBEDDED_ARGS), ("real", REAL_TIME_ARGS))
+    }
+    assert _time(runs["clock"])["test_clock_used"] is True
+    assert _time(runs["real"])["test_clock_used"] is False
+    assert runs["clock"].verdict(requirement) == runs["real"].verdict(requirement) == "failed"
+    assert _verdicts(runs["clock"]) == _verdicts(runs["real"])
+    assert runs["clock"].returncode == runs["real"].returncode == 1
+
+
+@pytest.mark.slow
+def test_two_xdist_workers_each_move_only_their_own_servers_clock(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Both workers move clocks all through the run; had they shared one server, every check after the other's
+    first jump would end as a harness error (``moved_by_others``), never as a failure."""
+    run = run_suite("embedded", tmp_path / "embedded", "-k", SELECT, "-n", "2")
+    assert _time(run) == {"test_clock_advertised": True, "test_clock_used": True, "real_time_reason": None}
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert set(_verdicts(run).values()) == {"passed"}
+    # A URL target with a test clock shared by two workers waits in real time instead.
+    shared = server_factory(*EMBEDDED_ARGS)
+    run = run_suite(shared.url, tmp_path / "shared", "-k", "long_poll_clamps_min", "-n", "2")
+    assert _time(run)["real_time_reason"] == REAL_TIME_REASONS["shared"].format(n=2)
+    assert run.returncode == 0, run.stdout[-3000:]
