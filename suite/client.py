@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import json
 import secrets
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ __all__ = [
     "ProtocolClient",
     "Reply",
     "resendable_poll",
+    "tls",
 ]
 
 TRACE_HEADER = "X-Conformance-Trace"
@@ -45,6 +48,14 @@ MAX_DELIVERIES = 6
 # What a lost answer looks like on the wire: the connection closed or reset after the request went out, or a
 # body cut short. A refused connection (the request never left) and a timeout are the harness's errors.
 LOST_ANSWER = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+
+
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """The one TLS context of the process, for every HTTP client the suite makes: building one loads the CA
+    bundle (tens of milliseconds), which a run making hundreds of clients would otherwise pay each time."""
+    return ssl.create_default_context()
+
 
 WORKER_HEADER = "X-Durable-Workflow-Protocol-Version"
 CONTROL_HEADER = "X-Durable-Workflow-Control-Plane-Version"
@@ -139,7 +150,7 @@ class ProtocolClient:
         self.timeout = timeout
         self.validator = validator
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
-        self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64))
+        self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64), verify=tls())
         self._secrets = {t for t in (worker_token, operator_token) if t}
         # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
         # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
@@ -147,6 +158,11 @@ class ProtocolClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def direct(self, url: str, body: Any, headers: Mapping[str, str], timeout: float) -> httpx.Response:
+        """A POST outside the protocol (test equipment such as the target's test clock), on this client's
+        connections: neither recorded, validated nor sent through the fault proxy."""
+        return await self._http.post(url, json=body, headers=dict(headers), timeout=timeout)
 
     async def __aenter__(self) -> ProtocolClient:
         return self

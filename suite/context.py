@@ -220,7 +220,7 @@ class CheckContext:
         async with self._clock_lock:
             remaining = (target - clock.now()).total_seconds()
             if remaining > 0:
-                self.client.exchanges.append(await clock.advance(remaining))
+                self.client.exchanges.append(await clock.advance(self.client, remaining))
 
     async def held(self, request: Awaitable[R], hold: float = 0.0, *, until: datetime | None = None) -> R:
         """Await a request the target may hold for ``hold`` seconds of its clock (a long poll), where ``until``

@@ -79,7 +79,16 @@ from suite.protocol.requirements import REGISTRY, applicable
 from suite.protocol.retries import classify
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
-from .client import CONTROL_HEADER, LOST_ANSWER, REDACTED, WORKER_HEADER, Exchange, ProtocolClient, resendable_poll
+from .client import (
+    CONTROL_HEADER,
+    LOST_ANSWER,
+    REDACTED,
+    WORKER_HEADER,
+    Exchange,
+    ProtocolClient,
+    resendable_poll,
+    tls,
+)
 from .context import CheckContext, TargetInfo
 from .outcomes import FUZZ_COUNTERS, CheckFailure, FuzzStats, HarnessError, Kind, Record, Verdict, broken
 
@@ -517,25 +526,26 @@ class _Driver:
 
     def __init__(self, target: TargetInfo) -> None:
         self.target = target
-        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT)
+        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls())
         self.requests = 0
-        # The fuzzer's waits (long-poll holds) go through the check context's one helper, like every check's.
-        self.ctx = CheckContext(target=target, client=ProtocolClient(target.url), check_name="fuzz")
 
     def close(self) -> None:
         self.http.close()
 
     def now(self) -> datetime:
-        return self.ctx.now()
+        return self.target.clock.now()
 
     def held(self, send: Callable[[], R], hold: float) -> R:
-        """``send()`` (blocking) as a request the target may hold ``hold`` s: with a test clock, ended by
-        moving the clock once it had :data:`suite.context.HELD_GRACE` to answer (``ctx.held``)."""
+        """``send()`` (blocking) as a request the target may hold ``hold`` s. The fuzzer's waits go through the
+        check context's one helper like every check's: with a test clock, the hold is ended by moving the clock
+        once the request had :data:`suite.context.HELD_GRACE` to answer (``CheckContext.held``)."""
         if not self.target.clock.skips:
             return send()
 
         async def go() -> R:
-            return await self.ctx.held(asyncio.to_thread(send), hold)
+            async with ProtocolClient(self.target.url) as client:
+                ctx = CheckContext(target=self.target, client=client, check_name="fuzz")
+                return await ctx.held(asyncio.to_thread(send), hold)
 
         return asyncio.run(go())
 
@@ -841,7 +851,7 @@ class Worlds:
             headers = plane_headers(target, "control")
             url = f"{target.url}/api/workflows/{world.workflow_id}/query/fuzz"
             with contextlib.suppress(httpx.HTTPError):  # the world is rebuilt if its query task goes away
-                httpx.post(url, headers=headers, json={}, timeout=CALL_TIMEOUT + 60)
+                httpx.post(url, headers=headers, json={}, timeout=CALL_TIMEOUT + 60, verify=tls())
 
         thread = threading.Thread(target=run, name=f"fuzz-query-{world.workflow_id}", daemon=True)
         thread.start()

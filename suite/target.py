@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from .client import tls
 from .outcomes import HarnessError
 from .processes import read_url, stop_process
 
@@ -62,7 +63,7 @@ def probe_cluster_info(url: str, token: str | None, timeout: float = 10.0) -> di
     """
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        resp = httpx.get(url.rstrip("/") + "/api/cluster/info", headers=headers, timeout=timeout)
+        resp = httpx.get(url.rstrip("/") + "/api/cluster/info", headers=headers, timeout=timeout, verify=tls())
     except httpx.ConnectError as exc:
         raise HarnessError(f"cannot connect to {url}: {exc} — is the server running?") from None
     except httpx.TimeoutException:
@@ -138,7 +139,7 @@ def measure_clock_skew(url: str, timeout: float = 10.0) -> float | None:
 
     try:
         sent = time.time()
-        resp = httpx.get(url.rstrip("/") + "/api/health", timeout=timeout)
+        resp = httpx.get(url.rstrip("/") + "/api/health", timeout=timeout, verify=tls())
         received = time.time()
     except httpx.HTTPError:
         return None

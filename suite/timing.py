@@ -25,7 +25,7 @@ import httpx
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.versions import CONTROL_PLANE_VERSION
 
-from .client import CONTROL_HEADER, Exchange
+from .client import CONTROL_HEADER, Exchange, ProtocolClient, tls
 from .outcomes import HarnessError
 
 __all__ = ["FOREIGN_TOLERANCE", "REAL_TIME_REASONS", "TargetClock", "advertised_route", "plan"]
@@ -95,7 +95,7 @@ class TargetClock:
         if self.url is None:
             return
         try:
-            resp = httpx.post(self.url, json={"seconds": 0}, headers=self.headers(), timeout=timeout)
+            resp = httpx.post(self.url, json={"seconds": 0}, headers=self.headers(), timeout=timeout, verify=tls())
         except httpx.HTTPError as exc:
             raise HarnessError(f"POST {self.url} (the advertised test clock) failed: {exc}") from None
         self.offset = self._offset_from(resp, time.time(), 0.0)
@@ -115,8 +115,9 @@ class TargetClock:
             "target, or pass --real-time"
         )
 
-    async def advance(self, seconds: float, timeout: float = 30.0) -> Exchange:
-        """Move the target's clock ``seconds`` forward; the recorded exchange (for a failing check's evidence)."""
+    async def advance(self, http: ProtocolClient, seconds: float, timeout: float = 30.0) -> Exchange:
+        """Move the target's clock ``seconds`` forward over ``http``'s connections (straight to the target, never
+        through the fault proxy); the exchange, recorded for a failing check's evidence."""
         assert self.url is not None
         assert self.skips
         body = {"seconds": round(seconds, 6)}
@@ -129,8 +130,7 @@ class TargetClock:
         )
         t0 = time.monotonic()
         try:
-            async with httpx.AsyncClient(timeout=timeout) as http:
-                resp = await http.post(self.url, json=body, headers=self.headers())
+            resp = await http.direct(self.url, body, self.headers(), timeout)
         except httpx.HTTPError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
             raise HarnessError(f"POST {self.url} (moving the test clock {seconds:g} s) failed: {exc}") from None

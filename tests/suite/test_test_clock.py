@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.client import ProtocolClient
 from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer
 from suite.timing import REAL_TIME_REASONS, TargetClock
 from tests.conftest import ServerProcess, SuiteRun, run_suite
@@ -66,7 +67,12 @@ def test_a_clock_moved_by_another_process_is_detected() -> None:
         )
         mine.read()
         theirs.read()
-        asyncio.run(mine.advance(30))
+
+        async def jump() -> None:
+            async with ProtocolClient(url) as http:
+                await mine.advance(http, 30)
+
+        asyncio.run(jump())
         assert mine.moved_by_others() is None  # its own jump
         message = theirs.moved_by_others()
         assert message is not None
