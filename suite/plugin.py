@@ -325,20 +325,14 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
     from .target import EmbeddedServer, measure_clock_skew, namespace_missing, probe_cluster_info
 
     embedded = settings.target == "embedded"
-    worker_token = config.getoption("--worker-token") or None
-    operator_token = config.getoption("--operator-token") or None
-    full_token = config.getoption("--auth-token") or None
+    server = None
     if embedded:
         server = EmbeddedServer()
         config.stash[_EMBEDDED_KEY] = server
         url = server.start()
-        if not (worker_token or operator_token or full_token):
-            worker_token, operator_token = server.worker_token, server.operator_token
-            full_token = server.full_token
     else:
         url = settings.target
-    if full_token and not (worker_token or operator_token):
-        worker_token = operator_token = full_token  # one token for both planes
+    worker_token, operator_token, full_token = _tokens(config, server)
     info = probe_cluster_info(url, operator_token or worker_token)
     missing = namespace_missing(
         url,
@@ -368,6 +362,19 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
     )
 
 
+def _tokens(config: pytest.Config, server: Any) -> tuple[str | None, str | None, str | None]:
+    """Worker, operator and full-access tokens: the given ones, else those an embedded ``server`` started with;
+    a full-access token alone serves both planes."""
+    worker_token = config.getoption("--worker-token") or None
+    operator_token = config.getoption("--operator-token") or None
+    full_token = config.getoption("--auth-token") or None
+    if server is not None and not (worker_token or operator_token or full_token):
+        worker_token, operator_token, full_token = server.worker_token, server.operator_token, server.full_token
+    if full_token and not (worker_token or operator_token):
+        worker_token = operator_token = full_token  # one token for both planes
+    return worker_token, operator_token, full_token
+
+
 def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
     """An xdist worker of ``--target=embedded`` starts its own reference server and runs its checks on it: a
     test-clock jump made by one check then expires no lease of a check running on another worker."""
@@ -376,9 +383,7 @@ def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
     server = EmbeddedServer()
     config.stash[_EMBEDDED_KEY] = server
     url = server.start()
-    given = any(config.getoption(o) for o in ("--worker-token", "--operator-token", "--auth-token"))
-    if not given:
-        target.worker_token, target.operator_token = server.worker_token, server.operator_token
+    target.worker_token, target.operator_token, target.full_token = _tokens(config, server)
     target.url = url
     target.cluster_info = probe_cluster_info(url, target.operator_token or target.worker_token)
 
