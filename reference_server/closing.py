@@ -88,6 +88,11 @@ def close_run(
         child_closed(t, t.run(run_id), status, payload)
 
 
+# The failures a run's close writes on its open updates and query tasks (encoded once).
+_UPDATE_REJECTED = dumps({"reason": "rejected_not_active", "message": "The workflow run closed."})
+_QUERY_REJECTED = dumps({"reason": "query_rejected", "message": "The workflow run closed."})
+
+
 def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
     """What a closed run leaves open is closed with it, each by its own table."""
     # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2);
@@ -108,7 +113,6 @@ def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
         )
     move_all(t, TIMERS, TimerEvent.CANCEL, "run_id = ?", (run_id,))
     # Decided rule (README): an accepted update can never complete once its run closed.
-    closed = dumps({"reason": "rejected_not_active", "message": "The workflow run closed."})
     move_all(
         t,
         UPDATES,
@@ -116,11 +120,16 @@ def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
         "run_id = ?",
         (run_id,),
         also="closed_at = ?, failure = ?",
-        also_args=(t.now, closed),
+        also_args=(t.now, _UPDATE_REJECTED),
     )
-    rejected = dumps({"reason": "query_rejected", "message": "The workflow run closed."})
     move_all(
-        t, QUERY_TASKS, QueryTaskEvent.RUN_CLOSED, "run_id = ?", (run_id,), also="failure = ?", also_args=(rejected,)
+        t,
+        QUERY_TASKS,
+        QueryTaskEvent.RUN_CLOSED,
+        "run_id = ?",
+        (run_id,),
+        also="failure = ?",
+        also_args=(_QUERY_REJECTED,),
     )
 
 

@@ -716,10 +716,24 @@ class HttpServer:
     # -- running the handler
 
     async def _run_handler(self, connection: _Connection, request: Request) -> tuple[object, bool]:
-        """Run the handler while watching the socket; returns (result or ``_PEER_GONE``, peer closed)."""
+        """Run the handler while watching the socket; returns (result or ``_PEER_GONE``, peer closed).
+
+        Most handlers answer in their first step (a transaction runs without an ``await``): the socket is
+        watched only for a handler still running after it, such as a long poll, so the common request costs
+        no watcher task and no cancelled read."""
         handler_task: asyncio.Task[object] = asyncio.create_task(
             _call(self._handler, request), name=f"handler {request.method} {request.raw_path}"
         )
+        try:
+            # The handler's first step runs before this task resumes (the loop runs ready callbacks in order).
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:  # cancelled ourselves (server close)
+            await _cancel_and_wait(handler_task)
+            raise
+        if handler_task.done():
+            if handler_task.cancelled():
+                raise RuntimeError("the handler's task was cancelled although the client is still connected")
+            return handler_task.result(), False
         watcher = asyncio.create_task(self._watch_for_disconnect(connection), name="disconnect watcher")
         try:
             waiting: set[asyncio.Task[Any]] = {handler_task, watcher}

@@ -58,7 +58,9 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS runs_by_workflow ON runs (namespace, workflow_id, run_number);
 CREATE INDEX IF NOT EXISTS runs_current ON runs (namespace, workflow_id, is_current);
-CREATE INDEX IF NOT EXISTS runs_deadlines ON runs (run_deadline) WHERE closed_at IS NULL;
+-- Only open runs that have a run deadline (runs_deadlines held every open run, so every start and close wrote it).
+DROP INDEX IF EXISTS runs_deadlines;
+CREATE INDEX IF NOT EXISTS runs_open_deadlines ON runs (run_deadline) WHERE closed_at IS NULL AND run_deadline IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS history (
@@ -90,11 +92,17 @@ CREATE TABLE IF NOT EXISTS workflow_tasks (
     seen_sequence INTEGER,              -- last history sequence delivered with the current lease
     repairs INTEGER NOT NULL DEFAULT 0
 );
--- A claim reads a queue's ready tasks oldest first, (available_at, task_id): the index holds that order, so a poll
--- reads a page of it whatever the backlog. It replaces wt_ready (the same columns without task_id).
+-- Open tasks only, by queue: ready ones oldest first (available_at, task_id), the order a claim reads, so a poll
+-- reads one page whatever the backlog; live and expired leases by expiry. Partial indexes hold no finished
+-- task, so a claim and a completion each change one entry of each, not two leaves of an index of every task
+-- ever created. They replace wt_ready, wt_claimable and wt_leases.
 DROP INDEX IF EXISTS wt_ready;
-CREATE INDEX IF NOT EXISTS wt_claimable ON workflow_tasks (namespace, task_queue, status, available_at, task_id);
-CREATE INDEX IF NOT EXISTS wt_leases ON workflow_tasks (status, lease_expires_at);
+DROP INDEX IF EXISTS wt_claimable;
+DROP INDEX IF EXISTS wt_leases;
+CREATE INDEX IF NOT EXISTS wt_ready_by_age ON workflow_tasks (namespace, task_queue, available_at, task_id)
+    WHERE status = 'ready';
+CREATE INDEX IF NOT EXISTS wt_leased_by_expiry ON workflow_tasks (namespace, task_queue, lease_expires_at)
+    WHERE status = 'leased';
 CREATE INDEX IF NOT EXISTS wt_by_run ON workflow_tasks (run_id, status);
 
 CREATE TABLE IF NOT EXISTS poll_requests (

@@ -49,6 +49,7 @@ class Server:
         self.store = Store(settings.db_path)
         # The durable offset of a test clock applies with or without --test-clock: time never goes back.
         self.clock = ServerClock(clock or SystemClock(), ServerClock.load(self.store.read()))
+        self._namespaces: set[str] = set()  # namespaces known to exist (see namespace_exists)
         self.engine = Engine(self.store, self.clock, settings)
         self.hub = Hub()
         self.observers = ObserverSet()
@@ -153,7 +154,12 @@ class Server:
         self.observers.offer(t.fx.transitions)
 
     def namespace_exists(self, namespace: str) -> bool:
+        # Every request asks; a namespace is never deleted, so one found once is remembered (a miss is re-read).
+        if namespace in self._namespaces:
+            return True
         row = self.store.read().execute("SELECT 1 FROM namespaces WHERE name = ?", (namespace,)).fetchone()
+        if row is not None:
+            self._namespaces.add(namespace)
         return row is not None
 
     # -- test knobs ----------------------------------------------------------------------------------------

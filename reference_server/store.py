@@ -90,6 +90,10 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         # FULL: a transaction acknowledged to a client is on disk before the response is written.
         self.db.execute("PRAGMA synchronous=FULL")
+        # A checkpoint copies the WAL into the database file and fsyncs it, inside whichever commit crosses the
+        # threshold. Every 4,000 pages (16 MiB at 4 KiB) instead of SQLite's 1,000: a quarter as many of those
+        # pauses, each writing a page changed many times once. Durability is the WAL's, fsynced at every commit.
+        self.db.execute("PRAGMA wal_autocheckpoint=4000")
         self.db.execute("PRAGMA foreign_keys=OFF")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(DDL)

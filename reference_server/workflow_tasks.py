@@ -145,9 +145,9 @@ def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
     """§7.5 matching: the queue's ready tasks and expired leases, compatible with the worker's build id and
     of a workflow type it registered (empty list = all), oldest first.
 
-    Two queries, each walking an index in the order it returns (ready tasks by ``wt_claimable``, expired leases by
-    ``wt_leases``), merged here: one query with ``OR`` between the two would sort every ready task of the queue
-    before the first could be returned."""
+    Two queries, each on an index of the queue's open tasks (ready ones by ``wt_ready_by_age``, in the order
+    returned; leases by ``wt_leased_by_expiry``), merged here: one query with ``OR`` between the two would sort
+    every ready task of the queue before the first could be returned."""
     types = loads(poll.worker["workflow_types"]) or []
     filters = (poll.worker["build_id"] or "", len(types), dumps(types), _CANDIDATE_PAGE)
     ready = t.all(
