@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
-        "--fault list prints each name, its bug, the requirement IDs the suite must report and (for a bug only "
-        "retried requests reveal) the suite's --faults spec, tab-separated.",
+        "--fault list prints each name, its bug, the requirement IDs the suite must report, (for a bug only "
+        "retried requests reveal) the suite's --faults spec and (for a bug only a multi-step history shows) the "
+        "state machine that kills it, tab-separated.",
     )
     p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
     return p
@@ -190,11 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "list" in args.fault:
         from .faults import FAULTS
 
-        # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated), and
-        # for a fault only a faulty network reveals, the suite's --faults spec that kills it.
+        # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated), for a
+        # fault only a faulty network reveals the suite's --faults spec that kills it, and for one only a
+        # multi-step history shows the state machine that kills it (empty columns when neither applies).
         for name, spec in sorted(FAULTS.items()):
-            proxy = f"\t{spec.proxy}" if spec.proxy else ""
-            print(f"{name}\t{spec.description}\t{','.join(spec.kills)}{proxy}")
+            extra = (
+                f"\t{spec.proxy or ''}\t{spec.machine}" if spec.machine else (f"\t{spec.proxy}" if spec.proxy else "")
+            )
+            print(f"{name}\t{spec.description}\t{','.join(spec.kills)}{extra}")
         return 0
     settings = settings_from_args(args)
     if settings.faults:

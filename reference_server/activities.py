@@ -423,6 +423,23 @@ def _lease(t: T, poll: Poll, cand: sqlite3.Row, lease_until: int, admission: Adm
     return True
 
 
+def _retry_after_heartbeat(t: T, attempt: sqlite3.Row) -> bool:
+    """Whether ``attempt`` is a retry (a new task) after an attempt that heartbeated and failed (the trigger of
+    a named fault)."""
+    before = t.one(
+        "SELECT task_id, status, last_heartbeat_at FROM activity_attempts"
+        " WHERE execution_id = ? AND attempt_number = ?",
+        attempt["execution_id"],
+        int(attempt["attempt_number"]) - 1,
+    )
+    return (
+        before is not None
+        and before["task_id"] != attempt["task_id"]
+        and before["status"] == "failed"
+        and bool(before["last_heartbeat_at"])
+    )
+
+
 def task_payload(t: T, task_id: str) -> dict[str, Any]:
     """The leased activity task (§11.1)."""
     task = t.row("activity_tasks", "task_id", task_id)
@@ -441,6 +458,8 @@ def task_payload(t: T, task_id: str) -> dict[str, Any]:
         if at is not None
     }
     number = int(attempt["attempt_number"])
+    if fault(t.settings, "retry-attempt-restarts-after-heartbeat") and _retry_after_heartbeat(t, attempt):
+        number = 1  # the bug: the retry after an attempt that heartbeated and failed is shown as attempt 1 again
     session = sessions.activity_snapshot(t, task_id)
     return {
         "task_id": task_id,
@@ -741,7 +760,11 @@ def heartbeat_activity_task(
             execution["run_id"],
             "ActivityHeartbeatRecorded",
             {
-                **_event_base(execution, attempt["attempt_id"], attempt["attempt_number"]),
+                **_event_base(
+                    execution,
+                    attempt["attempt_id"],
+                    1 if fault(t.settings, "heartbeat-records-first-attempt") else attempt["attempt_number"],
+                ),
                 "progress": progress.to_json(),
                 "lease_expires_at": ts(lease_expires_at),
             },

@@ -105,6 +105,9 @@ def append_event(
 ) -> int:
     """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
     row = t.run(run_id)
+    dropped = event_type == "SignalReceived" and fault(t.settings, "signal-dropped-while-leased")
+    if dropped and (open_task := open_workflow_task(t, run_id)) is not None and open_task["status"] == "leased":
+        return int(row["last_sequence"])  # the bug: acknowledged (202) but never recorded
     seq = int(row["last_sequence"]) + 1
     t.db.execute(
         "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"

@@ -23,6 +23,9 @@ class Fault:
     kills: tuple[str, ...]
     # The fault-proxy spec (--faults) under which the suite kills it; None: the plain suite kills it.
     proxy: str | None = None
+    # The state machine that kills it (a bug only a multi-step history shows): the kill matrix runs that
+    # machine too, with the checks of the fault's requirements. None: the plain checks kill it.
+    machine: str | None = None
 
 
 class _Switches(Protocol):
@@ -219,6 +222,40 @@ FAULTS: dict[str, Fault] = {
     "full-token-admin-only": Fault(
         "The full-access token is only an admin token beside role tokens: the worker plane answers it 403.",
         ("AUTH-FULL-ACCESS-TOKEN",),
+    ),
+    # -- histories: bugs only a multi-step history shows, read back in full by the machines ------------------
+    "signal-dropped-while-leased": Fault(
+        "A signal accepted (202) while the run's workflow task is leased is never recorded: the next task's history"
+        " lacks it.",
+        ("SIGNAL-RECORDED-AND-WAKES",),
+        machine="queries_signals",
+    ),
+    "update-accepted-repeated": Fault(
+        "The worker history pages of a run with two or more accepted updates repeat the second UpdateAccepted.",
+        ("HISTORY-PAGINATION-COMPLETE",),
+        machine="queries_signals",
+    ),
+    "retry-attempt-restarts-after-heartbeat": Fault(
+        "The retry that follows a failed activity attempt which had heartbeated restarts attempt_number at 1.",
+        ("RETRY-ATTEMPTS-CONTIGUOUS",),
+        machine="activities",
+    ),
+    "redelivery-history-stale": Fault(
+        "A workflow task redelivered after its lease expired shows the history as it was when the task was"
+        " created: later events are missing from its pages, though last_history_sequence counts them.",
+        ("HISTORY-PAGINATION-COMPLETE",),
+        machine="workflow_leases",
+    ),
+    "continue-as-new-chain-old-run": Fault(
+        "Down a continue_as_new chain, the workflow tasks of the third run (and later ones) name the run it"
+        " continued (its old run_id).",
+        ("COMMANDS-CONTINUE-AS-NEW",),
+        machine="workflow_leases",
+    ),
+    "heartbeat-records-first-attempt": Fault(
+        "ActivityHeartbeatRecorded always records attempt_number 1, also for a retry or a redelivered attempt.",
+        ("RETRY-ATTEMPTS-CONTIGUOUS",),
+        machine="activities",
     ),
     # -- durability ---------------------------------------------------------------------------------------
     "complete-not-persisted": Fault(

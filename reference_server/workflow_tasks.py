@@ -234,15 +234,14 @@ def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None
     assert task is not None
     run = t.run(task["run_id"])
     # One extra row tells the page whether more follow, without counting the whole history.
-    rows = history_page(t.db, run["run_id"], 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
-    events = [event_json(r, run["namespace"]) for r in rows]
+    events = worker_page(t, task, run, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
     last = int(run["last_sequence"])
     page = hist.paginate(events, 0, page_size)
     body: dict[str, Any] = {
         "task_id": task["task_id"],
         "namespace": run["namespace"],
         "workflow_id": run["workflow_id"],
-        "run_id": run["run_id"],
+        "run_id": _previous_run(t, run) if fault(t.settings, "continue-as-new-chain-old-run") else run["run_id"],
         "workflow_task_attempt": task["attempt"],
         "workflow_type": run["workflow_type"],
         "payload_codec": "avro",
@@ -266,6 +265,36 @@ def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None
         # CANCEL-COOPERATIVE-REQUEST: the identity and deadline travel with every task of the child.
         body.update(cancel_requested=True, cancellation_request=observed)
     return body
+
+
+def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
+    """The worker-plane history events of ``task``'s run after ``after`` (the poll's inline page and the
+    history route's pages)."""
+    rows = history_page(t.db, run["run_id"], after, limit)
+    if fault(t.settings, "redelivery-history-stale") and int(task["attempt"]) > 1:
+        rows = [r for r in rows if r["recorded_at"] <= task["created_at"]]  # the bug: a snapshot from its creation
+    if fault(t.settings, "update-accepted-repeated"):
+        second = t.one(
+            "SELECT sequence FROM history WHERE run_id = ? AND event_type = 'UpdateAccepted' ORDER BY sequence"
+            " LIMIT 1 OFFSET 1",
+            run["run_id"],
+        )
+        rows = [copy for r in rows for copy in ([r, r] if second and r["sequence"] == second["sequence"] else [r])]
+    return [event_json(r, run["namespace"]) for r in rows]
+
+
+def _previous_run(t: T, run: sqlite3.Row) -> str:
+    """The bug of ``continue-as-new-chain-old-run``: the task of a run that continued a continued run names the
+    run it continued."""
+    if int(run["run_number"]) < 3:
+        return str(run["run_id"])
+    prior = t.one(
+        "SELECT run_id FROM runs WHERE namespace = ? AND workflow_id = ? AND run_number = ?",
+        run["namespace"],
+        run["workflow_id"],
+        int(run["run_number"]) - 1,
+    )
+    return str(prior["run_id"]) if prior is not None else str(run["run_id"])
 
 
 # -- fencing ---------------------------------------------------------------------------------------------
@@ -345,8 +374,7 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
     run = t.run(task["run_id"])
-    rows = history_page(t.db, run["run_id"], cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
-    events = [event_json(r, namespace) for r in rows]
+    events = worker_page(t, task, run, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
     page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
     accept = body.get("accept_history_encoding")
     return {

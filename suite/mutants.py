@@ -63,6 +63,8 @@ class Mutant:
     # The --faults spec under which the suite kills it: a bug only retried requests reveal. Such a mutant is
     # also run without the proxy, where it must survive (the plain suite never retries).
     proxy: str | None = None
+    # The state machine that kills it (a bug only a multi-step history shows): its run includes that machine.
+    machine: str | None = None
 
 
 # The fault proxy's seed in the kill matrix: a fixed one, so a matrix run is reproducible.
@@ -190,14 +192,15 @@ def list_faults(python: str = sys.executable) -> list[Mutant]:
         if not line.strip():
             continue
         parts = line.split("\t")
-        if len(parts) not in (3, 4) or not parts[2].strip():
+        if len(parts) not in (3, 4, 5) or not parts[2].strip():
             raise RuntimeError(
-                f"--fault list printed {line!r}; expected name, description, requirement IDs and an optional "
-                "--faults spec, tab-separated"
+                f"--fault list printed {line!r}; expected name, description, requirement IDs, an optional "
+                "--faults spec and an optional state machine, tab-separated"
             )
         name, description, kills = parts[:3]
-        proxy = parts[3].strip() if len(parts) == 4 and parts[3].strip() else None
-        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k), proxy))
+        proxy = parts[3].strip() if len(parts) >= 4 and parts[3].strip() else None
+        machine = parts[4].strip() if len(parts) == 5 and parts[4].strip() else None
+        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k), proxy, machine))
     return mutants
 
 
@@ -233,6 +236,7 @@ def _run(
     python: str,
     timeout: float,
     proxy: str | None = None,
+    machines: Sequence[str] = (),
 ) -> MutantResult:
     """Start one server (with ``mutant``'s fault, or none), run the suite against it (through the fault
     proxy with ``proxy``'s spec, when given), judge the results."""
@@ -275,10 +279,11 @@ def _run(
             "-p",
             "no:cacheprovider",
             "-q",
-            "-m",
-            "dw_check",
+            *_selection(machines),
             *[a for r in requirements for a in ("--requirement", r)],
             *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
+            # A machine's kill is what counts here, not its minimal program (shrinking replays it for minutes).
+            *(["--no-machine-shrink"] if machines else []),
         ]
         try:
             # From the work directory, as a user would: no project configuration applies to the run.
@@ -299,6 +304,14 @@ def _run(
     result.report = str(found[-1].parent / "report.html")
     _judge(result, json.loads(found[-1].read_text(encoding="utf-8")))
     return result
+
+
+def _selection(machines: Sequence[str]) -> list[str]:
+    """The pytest selection of a run: the plain checks, and the state machines that kill a history fault (by
+    marker, then by name: ``-k`` matches a check by its marker, a machine by its item name)."""
+    if not machines:
+        return ["-m", "dw_check"]
+    return ["-m", "dw_check or dw_machine", "-k", " or ".join(["dw_check", *sorted(set(machines))])]
 
 
 def _judge(result: MutantResult, results: dict[str, Any]) -> None:
@@ -366,9 +379,13 @@ def run_matrix(
     proxy_union = ",".join(sorted({item for m in proxied for item in str(m.proxy).split(",")})) or None
     proxy_reqs = sorted({r for m in proxied for r in m.kills})
 
+    # The correct server also runs every machine some mutant needs: they must pass against it too.
+    machines = sorted({m.machine for m in mutants if m.machine})
+
     def one(m: Mutant | None, proxy: str | None = None) -> MutantResult:
         reqs: Sequence[str] = () if full else (m.kills if m else proxy_reqs if proxy else union)
-        result = _run(m, reqs, report_dir, python=python, timeout=timeout, proxy=proxy)
+        needed = ([m.machine] if m.machine else []) if m else ([] if proxy else machines)
+        result = _run(m, reqs, report_dir, python=python, timeout=timeout, proxy=proxy, machines=needed)
         if progress is not None:
             progress(result)
         return result

@@ -44,6 +44,7 @@ from suite.outcomes import CheckFailure
 from suite.protocol.commands import DEFAULT_RETRY_POLICY, validate_retry_policy
 from suite.protocol.errors import Violation
 from suite.protocol.lifecycles import AttemptStatus
+from suite.protocol.oracle import Applied, Kind
 
 from . import activity_oracle as oracle
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
@@ -80,7 +81,8 @@ class ActivityMachine(MachineBase):
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "RETRY-ATTEMPT-NUMBERS": "retry_leased",
-        "RETRY-ATTEMPTS-CONTIGUOUS": "retry_leased",
+        # Attempt numbers across a heartbeat, a failure and the retry; judged on every lease and history too.
+        "RETRY-ATTEMPTS-CONTIGUOUS": "retry_after_heartbeat_leased",
         "RETRY-EXECUTION-ID-STABLE": "retry_leased",
         "RETRY-ATTEMPT-ID-DISTINCT": "retry_leased",
         "ACTIVITY-RETRY-BACKOFF": "retry_leased_after_backoff",
@@ -153,8 +155,10 @@ class ActivityMachine(MachineBase):
         return self.poll_once(self._poll(worker, timeout, until), "activity")
 
     def lost_poll(self) -> None:
-        """A poll without an answer may have leased any claimable task: those executions become uncertain."""
-        self.world.lost_poll(self.now() + timedelta(seconds=self.MARGIN))
+        """A poll without an answer may have leased any claimable task: those executions become uncertain, and
+        an attempt number of theirs may go unseen."""
+        for e in self.world.lost_poll(self.now() + timedelta(seconds=self.MARGIN)):
+            self.ack(e.run.run_id, Kind.ATTEMPT, scope=e.activity_type, applied=Applied.MAYBE)
 
     def adopt(self, polled: Polled, worker: str) -> Attempt | None:
         """Judge a granted activity lease against the model, then record it. The grant happened between
@@ -166,6 +170,8 @@ class ActivityMachine(MachineBase):
             attempt, states = oracle.judge_lease(self.world, task, worker, polled.received, self.MARGIN)
         for state in states:
             self.reached(state)
+        e = attempt.execution
+        self.ack(e.run.run_id, Kind.ATTEMPT, attempt.attempt_id, scope=e.activity_type, number=attempt.number)
         if "lease_expired_redelivered" in states and not attempt.execution.certain:
             note(f"{attempt.execution.activity_type}: redelivered, not judged (its start_to_close may have won)")
         self.touched.add(attempt.execution.run.run_id)
@@ -282,11 +288,16 @@ class ActivityMachine(MachineBase):
         queue = self.ctx.uid("q")
         worker = self.run(self.ctx.register(queue, worker_id=self.ctx.uid("ww")))
         workflow_id, run_id = self.run(self.ctx.start(queue))
+        self.ack(run_id, Kind.START)
+        sent = self.now()
         try:
             task = self.run(self.ctx.lease_wf(worker, queue))
         except CheckFailure as failure:
             failure.requirement = failure.requirement or "ACTIVITY-SCHEDULED-LEASABLE"
             raise
+        self.read_back(
+            task, Polled(None, {}, sent, self.now(), {run_id: 1}), worker, int(task["workflow_task_attempt"])
+        )
         run = ActivityRun(workflow_id=workflow_id, run_id=run_id, queue=queue, worker=worker)
         commands: list[dict[str, Any]] = []
         for i, (policy_json, short) in enumerate(activities):
@@ -390,6 +401,28 @@ class ActivityMachine(MachineBase):
         if pickup and res is not None and res[0] == "ok" and a.end == "retry":
             worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
             self.adopt(self.poll_activity(worker, 2), worker)
+
+    @precondition(lambda self: bool(self.world.retryable()))
+    @rule(e=execs, detail=st.integers(0, 2**31))
+    def heartbeat_then_fail(self, e: Execution, detail: int) -> None:
+        """The owner heartbeats a running attempt that has attempts left, then fails it retryably; a worker
+        long-polls for the retry and heartbeats it in turn: the retry is attempt n + 1 (§11.6), and every event
+        of both attempts names its own number."""
+        pool = self.world.retryable()
+        a = e.current if e.current in pool and e.current is not None else pool[self.world.index(e) % len(pool)]
+        beat = self.report(a, "owner", "heartbeat")
+        if beat is None or beat[0] != "ok":
+            return
+        res = self.report(a, "owner", "fail", kind="retryable", detail=detail)
+        if res is None or res[0] != "ok" or a.end != "retry":
+            return
+        worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
+        retry = self.adopt(self.poll_activity(worker, 2), worker)
+        if retry is not None and retry.execution is a.execution:
+            self.report(retry, "owner", "heartbeat")
+
+    # Hypothesis draws rules uniformly: listed twice, this one is drawn twice as often (a hard history).
+    heartbeat_then_fail_weight = heartbeat_then_fail
 
     @precondition(lambda self: self.world.running_any())
     @rule(e=execs, by=st.sampled_from(["flag", "type", "class"]), detail=st.integers(0, 2**31))
@@ -512,11 +545,14 @@ class ActivityMachine(MachineBase):
         if run is None:
             return
         resumed, pending = run.resumed, self.timeout_pending(run)
-        reply = self.call(self.ctx.poll_wf(run.worker, run.queue, 1))
-        if reply is None:
+        style = self.next_read()
+        polled = self.poll_once(self.ctx.poll_wf(run.worker, run.queue, 1, **style.poll_fields()), style=style)
+        if polled.reply is None:
             run.uncertain = True
             return
-        self.judge_resume(run, resumed, pending, reply)
+        self.judge_resume(run, resumed, pending, polled.reply)
+        if polled.task is not None:
+            self.read_back(polled.task, polled, run.worker, int(polled.task.get("workflow_task_attempt") or 1))
 
     def judge_resume(self, run: ActivityRun, resumed: bool, pending: bool, reply: Reply) -> None:
         """§11.6, §14.2: the run's own queue holds a workflow task only after a final activity outcome, and

@@ -192,6 +192,7 @@ class Attempt:
     details: dict[str, str] | None = None  # the failure.details envelope of its recorded failure
     fenced: list[str] = field(default_factory=list)  # requirements a trace of its refused reports would break
     maybe_timed_out: bool = False  # its run closed within MARGIN of its start_to_close: either may have won
+    heartbeated: bool = False  # a heartbeat of it was recorded (200, can_continue)
 
     def step(self, event: AttemptEvent) -> None:
         self.status = advance(ACTIVITY_ATTEMPT, self.status, event, not self.execution.certain)
@@ -227,11 +228,12 @@ class ActivityWorld:
         self.run_by_id[run.run_id] = run
         self.exec_by_type.update((e.activity_type, e) for e in run.execs)
 
-    def lost_poll(self, at: datetime) -> None:
+    def lost_poll(self, at: datetime) -> list[Execution]:
         """A poll without an answer may have leased any claimable task: those executions become uncertain."""
-        for e in self.all_execs():
-            if self.claimable(e, at) or e.status is ExecutionStatus.PENDING:
-                e.uncertain = True
+        marked = [e for e in self.all_execs() if self.claimable(e, at) or e.status is ExecutionStatus.PENDING]
+        for e in marked:
+            e.uncertain = True
+        return marked
 
     def all_execs(self) -> list[Execution]:
         return [e for r in self.runs for e in r.execs]
@@ -270,6 +272,10 @@ class ActivityWorld:
             if x.certain and x.run.open and (a := x.current) is not None and a.status is AttemptStatus.RUNNING
             if timeouts is None or (a.deadline is not None) == timeouts
         ]
+
+    def retryable(self) -> list[Attempt]:
+        """Running attempts (no start_to_close racing them) with attempts left: a retryable failure retries."""
+        return [a for a in self.running(timeouts=False) if a.number < a.execution.policy.max_attempts]
 
     def running_any(self) -> bool:
         return bool(self.running())
@@ -478,6 +484,7 @@ def _follow_heartbeat(matched: list[Branch], got: str, body: Mapping[str, Any], 
         return
     if got == "ok":
         named.expires = parse_rfc3339(body.get("lease_expires_at"))
+        named.heartbeated = True
     elif all(b.decision is not None and b.decision.closes_attempt is AttemptEvent.CANCEL for b in matched):
         cancel_execution(named.execution)
     elif named.status is AttemptStatus.RUNNING and all(
@@ -717,6 +724,8 @@ def judge_lease(
         states.append("lease_expired_redelivered")
     elif cur is not None and e.certain:
         states.extend(judge_retry(e, cur, late, attempt.task_id, reported, received))
+        if cur.heartbeated and cur.end == "retry":
+            states.append("retry_after_heartbeat_leased")  # §11.6 numbering across a heartbeat and a failure
     adopt_lease(e, attempt, task.get("retry_policy"))
     e.execution_id = str(execution_id)
     world.seen_attempt_ids.add(attempt.attempt_id)

@@ -32,7 +32,7 @@ import secrets
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
@@ -46,6 +46,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate
 from suite.protocol.errors import Rejection, Violation
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
 from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
+from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, judge_history, page_of
 
 from .world import CLOSE_EVENTS, RunShadow
 
@@ -89,6 +90,37 @@ async def race(n: int, make: Callable[[int], Awaitable[R]]) -> list[R | BaseExce
 
 
 @dataclass(frozen=True)
+class ReadStyle:
+    """How a machine reads a leased task's history back: the inline page size it asks the poll for (None: the
+    server's default), the page size of the pages it fetches, the cursor it follows (``after_sequence``, the
+    token, or the two in turn) and the encoding it opts in to (§8.4, §8.5)."""
+
+    inline: int | None
+    page: int
+    cursor: str
+    encoding: str | None
+
+    def poll_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        if self.inline is not None:
+            fields["history_page_size"] = self.inline
+        if self.encoding is not None:
+            fields["accept_history_encoding"] = self.encoding
+        return fields
+
+
+# The machines take these in turn, poll by poll: every read style meets every machine's histories.
+READ_STYLES: tuple[ReadStyle, ...] = (
+    ReadStyle(None, 500, "after", None),
+    ReadStyle(2, 3, "token", None),
+    ReadStyle(1, 2, "alternate", "gzip"),
+    ReadStyle(3, 1000, "after", "deflate"),
+    ReadStyle(None, 1000, "token", "gzip"),
+)
+MAX_PAGES = 2000
+
+
+@dataclass(frozen=True)
 class Polled:
     """One poll's answer (``reply`` None: lost), its body once its shape was checked, and when it left and
     arrived (client clock; ``sent`` is the resend's departure when the answer came to a resend)."""
@@ -97,6 +129,8 @@ class Polled:
     body: dict[str, Any]
     sent: datetime
     received: datetime
+    acked: Mapping[str, int] = field(default_factory=dict)  # per run: acceptances acknowledged before it left
+    style: ReadStyle = READ_STYLES[0]
 
     @property
     def task(self) -> dict[str, Any] | None:
@@ -129,6 +163,9 @@ class MachineBase(RuleBasedStateMachine):
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
         self.ledger = LEDGER.setdefault(self.name, Counter())
         self.touched: set[str] = set()  # run ids whose history changed since the last history check
+        # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
+        self.acks: dict[str, list[Accepted]] = {}
+        self.reads = 0
 
     @classmethod
     def bound(cls, target: TargetInfo) -> type[MachineBase]:
@@ -209,6 +246,18 @@ class MachineBase(RuleBasedStateMachine):
                 replies=[reply],
             )
 
+    def expect_signal_received(self, reply: Reply, run: RunShadow) -> None:
+        """§12.2: a signal to an open run answers 202 ``outcome: "signal_received"``."""
+        outcome = reply.json().get("outcome")
+        if reply.status != 202 or outcome != "signal_received":
+            raise self.violation(
+                "SIGNAL-RECORDED-AND-WAKES",
+                f"a signal to open run {run.run_id} is accepted",
+                expected='202 outcome "signal_received"',
+                received=f"{reply.status} {reply.reason} outcome={outcome!r}",
+                replies=[reply],
+            )
+
     @contextlib.contextmanager
     def judged(self, *replies: Reply) -> Iterator[None]:
         """Turn a :class:`Violation` raised by a pure judge inside the block into this machine's failure, with
@@ -249,22 +298,36 @@ class MachineBase(RuleBasedStateMachine):
             )
         return body
 
-    def poll_once(self, send: Coroutine[Any, Any, Reply], what: str = "workflow-task") -> Polled:
+    def next_read(self) -> ReadStyle:
+        """The read style of the next workflow-task poll (the styles in turn)."""
+        style = READ_STYLES[self.reads % len(READ_STYLES)]
+        self.reads += 1
+        return style
+
+    def poll_once(
+        self, send: Coroutine[Any, Any, Reply], what: str = "workflow-task", style: ReadStyle = READ_STYLES[0]
+    ) -> Polled:
         """One poll, shape-checked; a lost or resent answer calls :meth:`lost_poll`."""
+        acked = {run_id: len(acks) for run_id, acks in self.acks.items()}
         sent = self.now()
         reply = self.call(send)
         if reply is None or reply.resent:
             self.lost_poll()
         received = self.now()
         if reply is None:
-            return Polled(None, {}, sent, received)
-        return Polled(reply, self.check_poll_shape(reply, what), self.sent_of(reply, sent), received)
+            return Polled(None, {}, sent, received, acked, style)
+        return Polled(reply, self.check_poll_shape(reply, what), self.sent_of(reply, sent), received, acked, style)
 
     def poll_race(
-        self, n: int, make: Callable[[int], Coroutine[Any, Any, Reply]], what: str = "workflow-task"
+        self,
+        n: int,
+        make: Callable[[int], Coroutine[Any, Any, Reply]],
+        what: str = "workflow-task",
+        style: ReadStyle = READ_STYLES[0],
     ) -> list[tuple[int, Polled]]:
         """``n`` polls released together; the answered ones as (index, poll), each shape-checked. A lost or
         resent answer calls :meth:`lost_poll`."""
+        acked = {run_id: len(acks) for run_id, acks in self.acks.items()}
         sent = self.now()
         results = self.run(race(n, make))
         received = self.now()
@@ -280,7 +343,8 @@ class MachineBase(RuleBasedStateMachine):
             if res.resent:
                 self.lost_poll()
             note(res.exchange.summary())
-            answered.append((i, Polled(res, self.check_poll_shape(res, what), self.sent_of(res, sent), received)))
+            body = self.check_poll_shape(res, what)
+            answered.append((i, Polled(res, body, self.sent_of(res, sent), received, acked, style)))
         return answered
 
     def granted_once(self, polls: list[tuple[int, Polled]], key: Callable[[dict[str, Any]], Any], req: str) -> None:
@@ -327,16 +391,21 @@ class MachineBase(RuleBasedStateMachine):
         """Cancel or terminate ``run`` (§12.2): an open run answers 200 and its shadow steps to cancelled or
         terminated, a closed one refuses (409). Returns the answer when the model could judge it, else None
         (no answer, or the run was already uncertain)."""
+        closing = Kind.CANCEL if kind == "cancel" else Kind.TERMINATE
         reply = self.call(self.client.control("POST", f"/workflows/{run.workflow_id}/{kind}", {"reason": reason}))
         if reply is None:
             run.uncertain = True
+            self.ack(run.run_id, closing, applied=Applied.MAYBE)
             return None
         self.touched.add(run.run_id)
         if run.uncertain:
+            if reply.status == 200:
+                self.ack(run.run_id, closing)
             return None
         if run.open:
             self.expect_status(reply, 200, "CONTROL-CANCEL-CLOSES-RUN", f"{kind} of an open run")
             run.step(CLOSE_EVENTS[kind])
+            self.ack(run.run_id, closing)
         else:
             self.expect_status(reply, 409, "CONTROL-CANCEL-CLOSES-RUN", f"{kind} of a closed run is refused")
         return reply
@@ -345,7 +414,8 @@ class MachineBase(RuleBasedStateMachine):
         self, runs: Mapping[str, RunShadow], judge: Callable[[Any, list[dict[str, Any]]], None] | None = None
     ) -> None:
         """Read the control-plane history of every touched run: gap-free (§16.41), at most one terminal run
-        event and exactly one once the model knows the run closed (§16.69); then ``judge(run, events)``."""
+        event and exactly one once the model knows the run closed (§16.69), everything it acknowledged there once
+        (the history oracle); then ``judge(run, events)``."""
         for run_id in sorted(self.touched):
             run = runs[run_id]
             events = self.run(self.ctx.history(run.workflow_id, run.run_id))
@@ -360,6 +430,8 @@ class MachineBase(RuleBasedStateMachine):
                     expected="exactly one once closed, none before",
                     received=terminal,
                 )
+            with self.judged():
+                judge_history(events, self.acks.get(run_id, []))
             if judge is not None:
                 judge(run, events)
         note(f"checked {len(self.touched)} run histories")
@@ -378,6 +450,70 @@ class MachineBase(RuleBasedStateMachine):
             except Rejection as rej:
                 outs.add(rej.reason)
         return outs
+
+    # -- reading histories back ---------------------------------------------------------------------
+
+    def ack(self, run_id: str, kind: Kind, key: str = "", **extra: Any) -> None:
+        """Record what the target acknowledged for ``run_id`` (or maybe applied: ``applied=Applied.MAYBE``)."""
+        self.acks.setdefault(run_id, []).append(Accepted(kind, key, **extra))
+
+    def read_back(self, task: Mapping[str, Any], polled: Polled, owner: str, attempt: int) -> list[Page] | None:
+        """The full history of a leased workflow task — its inline page, then every page the cursor names, in
+        ``polled.style`` — judged by the history oracle against what its run had acknowledged before the poll
+        left (:mod:`suite.protocol.oracle`). None when a page could not be read (the lease or the answer was
+        lost): nothing is judged then."""
+        replies = [polled.reply] if polled.reply is not None else []
+        style = polled.style
+        with self.judged(*replies):
+            pages = [page_of(task, after=0, page_size=style.inline)]
+        while pages[-1].has_more:
+            if len(pages) >= MAX_PAGES:
+                raise self.violation(
+                    "HISTORY-PAGINATION-COMPLETE",
+                    f"the history of task {task.get('task_id')} never ends",
+                    replies=replies,
+                )
+            page = self.fetch_page(task, pages[-1], len(pages), owner, attempt, style)
+            if page is None:
+                return None
+            pages.append(page)
+        run_id = str(task.get("run_id"))
+        last = task.get("last_history_sequence")
+        with self.judged(*replies):
+            events = join_pages(pages)
+            judge_history(
+                events,
+                self.acks.get(run_id, []),
+                seen_before=polled.acked.get(run_id, 0),
+                last_sequence=last if isinstance(last, int) else None,
+            )
+        self.reached("task_history_read")
+        if len(pages) > 1:
+            self.reached("task_history_paged")
+        if any(p.compressed for p in pages):
+            self.reached("task_history_compressed")
+        return pages
+
+    def fetch_page(
+        self, task: Mapping[str, Any], previous: Page, n: int, owner: str, attempt: int, style: ReadStyle
+    ) -> Page | None:
+        """The page after ``previous`` (§8.4), by the cursor ``style`` names for page ``n``."""
+        assert previous.next_after is not None
+        body: dict[str, Any] = {"page_size": style.page}
+        by_token = style.cursor == "token" or (style.cursor == "alternate" and n % 2 == 1)
+        if by_token and previous.token is not None:
+            body["next_history_page_token"] = previous.token
+        else:
+            body["after_sequence"] = previous.next_after
+        if style.encoding is not None:
+            body["accept_history_encoding"] = style.encoding
+        call = self.ctx.wf_call({"task_id": task.get("task_id")}, "history", body, owner=owner, attempt=attempt)
+        reply = self.call(call)
+        if reply is None or reply.status != 200:
+            note(f"history page {n + 1} of task {task.get('task_id')} not read: the history stays unjudged")
+            return None
+        with self.judged(reply):
+            return page_of(reply.json(), after=previous.next_after, page_size=style.page)
 
     def teardown(self) -> None:
         try:

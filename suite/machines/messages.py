@@ -26,6 +26,7 @@ from .world import RunShadow, TaskShadow
 
 __all__ = [
     "BATCHES",
+    "BATCH_DRAWS",
     "PROPOSED",
     "QUERY_ANSWERS",
     "QUERY_REQUIREMENT_FOR",
@@ -57,11 +58,14 @@ PROPOSED: dict[str, tuple[str, str]] = {
     "SIGNAL-CLOSED-RUN-REJECTED": ("CONTROL-CANCEL-CLOSES-RUN", "signal_closed_run_refused"),
     # §12.2 "**202** `{…, outcome:"signal_received"}`"; SDK-INTEROP §6.2 "Create a workflow task after each
     # external history change: … signal received".
-    "SIGNAL-RECORDED-AND-WAKES": ("DISPATCH-LOST-NOTIFICATION", "signal_recorded"),
+    # Judged on every history read back; passed once a signal and an update accepted while a run's task was
+    # leased were read in the next task's full history.
+    "SIGNAL-RECORDED-AND-WAKES": ("DISPATCH-LOST-NOTIFICATION", "signal_and_update_while_leased_read"),
     # §12.2 update row: "409 for other rejections (closed run)".
     "UPDATE-CLOSED-RUN-REJECTED": ("CONTROL-CANCEL-CLOSES-RUN", "update_closed_run_refused"),
     # §12.2 "**202** with `update_status:"accepted"` when it returns at acceptance".
-    "UPDATE-ACCEPTED-RECORDED": ("DISPATCH-LOST-NOTIFICATION", "update_accepted"),
+    # Passed once a task history holding two or more accepted updates of its run was read in full.
+    "UPDATE-ACCEPTED-RECORDED": ("DISPATCH-LOST-NOTIFICATION", "two_updates_on_one_run_read"),
     # §8.7.1 complete_update: "The update must be accepted and open for this run, otherwise it is invalid".
     "UPDATE-CLOSED-AT-MOST-ONCE": ("COMMANDS-REQUIRED-FIELDS", "update_double_close_rejected"),
     # §12.2 "An update with `wait_for:"completed"` blocks until the worker completes a workflow task
@@ -112,6 +116,8 @@ QUERY_STATES = {
     "custom": "query_rejected_409",
 }
 BATCHES = ("timer", "complete", "complete_update", "fail_update", "timer_and_update", "close_update_again")
+# What complete_task draws from: closing an update twice is drawn twice as often (it needs a closed update).
+BATCH_DRAWS = (*BATCHES, "close_update_again")
 
 
 class Slot(Enum):
@@ -135,6 +141,7 @@ class MessageRun(RunShadow):
     slot: Slot = Slot.READY
     task: MessageTask | None = None
     pending: set[str] = field(default_factory=set)  # wakes that arrived while its task was leased
+    news_while_leased: set[str] = field(default_factory=set)  # kinds (signal, update) accepted during a live lease
     coalesced: int = 0  # wakes that arrived while an open task existed
     queried: bool = False  # a query touched it since its slot last emptied
     open_updates: dict[str, str] = field(default_factory=dict)  # update_id -> name

@@ -36,11 +36,12 @@ from suite.client import Reply
 from suite.outcomes import HarnessError, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
+from suite.protocol.oracle import Applied, Kind
 from suite.protocol.requirements import REGISTRY
 
 from .base import Polled, note, race
 from .messages import (
-    BATCHES,
+    BATCH_DRAWS,
     PROPOSED,
     SIGNAL_CLOSED,
     SIGNAL_RECORDED,
@@ -87,6 +88,8 @@ class QuerySignalMachine(QueryWorker):
         "LEASE-NOT-SHARED-WHILE-LIVE": "poll_while_wake_coalesced",
         "HISTORY-SEQUENCE-CONTIGUOUS": None,
         "HISTORY-ONE-TERMINAL-PER-RUN": None,
+        # Judged on the full history of every leased task, against what its run had acknowledged (the oracle).
+        "HISTORY-PAGINATION-COMPLETE": "two_updates_on_one_run_read",
         **{rid: state for rid, (_, state) in PROPOSED.items() if rid in REGISTRY},
     }
 
@@ -152,6 +155,7 @@ class QuerySignalMachine(QueryWorker):
             run.pending.add(cause)
             if run.task is not None and run.task.expires > self.now():
                 self.reached("wake_coalesced_while_leased")
+                run.news_while_leased.add(cause.split(":", 1)[0])
         else:
             run.slot = Slot.READY  # READY stays READY; MAYBE becomes certain: one task either way
             self.reached("wake_coalesced_while_ready")
@@ -176,8 +180,12 @@ class QuerySignalMachine(QueryWorker):
 
     # -- leases --------------------------------------------------------------------------------------
 
-    def adopt(self, task_obj: dict[str, Any], worker: str, sent: datetime, reply: Reply) -> TaskM:
-        """Judge a granted workflow-task lease against the run's slot, then record it."""
+    def adopt(self, polled: Polled, worker: str) -> TaskM:
+        """Judge a granted workflow-task lease against the run's slot, record it, then read its history back
+        in full and judge it by what the run had acknowledged before the poll left."""
+        task_obj, reply, sent = polled.task, polled.reply, polled.sent
+        assert task_obj is not None
+        assert reply is not None
         run = self.leased_run(task_obj, worker, self.run_by_id, reply)
         task_id = str(task_obj.get("task_id"))
         attempt = task_obj.get("workflow_task_attempt")
@@ -197,14 +205,27 @@ class QuerySignalMachine(QueryWorker):
             task.claim(worker, attempt, expires)
             task.uncertain = False
         run.task, run.slot, run.pending, run.queried = task, Slot.LEASED, set(), False
+        news, run.news_while_leased = run.news_while_leased, set()
         if run.status is RunStatus.WAITING:
             run.step(RunEvent.WAKE)
         self.reached("lease_granted")
+        if self.read_back(task_obj, polled, worker, attempt) is not None:
+            self.reached_by_history(run, news, polled.acked.get(run.run_id, 0))
         return task
+
+    def reached_by_history(self, run: RunM, news: set[str], acked: int) -> None:
+        """The hard histories a judged read showed: a signal and an update accepted while the run's previous
+        task was leased, and two or more updates on one run."""
+        if {"signal", "update"} <= news:
+            self.reached("signal_and_update_while_leased_read")
+        updates = [a for a in self.acks.get(run.run_id, [])[:acked] if a.kind is Kind.UPDATE]
+        if len(updates) >= 2:
+            self.reached("two_updates_on_one_run_read")
 
     def poll_wf(self, worker: str) -> Polled:
         self.note_coalesced_poll()
-        return self.poll_once(self.ctx.poll_wf(worker, self.queue, 1))
+        style = self.next_read()
+        return self.poll_once(self.ctx.poll_wf(worker, self.queue, 1, **style.poll_fields()), style=style)
 
     def lost_poll(self) -> None:
         """A poll without an answer (or resent after one was lost) may have leased any ready run's task."""
@@ -230,7 +251,7 @@ class QuerySignalMachine(QueryWorker):
                     received=polled.body.get("poll_status"),
                     replies=[polled.reply],
                 )
-            task = self.adopt(polled.task, worker, polled.sent, polled.reply)
+            task = self.adopt(polled, worker)
             if task.run is run:
                 return task
         return None
@@ -250,6 +271,8 @@ class QuerySignalMachine(QueryWorker):
         )
         if reply is None:
             task.uncertain = run.uncertain = True
+            if not invalid:
+                self.ack_batch(run, commands, Applied.MAYBE)
             return None
         self.touched.add(run.run_id)
         got = self.outcome(reply)
@@ -280,9 +303,19 @@ class QuerySignalMachine(QueryWorker):
         self.applied(task, commands, closes)
         return got
 
+    def ack_batch(self, run: RunM, commands: list[dict[str, Any]], applied: Applied = Applied.YES) -> None:
+        """What an accepted (or maybe applied) batch leaves in the run's history (§8.7.1)."""
+        for c in commands:
+            kind = {"start_timer": Kind.TIMER, "complete_workflow": Kind.COMPLETE}.get(str(c.get("type")))
+            if c.get("type") in ("complete_update", "fail_update"):
+                self.ack(run.run_id, Kind.UPDATE_CLOSED, str(c.get("update_id")), applied=applied)
+            elif kind is not None:
+                self.ack(run.run_id, kind, applied=applied)
+
     def applied(self, task: TaskM, commands: list[dict[str, Any]], closes: set[str]) -> None:
         """An accepted batch moves the run: closed, waiting, or due a follow-up task for the news its lease saw."""
         run = task.run
+        self.ack_batch(run, commands)
         for uid in closes:
             run.open_updates.pop(uid, None)
             run.closed_updates.add(uid)
@@ -310,11 +343,15 @@ class QuerySignalMachine(QueryWorker):
 
     @rule(target=runs)
     def start(self) -> RunM:
+        return self.new_run()
+
+    def new_run(self) -> RunM:
         wid, run_id = self.run(self.ctx.start(self.queue, input=["queries-signals"]))
         run = RunM(workflow_id=wid, run_id=run_id)
         self.all_runs.append(run)
         self.run_by_id[run_id] = run
         self.touched.add(run_id)
+        self.ack(run_id, Kind.START)
         return run
 
     @precondition(lambda self: bool(self.ready_runs()))
@@ -326,7 +363,7 @@ class QuerySignalMachine(QueryWorker):
         if polled.reply is None:
             return
         if polled.task is not None:
-            self.adopt(polled.task, wid, polled.sent, polled.reply)
+            self.adopt(polled, wid)
             return
         if polled.body.get("poll_status") == "throttled" or self.unsure():
             return
@@ -345,12 +382,14 @@ class QuerySignalMachine(QueryWorker):
         """``n`` workers poll at once; every lease is adopted (a (task, attempt) granted twice is
         LEASE-EXCLUSIVE broken). Returns how many were granted."""
         self.note_coalesced_poll()
-        polls = self.poll_race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1))
+        style = self.next_read()
+        send = style.poll_fields()
+        polls = self.poll_race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1, **send), style=style)
         self.granted_once(polls, lambda t: (str(t.get("task_id")), t.get("workflow_task_attempt")), "LEASE-EXCLUSIVE")
         granted = 0
         for i, p in polls:
             if p.task is not None and p.reply is not None:
-                self.adopt(p.task, self.workers[i], p.sent, p.reply)
+                self.adopt(p, self.workers[i])
                 granted += 1
         return granted
 
@@ -372,7 +411,7 @@ class QuerySignalMachine(QueryWorker):
         self.reached("quiet_queue_probed")
 
     @precondition(lambda self: bool(self.leased_tasks()))
-    @rule(pick=st.integers(0, 7), kind=st.sampled_from(BATCHES))
+    @rule(pick=st.integers(0, 7), kind=st.sampled_from(BATCH_DRAWS))
     def complete_task(self, pick: int, kind: str) -> None:
         tasks = self.leased_tasks()
         task = tasks[pick % len(tasks)]
@@ -391,6 +430,31 @@ class QuerySignalMachine(QueryWorker):
             self.reached("closed_run_command_refused")
 
     # -- rules: signals and updates ------------------------------------------------------------------
+
+    def live_lease(self) -> TaskM | None:
+        """A leased task of an open run with time to spare on its lease, or None."""
+        soon = self.now() + timedelta(seconds=self.MARGIN + 1.5)
+        return next((t for t in self.leased_tasks() if t.run.open and not t.run.uncertain and t.expires > soon), None)
+
+    @rule()
+    def messages_while_leased(self) -> None:
+        """A signal and two updates accepted while a run's task is leased; the holder completes the task with
+        a timer, and the follow-up task is leased and read in full: every message is there exactly once — the
+        first task that follows its acceptance shows it — and nothing is repeated (§8.4, §12.2)."""
+        task = self.live_lease()
+        if task is None:
+            run = self.new_run()
+            task = self.lease_run_task(run, "start")
+            if task is None or task.run is not run:
+                return
+        run = task.run
+        self.signal(run, 1)
+        self.update_accepted(run)
+        self.update_accepted(run)
+        if run.uncertain or task.status is not TaskStatus.LEASED:
+            return
+        if self.complete(task, [{"type": "start_timer", "delay_seconds": 3600}], set(), False, "timer") == "ok":
+            self.lease_run_task(run, "signal")
 
     @rule(run=runs, n=st.integers(1, 3))
     def signal(self, run: RunM, n: int) -> None:
@@ -411,6 +475,7 @@ class QuerySignalMachine(QueryWorker):
                 run.uncertain = True
                 run.signals[name] = None
                 run.signal_copies[name] = res.copies if isinstance(res, Indeterminate) else 1
+                self.ack(run.run_id, Kind.SIGNAL, name, applied=Applied.MAYBE, copies=run.signal_copies[name])
                 continue
             if isinstance(res, BaseException):
                 raise res
@@ -419,19 +484,13 @@ class QuerySignalMachine(QueryWorker):
 
     def judge_signal(self, run: RunM, name: str, res: Reply) -> None:
         """§12.2: 202 signal_received on an open run (then it wakes the run), 409 on a closed one."""
+        if res.status == 202:
+            self.ack(run.run_id, Kind.SIGNAL, name)
         if run.uncertain:
             run.signals[name] = None
             return
         if run.open:
-            body = res.json()
-            if res.status != 202 or body.get("outcome") != "signal_received":
-                raise self.violation(
-                    SIGNAL_RECORDED,
-                    f"a signal to open run {run.run_id} is accepted",
-                    expected='202 outcome "signal_received"',
-                    received=f"{res.status} {res.reason} outcome={body.get('outcome')!r}",
-                    replies=[res],
-                )
+            self.expect_signal_received(res, run)
             run.signals[name] = True
             self.wake(run, f"signal:{name}")
             self.reached("signal_recorded")
@@ -456,6 +515,9 @@ class QuerySignalMachine(QueryWorker):
             return
         self.touched.add(run.run_id)
         body = reply.json()
+        uid = body.get("update_id")
+        if reply.status == 202 and isinstance(uid, str) and uid:
+            self.ack(run.run_id, Kind.UPDATE, uid)
         if run.uncertain:
             return
         if not run.open:
@@ -465,7 +527,6 @@ class QuerySignalMachine(QueryWorker):
             self.reached("update_closed_run_refused")
             self.reached("closed_run_command_refused")
             return
-        uid = body.get("update_id")
         if reply.status != 202 or body.get("update_status") != "accepted" or not isinstance(uid, str) or not uid:
             raise self.violation(
                 UPDATE_RECORDED,
@@ -535,6 +596,7 @@ class QuerySignalMachine(QueryWorker):
             uid = self.await_accepted(run, name, call)
             if uid is None:
                 return
+            self.ack(run.run_id, Kind.UPDATE, uid)  # its UpdateAccepted is in history: recorded
             self.accepted_update(run, uid, name)
             task = run.task if run.slot is Slot.LEASED else self.lease_run_task(run, "update")
             if task is None:

@@ -23,6 +23,7 @@ from suite.client import Reply
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
+from suite.protocol.oracle import Applied, Kind
 
 from .base import EXPIRY_STEP, MachineBase, Polled
 from .world import RunShadow, TaskShadow, workflow_view
@@ -30,6 +31,7 @@ from .world import RunShadow, TaskShadow, workflow_view
 __all__ = ["WorkflowLeaseMachine"]
 
 WORKERS = 6
+MAX_CHAINS = 2  # continue-as-new chains per example
 
 # Which requirement a wrong answer breaks, by the reason the model expected.
 REQUIREMENT_FOR = {
@@ -42,12 +44,13 @@ REQUIREMENT_FOR = {
     "invalid_commands": "COMMANDS-ONE-TERMINAL",
     "validation_failed": "COMMANDS-NON-EMPTY",
 }
-# A batch the model accepts -> how it moves the run (§8.7, §8.7.1).
+# A batch the model accepts -> how it moves the run (§8.7, §8.7.1), and what its history then holds.
 BATCH_EVENTS = {
     "timer": RunEvent.BATCH_OPEN_WAITS,
     "complete": RunEvent.BATCH_COMPLETE,
     "fail_workflow": RunEvent.BATCH_FAIL,
 }
+BATCH_KINDS = {"timer": Kind.TIMER, "complete": Kind.COMPLETE, "fail_workflow": Kind.FAIL}
 
 
 @dataclass(eq=False, kw_only=True)
@@ -85,6 +88,10 @@ class WorkflowLeaseMachine(MachineBase):
         "COMMANDS-ONE-TERMINAL": "invalid_batch_rejected",
         "HISTORY-SEQUENCE-CONTIGUOUS": None,
         "HISTORY-ONE-TERMINAL-PER-RUN": None,
+        # Judged on the full history of every leased task, against what its run had acknowledged (the oracle).
+        "HISTORY-PAGINATION-COMPLETE": "redelivery_read_in_full",
+        "SIGNAL-RECORDED-AND-WAKES": "redelivery_read_in_full",
+        "COMMANDS-CONTINUE-AS-NEW": "continue_as_new_chain",
     }
 
     runs = Bundle("runs")
@@ -101,6 +108,12 @@ class WorkflowLeaseMachine(MachineBase):
         lease = profile.get("workflow_task_lease_seconds")
         self.lease_seconds: float | None = float(lease) if isinstance(lease, int | float) else None
         self.expiry_waits = 0
+        self.continued: dict[
+            str, RunShadow
+        ] = {}  # workflow id -> its run that continued as new, until the next is seen
+        self.generation: dict[str, int] = {}  # run id -> its run number, once more than 1
+        self.chains = 0
+        self.successor: dict[str, RunShadow] = {}  # run id -> the run it continued as
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -175,10 +188,19 @@ class WorkflowLeaseMachine(MachineBase):
         task_obj, reply = polled.task, polled.reply
         if task_obj is None or reply is None:
             return None
-        run = self.leased_run(task_obj, worker, self.run_by_id, reply)
+        run = self.leased_run(task_obj, worker, self.continuation(task_obj), reply)
         task_id = str(task_obj.get("task_id"))
         attempt = task_obj.get("workflow_task_attempt")
         known = self.task_by_id.get(task_id)
+        if run.closed_reason == "continued" and not run.uncertain:
+            raise self.violation(
+                "COMMANDS-CONTINUE-AS-NEW",
+                f"a workflow task of run {run.run_id}, which continued as new, was leased: the first task after a "
+                "continue_as_new belongs to the new run",
+                expected=f"a task of a new run of {run.workflow_id}",
+                received={"task_id": task_id, "run_id": run.run_id},
+                replies=[reply],
+            )
         if not run.open and not run.uncertain:
             raise self.violation(
                 "CANCEL-NO-NEW-LEASES",
@@ -187,12 +209,12 @@ class WorkflowLeaseMachine(MachineBase):
                 received=task_id,
                 replies=[reply],
             )
-        if known is None:
-            if attempt != 1 and not run.uncertain:
-                raise self.violation(
-                    "LEASE-FIRST-ATTEMPT", "first delivery is attempt 1", expected=1, received=attempt, replies=[reply]
-                )
-        elif not (known.uncertain or run.uncertain):
+        if known is None and attempt != 1 and not run.uncertain:
+            raise self.violation(
+                "LEASE-FIRST-ATTEMPT", "first delivery is attempt 1", expected=1, received=attempt, replies=[reply]
+            )
+        redelivery = known is not None and not (known.uncertain or run.uncertain)
+        if known is not None and redelivery:
             self.judge_redelivery(known, attempt, worker, received_at, reply)
             self.reached("lease_expired_redelivered")
         self.reached("lease_granted")
@@ -206,7 +228,26 @@ class WorkflowLeaseMachine(MachineBase):
         if known.run.status is RunStatus.WAITING:
             known.run.step(RunEvent.WAKE)  # a task was created for the waiting run
         self.touched.add(run.run_id)
+        if self.read_back(task_obj, polled, worker, known.attempt) is not None and redelivery:
+            self.reached("redelivery_read_in_full")
         return known
+
+    def continuation(self, task_obj: dict[str, Any]) -> dict[str, RunShadow]:
+        """The runs a lease may belong to: those the machine started, and the new run of a workflow one of them
+        continued as new (§8.7.1 "A **new run_id** with the same workflow_id … starts with WorkflowStarted and a
+        new workflow task"), learnt from its first task."""
+        run_id, wid = str(task_obj.get("run_id")), task_obj.get("workflow_id")
+        old = self.continued.get(str(wid))
+        if run_id not in self.run_by_id and old is not None and run_id != old.run_id:
+            new = RunShadow(workflow_id=old.workflow_id, run_id=run_id)
+            self.run_by_id[run_id] = new
+            self.successor[old.run_id] = new
+            self.ack(run_id, Kind.START)  # acknowledged with the continue_as_new
+            if old.open:  # a continue_as_new whose answer was lost did apply
+                old.step(RunEvent.BATCH_CONTINUE_AS_NEW, unsure=True)
+            del self.continued[old.workflow_id]
+            self.generation[run_id] = self.generation.get(old.run_id, 1) + 1
+        return self.run_by_id
 
     def judge_redelivery(self, known: TaskM, attempt: Any, worker: str, received_at: datetime, reply: Reply) -> None:
         """A known task leased again: only once its lease expired, as the previous attempt + 1 (§9)."""
@@ -237,7 +278,9 @@ class WorkflowLeaseMachine(MachineBase):
             )
 
     def poll_wf(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
-        return self.poll_once(self.ctx.poll_wf(worker, self.queue, timeout, until=until))
+        style = self.next_read()
+        send = self.ctx.poll_wf(worker, self.queue, timeout, until=until, **style.poll_fields())
+        return self.poll_once(send, style=style)
 
     def lost_poll(self) -> None:
         """A poll without an answer (or resent after one was lost) may have leased a ready task the model does
@@ -261,6 +304,7 @@ class WorkflowLeaseMachine(MachineBase):
         wid, run_id = self.run(self.ctx.start(self.queue))
         run = RunShadow(workflow_id=wid, run_id=run_id)
         self.run_by_id[run_id] = run
+        self.ack(run_id, Kind.START)
         return run
 
     @precondition(lambda self: self.ready_work() > 0)
@@ -277,7 +321,9 @@ class WorkflowLeaseMachine(MachineBase):
         ready = sum(1 for r in self.run_by_id.values() if r.open) - sum(
             1 for t in self.task_by_id.values() if t.status is TaskStatus.LEASED and t.run.open
         )
-        polls = self.poll_race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1))
+        style = self.next_read()
+        send = style.poll_fields()
+        polls = self.poll_race(n, lambda i: self.ctx.poll_wf(self.workers[i], self.queue, 1, **send), style=style)
         self.granted_once(polls, lambda t: f"{t.get('task_id')}#{t.get('workflow_task_attempt')}", "LEASE-EXCLUSIVE")
         adopted = [t for i, p in polls if (t := self.adopt(p, self.workers[i], p.received)) is not None]
         if adopted and n > max(ready, 0):
@@ -355,6 +401,8 @@ class WorkflowLeaseMachine(MachineBase):
         reply = self.call(self.ctx.complete({"task_id": task.task_id}, commands, owner=owner, attempt=attempt))
         if reply is None:
             task.uncertain = task.run.uncertain = True
+            if not invalid:
+                self.ack(task.run.run_id, BATCH_KINDS[batch], applied=Applied.MAYBE)
             return
         got = self.judge(task, allowed, reply, f"complete ({batch})")
         self.touched.add(task.run.run_id)
@@ -367,6 +415,7 @@ class WorkflowLeaseMachine(MachineBase):
         unsure = task.uncertain or task.run.uncertain
         task.step(TaskEvent.COMPLETE, unsure=unsure)
         task.run.step(BATCH_EVENTS[batch], unsure=unsure)
+        self.ack(task.run.run_id, BATCH_KINDS[batch])
 
     @rule(task=tasks, who=st.sampled_from(["owner", "other", "next_attempt"]))
     def fail(self, task: TaskM, who: str) -> None:
@@ -378,6 +427,11 @@ class WorkflowLeaseMachine(MachineBase):
 
     @rule(run=runs, kind=st.sampled_from(["cancel", "terminate"]))
     def close_run(self, run: RunShadow, kind: str) -> None:
+        # Cancel and terminate name a workflow id: they reach its current run (a continuation, if any).
+        while run.run_id in self.successor:
+            run = self.successor[run.run_id]
+        if run.closed_reason == "continued" or run.workflow_id in self.continued:
+            return  # its (maybe) new run is not known yet: the model could not tell which run the call closes
         was_open = run.open
         closed = self.close_by_control(run, kind, "x") is not None and was_open
         if closed and any(t.run is run and t.status is TaskStatus.LEASED for t in self.task_by_id.values()):
@@ -396,6 +450,7 @@ class WorkflowLeaseMachine(MachineBase):
             return multiple()
         assert self.lease_seconds is not None
         self.expiry_waits += 1
+        self.signal(task.run)  # news the redelivery must show (the first task that follows its acceptance)
         old_owner, old_attempt = task.owner, task.attempt
         taker = next(w for w in self.workers if w != old_owner)
         deadline = max(task.expires, self.now()) + timedelta(seconds=self.lease_seconds + 5)
@@ -417,6 +472,90 @@ class WorkflowLeaseMachine(MachineBase):
             expected=f"a lease of {task.task_id} with attempt {old_attempt + 1}",
             received="none",
         )
+
+    def signal(self, run: RunShadow) -> None:
+        """Signal an open run (§12.2: 202 signal_received): every task leased after the answer shows it once."""
+        name = self.ctx.uid("sig")
+        reply = self.call(self.client.control("POST", f"/workflows/{run.workflow_id}/signal/{name}", {"input": [name]}))
+        if reply is None:
+            self.ack(run.run_id, Kind.SIGNAL, name, applied=Applied.MAYBE, copies=2)
+            return
+        self.touched.add(run.run_id)
+        self.expect_signal_received(reply, run)
+        self.ack(run.run_id, Kind.SIGNAL, name)
+
+    @precondition(lambda self: bool(self.live_leases()) and self.chains < MAX_CHAINS)
+    @rule(target=tasks, links=st.integers(2, 3))
+    def continue_as_new(self, links: int) -> Any:
+        """The holder of a live lease continues its run as new, and the holder of the new run's first task
+        does the same, ``links`` times: each run closes (completed, "continued") and the first task after it
+        names a new run of the same workflow whose history starts afresh (§8.7.1, §16.37)."""
+        task = self.live_leases()[0]
+        self.chains += 1
+        leased: list[TaskM] = []
+        for _ in range(links):
+            nxt = self.continue_run(task)
+            if nxt is None:
+                break
+            leased.append(nxt)
+            task = nxt
+        if len(leased) >= 2:
+            self.reached("continue_as_new_chain")
+        return multiple(*leased)
+
+    def continue_run(self, task: TaskM) -> TaskM | None:
+        """Complete ``task`` with continue_as_new, then lease and read the new run's first task."""
+        run = task.run
+        allowed = self.expected(task, task.owner, task.attempt, self.now())
+        commands = [{"type": "continue_as_new", "arguments": self.ctx.envelope([run.run_id])}]
+        reply = self.call(
+            self.ctx.complete({"task_id": task.task_id}, commands, owner=task.owner, attempt=task.attempt)
+        )
+        if reply is None:
+            task.uncertain = run.uncertain = True
+            self.ack(run.run_id, Kind.CONTINUE_AS_NEW, applied=Applied.MAYBE)
+            self.continued[run.workflow_id] = run  # maybe continued: a lease may name its new run
+            return None
+        self.touched.add(run.run_id)
+        if self.judge(task, allowed, reply, "complete (continue_as_new)") != "ok":
+            return None
+        unsure = task.uncertain or run.uncertain
+        task.step(TaskEvent.COMPLETE, unsure=unsure)
+        run.step(RunEvent.BATCH_CONTINUE_AS_NEW, unsure=unsure)
+        self.ack(run.run_id, Kind.CONTINUE_AS_NEW)
+        self.continued[run.workflow_id] = run
+        for i in range(len(self.run_by_id) + 2):
+            worker = self.workers[i % WORKERS]
+            polled = self.poll_wf(worker)
+            if polled.reply is None:
+                return None
+            got = self.adopt(polled, worker, polled.received)
+            if got is not None and got.run.workflow_id == run.workflow_id and got.run is not run:
+                self.judge_continued(got.run, reply)
+                return got
+        if run.uncertain:
+            return None
+        raise self.violation(
+            "COMMANDS-CONTINUE-AS-NEW",
+            f"run {run.run_id} continued as new, but no workflow task of a new run of {run.workflow_id} came",
+            expected="the new run's first workflow task",
+            received="none",
+        )
+
+    def judge_continued(self, new: RunShadow, reply: Reply) -> None:
+        """§16.37: describe shows the new run, with the next run number, under the same workflow id."""
+        described = self.run(self.ctx.describe(new.workflow_id))
+        want = {"run_id": new.run_id, "run_number": self.generation.get(new.run_id)}
+        got = {k: described.get(k) for k in want}
+        if got != want and not new.uncertain:
+            raise self.violation(
+                "COMMANDS-CONTINUE-AS-NEW",
+                f"after continue_as_new, describe of {new.workflow_id} does not show the run its first task named",
+                expected=want,
+                received=got,
+                replies=[reply],
+            )
+        self.reached("continued_run_first_task_read")
 
     @rule(old=stale, verb=st.sampled_from(["heartbeat", "complete", "fail", "history"]))
     def stale_report(self, old: Stale, verb: str) -> None:
