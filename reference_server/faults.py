@@ -224,10 +224,10 @@ FAULTS: dict[str, Fault] = {
         ("AUTH-FULL-ACCESS-TOKEN",),
     ),
     # -- histories: bugs only a multi-step history shows, read back in full by the machines ------------------
-    "signal-dropped-while-leased": Fault(
-        "A signal accepted (202) while the run's workflow task is leased is never recorded: the next task's history"
-        " lacks it.",
-        ("SIGNAL-RECORDED-AND-WAKES",),
+    "signal-left-out-after-lease": Fault(
+        "A signal accepted (202) while the run's workflow task is leased is recorded, but the workflow-task"
+        " history the run's next task reads leaves it out.",
+        ("HISTORY-PAGINATION-COMPLETE",),
         machine="queries_signals",
     ),
     "update-accepted-repeated": Fault(

@@ -271,6 +271,8 @@ def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: in
     """The worker-plane history events of ``task``'s run after ``after`` (the poll's inline page and the
     history route's pages)."""
     rows = history_page(t.db, run["run_id"], after, limit)
+    if fault(t.settings, "signal-left-out-after-lease"):  # the bug: signals that arrived during a lease are skipped
+        rows = [r for r in rows if not (r["event_type"] == "SignalReceived" and r["workflow_task_id"])]
     if fault(t.settings, "redelivery-history-stale") and int(task["attempt"]) > 1:
         rows = [r for r in rows if r["recorded_at"] <= task["created_at"]]  # the bug: a snapshot from its creation
     if fault(t.settings, "update-accepted-repeated"):

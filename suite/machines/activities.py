@@ -58,6 +58,7 @@ MAX_LEASE_WAITS = 1  # lease expiries waited out per example (each holds one act
 MAX_TIMEOUT_WAITS = 1  # start_to_close deadlines waited out per example
 MAX_EMPTY_PROBES = 2  # workflow-task polls per example that may hold a full second
 MAX_RACES = 2  # races per example: each one with more pollers than ready tasks holds a second
+MAX_HEARTBEAT_RETRIES = 2  # heartbeat_then_fail per example: the hard history, then room for the other rules
 MAX_CLOSES = 1  # run cancels/terminates per example: a closed run's activities can only be fenced after it
 START_TO_CLOSE = 2  # seconds: the "short timeout"; used only when it ends before the lease does
 ACTIVITY_TYPE = "conformance.act"
@@ -121,6 +122,7 @@ class ActivityMachine(MachineBase):
         self.scheduled = 0
         self.closes = 0
         self.races = 0
+        self.heartbeat_retries = 0
         profile = self.target.test_profile if self.target else {}
         lease = profile.get("activity_task_lease_seconds")
         self.lease_seconds: float | None = float(lease) if isinstance(lease, int | float) else None
@@ -402,12 +404,13 @@ class ActivityMachine(MachineBase):
             worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
             self.adopt(self.poll_activity(worker, 2), worker)
 
-    @precondition(lambda self: bool(self.world.retryable()))
+    @precondition(lambda self: self.heartbeat_retries < MAX_HEARTBEAT_RETRIES and bool(self.world.retryable()))
     @rule(e=execs, detail=st.integers(0, 2**31))
     def heartbeat_then_fail(self, e: Execution, detail: int) -> None:
         """The owner heartbeats a running attempt that has attempts left, then fails it retryably; a worker
         long-polls for the retry and heartbeats it in turn: the retry is attempt n + 1 (§11.6), and every event
         of both attempts names its own number."""
+        self.heartbeat_retries += 1
         pool = self.world.retryable()
         a = e.current if e.current in pool and e.current is not None else pool[self.world.index(e) % len(pool)]
         beat = self.report(a, "owner", "heartbeat")

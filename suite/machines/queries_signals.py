@@ -65,6 +65,7 @@ __all__ = ["PROPOSED", "QuerySignalMachine"]
 WORKERS = 4
 UPDATE_WAIT = 10  # wait_timeout_seconds of a blocking update
 PROBES_PER_EXAMPLE = 1  # empty-queue polls (each holds the 1 s long-poll minimum)
+MESSAGE_ROUNDS = 2  # messages_while_leased per example: enough for the hard history, the rest left to the others
 
 RunM = MessageRun
 TaskM = MessageTask
@@ -104,6 +105,7 @@ class QuerySignalMachine(QueryWorker):
         self.task_by_id: dict[str, TaskM] = {}
         self.turn = itertools.count()
         self.probes_left = PROBES_PER_EXAMPLE
+        self.message_rounds = 0
 
     # -- model helpers -------------------------------------------------------------------------------
 
@@ -436,11 +438,13 @@ class QuerySignalMachine(QueryWorker):
         soon = self.now() + timedelta(seconds=self.MARGIN + 1.5)
         return next((t for t in self.leased_tasks() if t.run.open and not t.run.uncertain and t.expires > soon), None)
 
+    @precondition(lambda self: self.message_rounds < MESSAGE_ROUNDS)
     @rule()
     def messages_while_leased(self) -> None:
         """A signal and two updates accepted while a run's task is leased; the holder completes the task with
         a timer, and the follow-up task is leased and read in full: every message is there exactly once — the
         first task that follows its acceptance shows it — and nothing is repeated (§8.4, §12.2)."""
+        self.message_rounds += 1
         task = self.live_lease()
         if task is None:
             run = self.new_run()

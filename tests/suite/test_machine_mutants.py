@@ -33,7 +33,7 @@ CAUGHT: dict[str, tuple[str, frozenset[str]]] = {
     "session-stale-holder-renews": ("worker_sessions", frozenset({"SESSION-STALE-HOLDER-FENCED"})),
     # Bugs only a multi-step history shows, each found by reading back the full history of a leased task (or
     # the activity numbering) against what the run had acknowledged: exactly the declared requirement.
-    "signal-dropped-while-leased": ("queries_signals", frozenset({"SIGNAL-RECORDED-AND-WAKES"})),
+    "signal-left-out-after-lease": ("queries_signals", frozenset({"HISTORY-PAGINATION-COMPLETE"})),
     "update-accepted-repeated": ("queries_signals", frozenset({"HISTORY-PAGINATION-COMPLETE"})),
     "retry-attempt-restarts-after-heartbeat": ("activities", frozenset({"RETRY-ATTEMPTS-CONTIGUOUS"})),
     "redelivery-history-stale": ("workflow_leases", frozenset({"HISTORY-PAGINATION-COMPLETE"})),
@@ -41,7 +41,7 @@ CAUGHT: dict[str, tuple[str, frozenset[str]]] = {
     "heartbeat-records-first-attempt": ("activities", frozenset({"RETRY-ATTEMPTS-CONTIGUOUS"})),
 }
 HISTORY_FAULTS = (
-    "signal-dropped-while-leased",
+    "signal-left-out-after-lease",
     "update-accepted-repeated",
     "retry-attempt-restarts-after-heartbeat",
     "redelivery-history-stale",

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.protocol.errors import Violation
-from suite.protocol.oracle import Accepted, Applied, Kind, Page, expected_history, join_pages, judge_history
+from suite.protocol.history import compress_page, encode_page_token
+from suite.protocol.oracle import Accepted, Applied, Kind, Page, expected_history, join_pages, judge_history, page_of
 
 START = Accepted(Kind.START)
 
@@ -300,3 +301,25 @@ def test_a_broken_history_is_refused_with_the_rule_it_breaks(steps: list[str], s
         assert v.value.requirement in {target.requirement, "SIGNAL-CLOSED-RUN-REJECTED", "UPDATE-CLOSED-RUN-REJECTED"}
     else:
         assert broken(events[:-1], accepted, last_sequence=len(events)) == "HISTORY-PAGINATION-COMPLETE"
+
+
+def test_a_page_is_read_by_either_cursor_style_plain_or_compressed() -> None:
+    events = history(*["TimerScheduled"] * 60)
+    plain = page_of({"history_events": events[:2], "has_more": True, "next_after_sequence": 2}, after=0, page_size=2)
+    assert (plain.next_after, plain.has_more, plain.compressed) == (2, True, False)
+    # UPS strips the S0 fields: the token alone names the next page.
+    token = page_of(
+        {"history_events": events[:2], "next_history_page_token": encode_page_token(2)}, after=0, page_size=2
+    )
+    assert (token.next_after, token.has_more) == (2, True)
+    packed = page_of({**compress_page(events, "gzip"), "has_more": False}, after=0, page_size=1000)
+    assert packed.compressed
+    assert packed.events == events
+    for body, requirement in (
+        ({"history_events": [], "has_more": True}, "HISTORY-PAGINATION-COMPLETE"),  # more, but no cursor
+        ({"history_events": [], "next_history_page_token": "!!"}, "HISTORY-PAGINATION-COMPLETE"),
+        ({"history_events_compressed": "not base64", "history_events_encoding": "gzip"}, "COMPRESSION-ROUNDTRIP"),
+    ):
+        with pytest.raises(Violation) as v:
+            page_of(body, after=0, page_size=10)
+        assert v.value.requirement == requirement
