@@ -105,8 +105,6 @@ def append_event(
 ) -> int:
     """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
     row = t.run(run_id)
-    if event_type == "SignalReceived" and fault(t.settings, "signal-left-out-after-lease"):
-        workflow_task_id = _leased_task(t, run_id)  # the bug's mark: a signal that arrived during a lease
     seq = int(row["last_sequence"]) + 1
     t.db.execute(
         "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"
@@ -132,11 +130,6 @@ def record_wake(t: T, run_id: str, event_type: str, payload: Mapping[str, Any], 
     seq = append_event(t, run_id, event_type, payload)
     wake_run(t, run_id, empty_resume(workflow_sequence=seq, workflow_event_type=event_type, **resume))
     return seq
-
-
-def _leased_task(t: T, run_id: str) -> str | None:
-    task = open_workflow_task(t, run_id)
-    return str(task["task_id"]) if task is not None and task["status"] == "leased" else None
 
 
 def next_step(t: T, run_id: str) -> int:
