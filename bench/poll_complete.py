@@ -4,11 +4,11 @@ Starts ``python -m reference_server`` (and ``bench/minimal_server.py``, the same
 rules) as a subprocess on a fresh database, registers ``--concurrency`` workers
 on one task queue, starts ``--cycles`` workflows, then lets the workers loop ``poll → complete_workflow`` over
 HTTP/1.1 keep-alive connections (httpx) until every run is completed. A *cycle* is one leased workflow task
-and its accepted completion: two HTTP requests and three committed SQLite transactions (worker liveness, the
-claim, the completion), each fsynced (``PRAGMA synchronous=FULL``).
+and its accepted completion: two HTTP requests and two committed SQLite transactions (the claim, which also
+records the worker's liveness, and the completion), each fsynced (``PRAGMA synchronous=FULL``).
 
-The minimal server does the same cycle in two transactions (its claim records the worker's liveness), with
-no validation, history or fencing beyond the conditional update. With ``--server both`` (the default) the two
+The minimal server does the same cycle in the same two transactions, with no validation, history or fencing
+beyond the conditional update. With ``--server both`` (the default) the two
 servers are measured alternately, ``--rounds`` times each for every concurrency in ``--concurrency``, in one
 run, and the median cycles per second of each are printed with their ratio.
 
