@@ -32,6 +32,7 @@ import pytest
 from suite.protocol.requirements import REGISTRY
 
 from .context import TargetInfo
+from .ordering import failures_first
 from .outcomes import (
     EXIT_HARNESS_ERROR,
     EXIT_INCOMPLETE_CERTIFY,
@@ -151,6 +152,13 @@ def _add_target_options(group: Any) -> None:
         "'standard' (every fault; 'none': transparent; the faults: python -m suite.proxy --help)",
     )
     group.addoption("--fault-seed", default=None, metavar="N", help="Seed of the fault proxy (default: the run's seed)")
+    group.addoption(
+        "--area-order",
+        action="store_true",
+        default=False,
+        help="Run the items in the registry's order (checks by area, then machines, then fuzzing) instead of "
+        "failures first (cheap, broad checks first, then by cost)",
+    )
     group.addoption(
         "--real-time",
         action="store_true",
@@ -518,6 +526,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if not settings.area_order:
+        target = config.stash.get(TARGET_KEY, None)
+        timed = target is not None and target.time is not None and not target.time["test_clock_used"]
+        items[:] = failures_first(items, "real-time" if timed else "test-clock")
 
 
 # -- the records, the progress lines, the verdict --------------------------------------------------------------

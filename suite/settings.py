@@ -112,6 +112,7 @@ class RunSettings:
     fault_seed: int | None = None
     sign_key: str | None = None
     real_time: bool = False  # --real-time: wait in real time even when the target advertises a test clock
+    area_order: bool = False  # --area-order: the registry's order, not failures first (suite.ordering)
     seed: int = 0
     narrowed_by: tuple[str, ...] = field(default=())
 
@@ -253,6 +254,7 @@ def parse_settings(config: pytest.Config) -> RunSettings:
         fault_seed=None if fault_seed is None else int(LIMITS["fault_seed"].parse(fault_seed)),
         sign_key=_option(config, "--sign-key"),
         real_time=bool(_option(config, "--real-time", False)),
+        area_order=bool(_option(config, "--area-order", False)),
         seed=_seed(),
         narrowed_by=tuple(_selection(config, requirements, ids)),
     )
