@@ -16,10 +16,12 @@ The suite never imports the reference server: faults are listed, and servers sta
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -32,17 +34,19 @@ from typing import Any
 
 from .processes import read_url, stop_process
 from .reports import render_mutants_page
-from .target import EMBEDDED_ARGS
 
 __all__ = [
     "CORRECT",
+    "FIRST_FAILURES_SCHEMA",
     "MATRIX_SCHEMA",
+    "FirstFailures",
     "Matrix",
     "Mutant",
     "MutantResult",
     "gaps",
     "list_faults",
     "main",
+    "run_first_failures",
     "run_matrix",
     "write_matrix",
 ]
@@ -87,6 +91,7 @@ class MutantResult:
     checks_run: int = 0
     requests: int = 0
     wall_seconds: float = 0.0
+    suite_seconds: float = 0.0  # the suite's own run (pytest started → exited), without the server's start
     exit_code: int | None = None
     report: str | None = None
     note: str = ""
@@ -228,6 +233,20 @@ def _start_server(python: str, workdir: Path, args: Sequence[str], env: dict[str
     raise RuntimeError(f"the reference server did not start: {' '.join(cmd)}\n{tail}")
 
 
+@functools.cache
+def server_args(python: str) -> tuple[str, ...]:
+    """The embedded target's server options of the suite installed for ``python`` (its own version's)."""
+    proc = subprocess.run(
+        [python, "-c", "import json; from suite.target import EMBEDDED_ARGS; print(json.dumps(EMBEDDED_ARGS))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{python} has no suite.target.EMBEDDED_ARGS: {proc.stderr.strip()[-300:]}")
+    return tuple(json.loads(proc.stdout))
+
+
 def _run(
     mutant: Mutant | None,
     requirements: Sequence[str],
@@ -237,9 +256,13 @@ def _run(
     timeout: float,
     proxy: str | None = None,
     machines: Sequence[str] = (),
+    selection: Sequence[str] | None = None,
+    folder: str = "mutants",
 ) -> MutantResult:
     """Start one server (with ``mutant``'s fault, or none), run the suite against it (through the fault
-    proxy with ``proxy``'s spec, when given), judge the results."""
+    proxy with ``proxy``'s spec, when given), judge the results. ``selection`` are the pytest options that choose
+    the items (default: the plain checks and ``machines``; ``("-x",)``: every item, stopping at the first
+    failure)."""
     name = mutant.name if mutant else CORRECT
     result = MutantResult(
         name=name,
@@ -248,8 +271,7 @@ def _run(
         verdict="error",
         proxy=proxy,
     )
-    folder = mutant.name if mutant else "correct"
-    workdir = report_dir / "mutants" / (f"{folder}+proxy" if proxy else folder)
+    workdir = report_dir / folder / (f"{_folder_of(mutant)}+proxy" if proxy else _folder_of(mutant))
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     # Role tokens and a full-access token, as for --target=embedded, so the auth requirements are covered;
@@ -264,7 +286,7 @@ def _run(
     started = time.monotonic()
     fault_args = ["--fault", mutant.name] if mutant else []
     try:
-        server = _start_server(python, workdir, [*EMBEDDED_ARGS, *fault_args], env)
+        server = _start_server(python, workdir, [*server_args(python), *fault_args], env)
     except RuntimeError as exc:
         result.note = str(exc).splitlines()[0]
         result.wall_seconds = round(time.monotonic() - started, 2)
@@ -279,18 +301,21 @@ def _run(
             "-p",
             "no:cacheprovider",
             "-q",
-            *_selection(machines),
+            *(_selection(machines) if selection is None else selection),
             *[a for r in requirements for a in ("--requirement", r)],
             *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
             # A machine's kill is what counts here, not its minimal program (shrinking replays it for minutes).
             *(["--no-machine-shrink"] if machines else []),
         ]
+        suite_started = time.monotonic()
         try:
             # From the work directory, as a user would: no project configuration applies to the run.
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env)
         except subprocess.TimeoutExpired:
             result.note = f"the suite did not finish within {timeout:g} s"
             return result
+        finally:
+            result.suite_seconds = round(time.monotonic() - suite_started, 2)
     finally:
         server.stop()
         result.wall_seconds = round(time.monotonic() - started, 2)
@@ -312,6 +337,11 @@ def _selection(machines: Sequence[str]) -> list[str]:
     if not machines:
         return ["-m", "dw_check"]
     return ["-m", "dw_check or dw_machine", "-k", " or ".join(["dw_check", *sorted(set(machines))])]
+
+
+def _folder_of(mutant: Mutant | None) -> str:
+    """The work directory of one server's run: the fault's name, or ``correct``."""
+    return mutant.name if mutant else "correct"
 
 
 def _judge(result: MutantResult, results: dict[str, Any]) -> None:
@@ -363,12 +393,7 @@ def run_matrix(
     Targeted mode runs each mutant's own requirements and the correct server on their union; ``full`` runs
     every plain check against every server.
     """
-    mutants = list_faults(python)
-    if only:
-        unknown = sorted(set(only) - {m.name for m in mutants})
-        if unknown:
-            raise ValueError(f"unknown faults {unknown}; python -m reference_server --fault list prints the names")
-        mutants = [m for m in mutants if m.name in set(only)]
+    mutants = _selected(list_faults(python), only)
     union = sorted({r for m in mutants for r in m.kills})
     report_dir = Path(report_dir).resolve()
     started_at = datetime.now(UTC).isoformat()
@@ -423,6 +448,111 @@ def run_matrix(
     )
 
 
+# -- first failures ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class FirstFailures:
+    """How soon a run stops on a server broken in one rule: ``pytest -x`` of the whole suite, in its default
+    (failures-first) order, against every fault (with its ``--faults`` spec for a proxy-only one)."""
+
+    started_at: str
+    seconds: float
+    jobs: int
+    python: str
+    runs: list[MutantResult]
+
+    def to_json(self) -> dict[str, Any]:
+        caught = [r for r in self.runs if r.first_failure is not None]
+        in_suite = [float(r.first_failure["seconds"]) for r in caught if r.first_failure]
+        wall = [r.suite_seconds for r in caught]
+        return {
+            "schema": FIRST_FAILURES_SCHEMA,
+            "started_at": self.started_at,
+            "seconds": round(self.seconds, 2),
+            "jobs": self.jobs,
+            "python": self.python,
+            "summary": {
+                "mutants": len(self.runs),
+                "stopped_at_a_failure": len(caught),
+                "not_caught": sorted(r.name for r in self.runs if r.first_failure is None),
+                # Until the failing item's verdict: the items run before it and its own duration, as recorded.
+                "first_failure_seconds": _spread(in_suite),
+                # The whole `pytest -x` process: start-up, target probe, the items, the reports.
+                "run_seconds": _spread(wall),
+            },
+            "runs": [
+                {
+                    "name": r.name,
+                    "expected": r.expected,
+                    "proxy": r.proxy,
+                    "first_failure": r.first_failure,
+                    "run_seconds": r.suite_seconds,
+                    "exit_code": r.exit_code,
+                    "note": r.note,
+                }
+                for r in self.runs
+            ],
+        }
+
+
+FIRST_FAILURES_SCHEMA = "durable-workflow.first-failures.v1"
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"median": None, "worst": None}
+    return {"median": round(statistics.median(values), 2), "worst": round(max(values), 2)}
+
+
+def run_first_failures(
+    *,
+    jobs: int = 1,
+    report_dir: Path = Path("reports"),
+    only: Sequence[str] = (),
+    python: str = sys.executable,
+    timeout: float = 900.0,
+    progress: Callable[[MutantResult], None] | None = None,
+) -> FirstFailures:
+    """``pytest -x`` of the whole suite against every fault (or those in ``only``), ``jobs`` at a time.
+
+    ``python`` chooses the installation, suite and reference server alike: another checkout's interpreter
+    measures that version the same way (its own faults, embedded server options and order).
+    """
+    mutants = _selected(list_faults(python), only)
+    report_dir = Path(report_dir).resolve()
+    started_at = datetime.now(UTC).isoformat()
+    started = time.monotonic()
+
+    def one(m: Mutant) -> MutantResult:
+        result = _run(
+            m,
+            (),
+            report_dir,
+            python=python,
+            timeout=timeout,
+            proxy=m.proxy,
+            selection=("-x",),
+            folder="first-failures",
+        )
+        if progress is not None:
+            progress(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = list(pool.map(one, mutants))
+    return FirstFailures(started_at, time.monotonic() - started, jobs, python, runs)
+
+
+def _selected(mutants: list[Mutant], only: Sequence[str]) -> list[Mutant]:
+    if not only:
+        return mutants
+    unknown = sorted(set(only) - {m.name for m in mutants})
+    if unknown:
+        raise ValueError(f"unknown faults {unknown}; python -m reference_server --fault list prints the names")
+    return [m for m in mutants if m.name in set(only)]
+
+
 def write_matrix(matrix: Matrix, report_dir: Path) -> tuple[Path, Path]:
     """``mutants.json`` and ``mutants.html`` in ``report_dir``; a later report.html there shows the matrix."""
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -460,6 +590,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report-dir", default="reports", help="Where mutants.json and mutants.html go (default reports).")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="Only this fault (repeatable).")
     p.add_argument("--timeout", type=float, default=900.0, help="Longest one suite run may take, in s (default 900).")
+    p.add_argument(
+        "--first-failure",
+        action="store_true",
+        help="Instead of the matrix: run the whole suite with -x against every fault and report how soon it stops "
+        "(median and worst seconds until the first failure) in first-failures.json.",
+    )
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="The interpreter whose suite and reference server are measured (default this one), e.g. another "
+        "checkout's virtualenv, to compare versions side by side.",
+    )
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
@@ -468,6 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(r: MutantResult) -> None:
         print(_line(r), flush=True)
 
+    if args.first_failure:
+        return _first_failure_main(args, report_dir, progress)
     try:
         matrix = run_matrix(
             jobs=args.jobs,
@@ -492,6 +636,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     for gap in s["gaps"]:
         print(f"GAP: {gap}", file=sys.stderr)
     return 1 if s["gaps"] else 0
+
+
+def _first_failure_main(args: argparse.Namespace, report_dir: Path, progress: Callable[[MutantResult], None]) -> int:
+    try:
+        found = run_first_failures(
+            jobs=args.jobs,
+            report_dir=report_dir,
+            only=args.fault,
+            python=args.python,
+            timeout=args.timeout,
+            progress=progress,
+        )
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    doc = found.to_json()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / "first-failures.json"
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    s = doc["summary"]
+    first, run = s["first_failure_seconds"], s["run_seconds"]
+    print(
+        f"\npytest -x against {s['mutants']} faults: {s['stopped_at_a_failure']} stopped at a failure; first failure "
+        f"after {first['median']} s median, {first['worst']} s worst (whole run: {run['median']} s median, "
+        f"{run['worst']} s worst) with --jobs {found.jobs}"
+    )
+    print(f"first failures: {path}")
+    for name in s["not_caught"]:
+        print(f"NOT CAUGHT: {name}: the whole suite passed against it", file=sys.stderr)
+    return 1 if s["not_caught"] else 0
 
 
 if __name__ == "__main__":

@@ -16,8 +16,20 @@ from typing import Any
 import pytest
 
 from suite.context import TargetInfo
-from suite.mutants import CORRECT, Matrix, MutantResult, gaps, list_faults, run_matrix, write_matrix
+from suite.mutants import (
+    CORRECT,
+    FIRST_FAILURES_SCHEMA,
+    FirstFailures,
+    Matrix,
+    MutantResult,
+    gaps,
+    list_faults,
+    run_matrix,
+    write_matrix,
+)
+from suite.mutants import main as mutants_main
 from suite.protocol.requirements import REGISTRY
+from suite.registry import entries
 from suite.reports import write_reports
 from suite.results import build_results
 
@@ -139,3 +151,34 @@ def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> N
             failure = next(r for r in results["requirements"] if r["id"] == requirement)
             assert failure["exchanges"], f"{m.name}: a failure carries the exchanges that show it"
             assert requirement in output, f"{m.name}: the terminal summary names {requirement}"
+
+
+def test_first_failures_stop_at_the_first_failing_item_and_report_how_soon(tmp_path: Path) -> None:
+    """``python -m suite.mutants --first-failure``: ``pytest -x`` of the whole suite, in its default order, stops
+    at the first failure of a broken server; ``first-failures.json`` gives the median and worst seconds."""
+    faults = ["--fault", "echo-requested-minor", "--fault", "accept-minor-above"]
+    status = mutants_main(["--first-failure", *faults, "--jobs", "2", "--report-dir", str(tmp_path)])
+    assert status == 0
+    doc: dict[str, Any] = json.loads((tmp_path / "first-failures.json").read_text(encoding="utf-8"))
+    assert doc["schema"] == FIRST_FAILURES_SCHEMA
+    summary = doc["summary"]
+    assert (summary["mutants"], summary["stopped_at_a_failure"], summary["not_caught"]) == (2, 2, [])
+    first, run = summary["first_failure_seconds"], summary["run_seconds"]
+    assert 0 < first["median"] <= first["worst"] < run["worst"]
+    for entry in doc["runs"]:
+        assert entry["exit_code"] == 1, entry
+        # -x: the run stopped at that item, so fewer items than the suite has ran.
+        results = json.loads(next((tmp_path / "first-failures" / entry["name"]).rglob("results.json")).read_text())
+        assert len({c["test_id"] for c in results["checks"]}) < len(entries())
+        failed = [r["id"] for r in results["requirements"] if r["verdict"] in ("failed", "non-strict")]
+        assert entry["first_failure"]["requirement"] in failed, entry
+
+
+def test_first_failures_name_a_fault_the_whole_suite_passes() -> None:
+    correct = MutantResult(name="m", description="", expected=["X"], verdict="survived")
+    caught = _result("c", "killed", ["FENCE-OWNER"], ["FENCE-OWNER"])
+    caught.suite_seconds = 2.0
+    doc = FirstFailures("2026-01-01T00:00:00+00:00", 3.0, 1, "python", [correct, caught]).to_json()
+    assert doc["summary"]["not_caught"] == ["m"]
+    assert doc["summary"]["first_failure_seconds"] == {"median": 0.5, "worst": 0.5}
+    assert doc["summary"]["run_seconds"] == {"median": 2.0, "worst": 2.0}
