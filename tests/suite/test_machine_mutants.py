@@ -49,7 +49,9 @@ HISTORY_FAULTS = (
     "heartbeat-records-first-attempt",
 )
 
-SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3")
+# With the test clock: the machines' waits for expiries and backoffs move the server's clock instead of
+# taking real time (one suite process per server, so the clock is the machine's alone).
+SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query-timeout", "3", "--test-clock")
 
 
 def run_machine(url: str, machine: str, tmp_path: Path, *options: str) -> SuiteRun:
