@@ -38,7 +38,7 @@ import io
 import json
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypedDict, TypeGuard
 
 import fastavro
@@ -519,19 +519,25 @@ def _json_to_value(obj: Any, depth: int) -> Value:
         # returns 2**64, NaN, and lone surrogates from "\ud800" escapes).
         _to_record(obj, depth)
         return obj
-    if isinstance(obj, list):
-        _check_depth(depth)
-        return [_json_to_value(item, depth + 1) for item in obj]
-    if isinstance(obj, dict):
-        _check_depth(depth)
-        out: dict[str, Value] = {}
-        for key, item in obj.items():
-            if not isinstance(key, str):
-                raise InvalidMapKey(f"JSON object key {_preview(key)} is a {type(key).__name__}, not a string")
-            _check_text(key, "map key")
-            out[key] = _json_to_value(item, depth + 1)
-        return out
+    if isinstance(obj, list | dict):
+        return _copy_container(obj, depth, _json_to_value, "JSON object key")
     raise UnsupportedValueType(f"a {type(obj).__name__} is not a JSON value")
+
+
+def _copy_container(
+    obj: list[Any] | dict[Any, Any], depth: int, copy: Callable[[Any, int], Any], key_name: str
+) -> list[Any] | dict[str, Any]:
+    """A list or map copied item by item with ``copy``, one level deeper; map keys must be valid text."""
+    _check_depth(depth)
+    if isinstance(obj, list):
+        return [copy(item, depth + 1) for item in obj]
+    out: dict[str, Any] = {}
+    for key, item in obj.items():
+        if not isinstance(key, str):
+            raise InvalidMapKey(f"{key_name} {_preview(key)} is a {type(key).__name__}, not a string")
+        _check_text(key, "map key")
+        out[key] = copy(item, depth + 1)
+    return out
 
 
 def value_to_json(value: Value) -> Any:
@@ -546,18 +552,8 @@ def value_to_json(value: Value) -> Any:
 def _value_to_json(value: object, depth: int) -> Any:
     if isinstance(value, bytes):
         return {"$type": "bytes", "base64": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, list):
-        _check_depth(depth)
-        return [_value_to_json(item, depth + 1) for item in value]
-    if isinstance(value, dict):
-        _check_depth(depth)
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidMapKey(f"map key {_preview(key)} is a {type(key).__name__}, not a string")
-            _check_text(key, "map key")
-            out[key] = _value_to_json(item, depth + 1)
-        return out
+    if isinstance(value, list | dict):
+        return _copy_container(value, depth, _value_to_json, "map key")
     if value is None or isinstance(value, bool | int | float | str):
         _to_record(value, depth)  # the same range, finiteness and text checks as the encoder
         return value

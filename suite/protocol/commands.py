@@ -313,24 +313,20 @@ def _retry_policy(obj: object, path: str, errs: _Errors) -> RetryPolicy | None:
     if max_attempts is not None and not (_is_int(max_attempts) and max_attempts >= 1):
         # "`max_attempts`: int ≥1."
         errs.add(f"{path}.max_attempts", "must be an integer >= 1")
-    backoff = obj.get("backoff_seconds")
-    if backoff is not None:
-        # "`backoff_seconds`: list of ints ≥0."
-        if not isinstance(backoff, list):
-            errs.add(f"{path}.backoff_seconds", "must be an array of integers >= 0")
-        else:
-            for i, b in enumerate(backoff):
-                if not (_is_int(b) and b >= 0):
-                    errs.add(f"{path}.backoff_seconds.{i}", "must be an integer >= 0")
-    kinds = obj.get("non_retryable_error_types")
-    if kinds is not None:
-        # "`non_retryable_error_types`: list of non-empty strings."
-        if not isinstance(kinds, list):
-            errs.add(f"{path}.non_retryable_error_types", "must be an array of non-empty strings")
-        else:
-            for i, k in enumerate(kinds):
-                if not (isinstance(k, str) and k):
-                    errs.add(f"{path}.non_retryable_error_types.{i}", "must be a non-empty string")
+    # "`backoff_seconds`: list of ints ≥0."
+    backoff = _list_of(
+        obj, "backoff_seconds", path, errs, lambda b: _is_int(b) and b >= 0, "integers >= 0", "an integer >= 0"
+    )
+    # "`non_retryable_error_types`: list of non-empty strings."
+    kinds = _list_of(
+        obj,
+        "non_retryable_error_types",
+        path,
+        errs,
+        lambda k: isinstance(k, str) and bool(k),
+        "non-empty strings",
+        "a non-empty string",
+    )
     if len(errs.by_path) != before:
         return None
     return RetryPolicy(
@@ -338,6 +334,22 @@ def _retry_policy(obj: object, path: str, errs: _Errors) -> RetryPolicy | None:
         backoff_seconds=tuple(backoff or ()),
         non_retryable_error_types=tuple(kinds or ()),
     )
+
+
+def _list_of(
+    obj: Mapping[str, Any], key: str, path: str, errs: _Errors, ok: Callable[[Any], bool], items: str, item: str
+) -> list[Any] | None:
+    """``obj[key]``: absent or null, or else an array of ``items``, each bad one named as not ``item``."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        errs.add(f"{path}.{key}", f"must be an array of {items}")
+        return None
+    for i, each in enumerate(value):
+        if not ok(each):
+            errs.add(f"{path}.{key}.{i}", f"must be {item}")
+    return value
 
 
 def validate_retry_policy(obj: object, path: str = "retry_policy") -> RetryPolicy | None:
@@ -1056,17 +1068,21 @@ def validation_failed(errors: Mapping[str, list[str]], message: str = "The reque
 def validate_workflow_fence(body: Mapping[str, Any]) -> tuple[str, int]:
     """§8.9's fencing fields of every workflow-task call after the poll: ``lease_owner`` and the attempt."""
     errors: dict[str, list[str]] = {}
+    fence = _owner_attempt(body, "workflow_task_attempt", errors)
+    if errors:
+        raise validation_failed(errors)
+    return fence
+
+
+def _owner_attempt(body: Mapping[str, Any], attempt_key: str, errors: dict[str, list[str]]) -> tuple[str, int]:
+    """``lease_owner`` and the attempt under ``attempt_key``, each error under its field (``""``/0 if bad)."""
     owner = body.get("lease_owner")
-    attempt = body.get("workflow_task_attempt")
+    attempt = body.get(attempt_key)
     if not isinstance(owner, str) or not owner:
         errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        errors["workflow_task_attempt"] = ["workflow_task_attempt is required and must be an integer >= 1."]
-    if errors:
-        raise validation_failed(errors)
-    assert isinstance(owner, str)
-    assert isinstance(attempt, int)
-    return owner, attempt
+        errors[attempt_key] = [f"{attempt_key} is required and must be an integer >= 1."]
+    return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
 
 
 def validate_workflow_failure(body: Mapping[str, Any]) -> None:
@@ -1304,21 +1320,11 @@ def validate_activity_heartbeat(body: Mapping[str, Any]) -> tuple[ActivityFence,
     return fence, HeartbeatProgress(message, numbers["current"], numbers["total"], unit, details)
 
 
-def _query_fence(body: Mapping[str, Any], errors: dict[str, list[str]]) -> tuple[str, int]:
-    owner = body.get("lease_owner")
-    attempt = body.get("query_task_attempt")
-    if not isinstance(owner, str) or not owner:
-        errors["lease_owner"] = ["lease_owner is required and must be a non-empty string."]
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        errors["query_task_attempt"] = ["query_task_attempt is required and must be an integer >= 1."]
-    return (owner if isinstance(owner, str) else ""), (attempt if isinstance(attempt, int) else 0)
-
-
 def validate_query_complete(body: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
     """Validate a complete body (422 before any lookup, §2.3); return owner, attempt and the stored
     ``{result, result_envelope}`` document (the query module of the reference server explains the two result views)."""
     errors: dict[str, list[str]] = {}
-    owner, attempt = _query_fence(body, errors)
+    owner, attempt = _owner_attempt(body, "query_task_attempt", errors)
     raw = body.get("result")
     envelope = body.get("result_envelope")
     view: Any = raw
@@ -1356,7 +1362,7 @@ def validate_query_fail(body: Mapping[str, Any]) -> tuple[str, int, dict[str, An
     """Validate a fail body (§10.4): ``failure.message`` required, ``failure.reason`` defaults to
     ``query_rejected``; ``type`` and ``stack_trace`` optional strings, ``validation_errors`` kept as sent."""
     errors: dict[str, list[str]] = {}
-    owner, attempt = _query_fence(body, errors)
+    owner, attempt = _owner_attempt(body, "query_task_attempt", errors)
     failure = body.get("failure")
     doc: dict[str, Any] = {}
     if not isinstance(failure, dict):
