@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from suite.protocol.errors import Rejection
@@ -18,6 +20,20 @@ from suite.protocol.versions import (
 )
 
 ALL_ACCEPTED_MINORS = range(ADVERTISED_MINOR + 1)
+
+
+def rejected(
+    negotiate: Callable[[str | None], object], raw: str | None, reason: str, requested: str | None, supported: str
+) -> Rejection:
+    """The 400 ``reason`` rejection of ``raw``: the requested version echoed, the supported one, a remediation."""
+    with pytest.raises(Rejection) as caught:
+        negotiate(raw)
+    rejection = caught.value
+    assert (rejection.status, rejection.reason) == (400, reason)
+    assert rejection.fields["requested_version"] == requested
+    assert rejection.fields["supported_version"] == supported
+    assert rejection.fields["remediation"]
+    return rejection
 
 
 def test_constants() -> None:
@@ -56,15 +72,8 @@ def test_surrounding_whitespace_is_trimmed(raw: str, minor: int) -> None:
 
 @pytest.mark.parametrize("raw", [None, "", " ", "   ", "\t", " \t\r\n "], ids=repr)
 def test_missing_empty_or_whitespace_is_missing(raw: str | None) -> None:
-    with pytest.raises(Rejection) as caught:
-        negotiate_worker_version(raw)
-    rejection = caught.value
-    assert rejection.status == 400
-    assert rejection.reason == "missing_protocol_version"
+    rejection = rejected(negotiate_worker_version, raw, "missing_protocol_version", None, "1.20")
     assert rejection.message == "Missing worker protocol version header."
-    assert rejection.fields["requested_version"] is None
-    assert rejection.fields["supported_version"] == "1.20"
-    assert rejection.fields["remediation"]
     assert rejection.fields["accepted_versions"] == {"min": "1.0", "max": "1.20"}
 
 
@@ -110,15 +119,8 @@ UNSUPPORTED = [
 
 @pytest.mark.parametrize(("raw", "echoed"), UNSUPPORTED, ids=repr)
 def test_unsupported_versions(raw: str, echoed: str) -> None:
-    with pytest.raises(Rejection) as caught:
-        negotiate_worker_version(raw)
-    rejection = caught.value
-    assert rejection.status == 400
-    assert rejection.reason == "unsupported_protocol_version"
+    rejection = rejected(negotiate_worker_version, raw, "unsupported_protocol_version", echoed, "1.20")
     assert rejection.message == "Unsupported worker protocol version."
-    assert rejection.fields["requested_version"] == echoed
-    assert rejection.fields["supported_version"] == "1.20"
-    assert rejection.fields["remediation"]
     assert rejection.fields["accepted_versions"] == {"min": "1.0", "max": "1.20"}
 
 
@@ -202,14 +204,7 @@ def test_control_plane_accepts_2(raw: str) -> None:
 
 @pytest.mark.parametrize("raw", [None, "", "   ", "\t\n"], ids=repr)
 def test_control_plane_missing(raw: str | None) -> None:
-    with pytest.raises(Rejection) as caught:
-        negotiate_control_plane_version(raw)
-    rejection = caught.value
-    assert rejection.status == 400
-    assert rejection.reason == "missing_control_plane_version"
-    assert rejection.fields["requested_version"] is None
-    assert rejection.fields["supported_version"] == "2"
-    assert rejection.fields["remediation"]
+    rejection = rejected(negotiate_control_plane_version, raw, "missing_control_plane_version", None, "2")
     assert "accepted_versions" not in rejection.fields
 
 
@@ -219,11 +214,4 @@ def test_control_plane_missing(raw: str | None) -> None:
     ids=repr,
 )
 def test_control_plane_unsupported(raw: str, echoed: str) -> None:
-    with pytest.raises(Rejection) as caught:
-        negotiate_control_plane_version(raw)
-    rejection = caught.value
-    assert rejection.status == 400
-    assert rejection.reason == "unsupported_control_plane_version"
-    assert rejection.fields["requested_version"] == echoed
-    assert rejection.fields["supported_version"] == "2"
-    assert rejection.fields["remediation"]
+    rejected(negotiate_control_plane_version, raw, "unsupported_control_plane_version", echoed, "2")
