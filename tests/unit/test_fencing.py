@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given
@@ -36,6 +36,12 @@ from suite.protocol.lifecycles import (
 NOW = datetime(2026, 4, 18, 12, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=300)
 CLOSED_AT = NOW - timedelta(seconds=5)
+V = TypeVar("V", WorkflowTaskView, ActivityAttemptView)
+
+
+def closed(view: V, run: RunStatus, /, **changes: Any) -> V:
+    """``view`` of a run that closed as ``run`` five seconds ago, with ``changes``."""
+    return replace(view, run_status=run, run_closed_reason=run.value, run_closed_at=CLOSED_AT, **changes)
 
 
 def test_exported_names_exist() -> None:
@@ -152,13 +158,7 @@ def test_row1_task_not_found() -> None:
     ],
 )
 def test_row2_run_closed_task_not_leased(run_status: RunStatus, cancel_requested: bool, stop_reason: str) -> None:
-    view = replace(
-        LIVE_TASK,
-        status=TaskStatus.CANCELLED if cancel_requested else TaskStatus.COMPLETED,
-        run_status=run_status,
-        run_closed_reason=run_status.value,
-        run_closed_at=CLOSED_AT,
-    )
+    view = closed(LIVE_TASK, run_status, status=TaskStatus.CANCELLED if cancel_requested else TaskStatus.COMPLETED)
     err = wf(view)
     assert (err.status, err.reason) == (409, "run_closed")
     body = err.body()
@@ -188,13 +188,7 @@ def test_row2_cancel_during_lease_beats_every_later_row(
 ) -> None:
     # §8.9 notes: "The run-closed check comes before the owner and attempt checks, so every caller sees
     # run_closed."
-    view = replace(
-        LIVE_TASK,
-        lease_expires_at=expires,
-        run_status=run_status,
-        run_closed_reason=run_status.value,
-        run_closed_at=CLOSED_AT,
-    )
+    view = closed(LIVE_TASK, run_status, lease_expires_at=expires)
     err = wf(view, owner=owner, attempt=attempt)
     assert err.reason == "run_closed"
     assert err.fields["cancel_requested"] is True
@@ -377,13 +371,7 @@ def test_stale_attempt_report(stale: ActivityAttemptView, verb: Any, outcome: st
 def test_report_after_run_close_is_ignored(
     run_status: RunStatus, reason: str, cancel_requested: bool, attempt_status: AttemptStatus, verb: Any
 ) -> None:
-    view = replace(
-        LIVE_ATTEMPT,
-        attempt_status=attempt_status,
-        run_status=run_status,
-        run_closed_reason=run_status.value,
-        run_closed_at=CLOSED_AT,
-    )
+    view = closed(LIVE_ATTEMPT, run_status, attempt_status=attempt_status)
     err = reject(guard_activity_report, view, verb=verb, now=NOW)
     assert (err.status, err.reason) == (409, reason)
     assert err.body()["error"] == "Activity outcome ignored because the workflow run is already closed."
@@ -419,7 +407,7 @@ def test_heartbeat_live() -> None:
 
 
 def _closed_run(status: RunStatus) -> ActivityAttemptView:
-    return replace(LIVE_ATTEMPT, run_status=status, run_closed_reason=status.value, run_closed_at=CLOSED_AT)
+    return closed(LIVE_ATTEMPT, status)
 
 
 # §11.5 table: reason → cancel_requested; each view produces exactly that row.
