@@ -13,11 +13,12 @@ a synchronous call never waits on the hub. Calls that must block (an update wait
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import pytest
 
@@ -38,10 +39,13 @@ __all__ = [
     "HarnessFactory",
     "harnesses",
     "run_async",
+    "scenario",
     "until",
+    "within",
 ]
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 START_US = 1_800_000_000_000_000
 # Hang guards for the few scenarios that block on the hub; never a performance assertion.
@@ -73,6 +77,21 @@ def run_async(coro: Coroutine[Any, Any, R]) -> R:
     return asyncio.run(asyncio.wait_for(coro, 3 * DEADLINE))
 
 
+def scenario(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    """A test written as a coroutine, run to its end on a fresh event loop by :func:`run_async`."""
+
+    @functools.wraps(test)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        run_async(test(*args, **kwargs))
+
+    return run
+
+
+async def within(awaitable: Awaitable[R]) -> R:
+    """``awaitable``'s result; fails after :data:`DEADLINE`."""
+    return await asyncio.wait_for(awaitable, DEADLINE)
+
+
 async def until(condition: Callable[[], bool]) -> None:
     """Yield to the other tasks until ``condition`` holds; fails after :data:`DEADLINE`."""
 
@@ -80,7 +99,7 @@ async def until(condition: Callable[[], bool]) -> None:
         while not condition():
             await asyncio.sleep(0)
 
-    await asyncio.wait_for(spin(), DEADLINE)
+    await within(spin())
 
 
 class FakeClock:

@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -26,20 +26,7 @@ from reference_server.http import (
     default_error_responder,
     json_response,
 )
-
-T = TypeVar("T")
-
-# Hang guards, not performance assertions: a correct shell answers in milliseconds.
-DEADLINE = 10.0
-TEST_DEADLINE = 30.0
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(asyncio.wait_for(coro, TEST_DEADLINE))
-
-
-async def within(awaitable: Awaitable[T]) -> T:
-    return await asyncio.wait_for(awaitable, DEADLINE)
+from tests.server.harness import run_async, scenario, until, within
 
 
 @dataclass
@@ -187,35 +174,31 @@ def test_default_error_responder_shape() -> None:
 # ------------------------------------------------------------------------------------ ordinary requests
 
 
-def test_get_and_post_json_echo_with_httpx() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
-            got = await within(client.get("/echo", headers={"X-Tag": "t"}))
-            assert got.status_code == 200
-            assert got.headers["content-type"] == "application/json"
-            assert got.headers["server"] == "dw-reference-server"
-            assert int(got.headers["content-length"]) == len(got.content)
-            assert got.json()["method"] == "GET"
-            assert got.json()["headers"]["x-tag"] == "t"
+@scenario
+async def test_get_and_post_json_echo_with_httpx() -> None:
+    async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
+        got = await within(client.get("/echo", headers={"X-Tag": "t"}))
+        assert got.status_code == 200
+        assert got.headers["content-type"] == "application/json"
+        assert got.headers["server"] == "dw-reference-server"
+        assert int(got.headers["content-length"]) == len(got.content)
+        assert got.json()["method"] == "GET"
+        assert got.json()["headers"]["x-tag"] == "t"
 
-            posted = await within(client.post("/echo", json={"hello": "wörld"}))
-            assert posted.status_code == 200
-            assert json.loads(posted.json()["body"]) == {"hello": "wörld"}
-            assert posted.json()["method"] == "POST"
-
-    run(scenario())
+        posted = await within(client.post("/echo", json={"hello": "wörld"}))
+        assert posted.status_code == 200
+        assert json.loads(posted.json()["body"]) == {"hello": "wörld"}
+        assert posted.json()["method"] == "POST"
 
 
-def test_port_zero_gives_a_real_port() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server:
-            assert server.port > 0
-            assert server.host == "127.0.0.1"
-            assert server.url == f"http://127.0.0.1:{server.port}"
-            async with httpx.AsyncClient() as client:
-                assert (await within(client.get(f"{server.url}/echo"))).status_code == 200
-
-    run(scenario())
+@scenario
+async def test_port_zero_gives_a_real_port() -> None:
+    async with serving(App()) as server:
+        assert server.port > 0
+        assert server.host == "127.0.0.1"
+        assert server.url == f"http://127.0.0.1:{server.port}"
+        async with httpx.AsyncClient() as client:
+            assert (await within(client.get(f"{server.url}/echo"))).status_code == 200
 
 
 def test_not_started_server_says_what_to_do() -> None:
@@ -223,205 +206,175 @@ def test_not_started_server_says_what_to_do() -> None:
         _ = HttpServer(App()).port
 
 
-def test_query_string_percent_encoding_and_repeated_keys() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
-            got = await within(client.get("/echo/%E2%9C%93%2Fx?a=1&a=2&b=%E2%9C%93&c=x%20y+z&empty="))
-            body = got.json()
-            assert body["path"] == "/echo/✓/x"
-            assert body["raw_path"] == "/echo/%E2%9C%93%2Fx"
-            assert body["query"] == {"a": "1", "b": "✓", "c": "x y z", "empty": ""}
-            assert body["query_multi"] == {"a": ["1", "2"], "b": ["✓"], "c": ["x y z"], "empty": [""]}
-
-    run(scenario())
+@scenario
+async def test_query_string_percent_encoding_and_repeated_keys() -> None:
+    async with serving(App()) as server, httpx.AsyncClient(base_url=server.url) as client:
+        got = await within(client.get("/echo/%E2%9C%93%2Fx?a=1&a=2&b=%E2%9C%93&c=x%20y+z&empty="))
+        body = got.json()
+        assert body["path"] == "/echo/✓/x"
+        assert body["raw_path"] == "/echo/%E2%9C%93%2Fx"
+        assert body["query"] == {"a": "1", "b": "✓", "c": "x y z", "empty": ""}
+        assert body["query_multi"] == {"a": ["1", "2"], "b": ["✓"], "c": ["x y z"], "empty": [""]}
 
 
-def test_invalid_percent_encoding_is_400() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/%FF"))
-            response = await read_response(reader)
-            assert response.status == 400
-            assert response.json()["reason"] == "bad_request"
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_invalid_percent_encoding_is_400() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/%FF"))
+        response = await read_response(reader)
+        assert response.status == 400
+        assert response.json()["reason"] == "bad_request"
+        assert await read_eof(reader) == b""
 
 
 # --------------------------------------------------------------------------------------------- framing
 
 
-def test_keep_alive_serves_three_requests_on_one_connection() -> None:
-    async def scenario() -> None:
-        app = App()
-        async with serving(app) as server, connect(server) as (reader, writer):
-            clients = set()
-            for index in range(3):
-                writer.write(get(f"/echo?n={index}"))
-                response = await read_response(reader)
-                assert response.status == 200
-                assert response.json()["query"] == {"n": str(index)}
-                assert "connection" not in response.headers
-                clients.add(response.json()["client"])
-            assert len(clients) == 1
-            assert app.calls == ["/echo"] * 3
-
-    run(scenario())
-
-
-def test_pipelined_requests_are_answered_in_order() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/echo?n=1") + post("/echo?n=2", b"second") + get("/echo?n=3"))
-            first, second, third = [await read_response(reader) for _ in range(3)]
-            assert [r.json()["query"]["n"] for r in (first, second, third)] == ["1", "2", "3"]
-            assert second.json()["body"] == "second"
-
-    run(scenario())
-
-
-def test_chunked_request_body() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(
-                b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
-                b"5\r\nhello\r\n7\r\n, wor\xc3\xb6\r\n2\r\nld\r\n0\r\n\r\n"
-            )
+@scenario
+async def test_keep_alive_serves_three_requests_on_one_connection() -> None:
+    app = App()
+    async with serving(app) as server, connect(server) as (reader, writer):
+        clients = set()
+        for index in range(3):
+            writer.write(get(f"/echo?n={index}"))
             response = await read_response(reader)
             assert response.status == 200
-            assert response.json()["body"] == "hello, woröld"
-            writer.write(get("/echo"))  # the connection is still usable
-            assert (await read_response(reader)).status == 200
-
-    run(scenario())
-
-
-def test_http_10_client_gets_content_length_and_close() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(b"GET /echo HTTP/1.0\r\n\r\n")
-            response = await read_response(reader)
-            assert response.status == 200
-            assert int(response.headers["content-length"]) == len(response.body)
-            assert response.headers["connection"] == "close"
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+            assert response.json()["query"] == {"n": str(index)}
+            assert "connection" not in response.headers
+            clients.add(response.json()["client"])
+        assert len(clients) == 1
+        assert app.calls == ["/echo"] * 3
 
 
-def test_connection_close_is_honoured() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/echo", "Connection: close"))
-            response = await read_response(reader)
-            assert response.status == 200
-            assert response.headers["connection"] == "close"
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/echo?n=1") + post("/echo?n=2", b"second") + get("/echo?n=3"))
+        first, second, third = [await read_response(reader) for _ in range(3)]
+        assert [r.json()["query"]["n"] for r in (first, second, third)] == ["1", "2", "3"]
+        assert second.json()["body"] == "second"
 
 
-def test_head_has_content_length_but_no_body() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/echo").replace(b"GET", b"HEAD", 1))
-            response = await read_response(reader, head_request=True)
-            assert response.status == 200
-            assert int(response.headers["content-length"]) > 0
-            writer.write(get("/echo?after=head"))  # a stray body would corrupt this response
-            assert (await read_response(reader)).json()["query"] == {"after": "head"}
-
-    run(scenario())
-
-
-def test_204_has_no_body_and_no_content_length() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/empty") + get("/echo?after=204"))
-            empty = await read_response(reader)
-            assert empty.status == 204
-            assert "content-length" not in empty.headers
-            assert empty.headers["x-kind"] == "empty"
-            assert (await read_response(reader)).json()["query"] == {"after": "204"}
-
-    run(scenario())
+@scenario
+async def test_chunked_request_body() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(
+            b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n7\r\n, wor\xc3\xb6\r\n2\r\nld\r\n0\r\n\r\n"
+        )
+        response = await read_response(reader)
+        assert response.status == 200
+        assert response.json()["body"] == "hello, woröld"
+        writer.write(get("/echo"))  # the connection is still usable
+        assert (await read_response(reader)).status == 200
 
 
-def test_expect_100_continue() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
-            interim = await read_response(reader)
-            assert interim.status == 100
-            writer.write(b"hello")
-            response = await read_response(reader)
-            assert response.status == 200
-            assert response.json()["body"] == "hello"
+@scenario
+async def test_http_10_client_gets_content_length_and_close() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(b"GET /echo HTTP/1.0\r\n\r\n")
+        response = await read_response(reader)
+        assert response.status == 200
+        assert int(response.headers["content-length"]) == len(response.body)
+        assert response.headers["connection"] == "close"
+        assert await read_eof(reader) == b""
 
-    run(scenario())
+
+@scenario
+async def test_connection_close_is_honoured() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/echo", "Connection: close"))
+        response = await read_response(reader)
+        assert response.status == 200
+        assert response.headers["connection"] == "close"
+        assert await read_eof(reader) == b""
+
+
+@scenario
+async def test_head_has_content_length_but_no_body() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/echo").replace(b"GET", b"HEAD", 1))
+        response = await read_response(reader, head_request=True)
+        assert response.status == 200
+        assert int(response.headers["content-length"]) > 0
+        writer.write(get("/echo?after=head"))  # a stray body would corrupt this response
+        assert (await read_response(reader)).json()["query"] == {"after": "head"}
+
+
+@scenario
+async def test_204_has_no_body_and_no_content_length() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/empty") + get("/echo?after=204"))
+        empty = await read_response(reader)
+        assert empty.status == 204
+        assert "content-length" not in empty.headers
+        assert empty.headers["x-kind"] == "empty"
+        assert (await read_response(reader)).json()["query"] == {"after": "204"}
+
+
+@scenario
+async def test_expect_100_continue() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        interim = await read_response(reader)
+        assert interim.status == 100
+        writer.write(b"hello")
+        response = await read_response(reader)
+        assert response.status == 200
+        assert response.json()["body"] == "hello"
 
 
 # ------------------------------------------------------------------------------------- limits and errors
 
 
-def test_413_on_big_content_length_without_reading_the_body() -> None:
-    async def scenario() -> None:
-        app = App()
-        async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
-            # No body is ever sent: the answer must come from the head alone, before 100 Continue.
-            writer.write(
-                b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n"
-            )
-            response = await read_response(reader)
-            assert response.status == 413
-            assert response.json()["reason"] == "payload_too_large"
-            assert response.headers["connection"] == "close"
-            assert await read_eof(reader) == b""
-        assert app.calls == []
-
-    run(scenario())
+@scenario
+async def test_413_on_big_content_length_without_reading_the_body() -> None:
+    app = App()
+    async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
+        # No body is ever sent: the answer must come from the head alone, before 100 Continue.
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n")
+        response = await read_response(reader)
+        assert response.status == 413
+        assert response.json()["reason"] == "payload_too_large"
+        assert response.headers["connection"] == "close"
+        assert await read_eof(reader) == b""
+    assert app.calls == []
 
 
-def test_413_on_too_long_chunked_body() -> None:
-    async def scenario() -> None:
-        app = App()
-        async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
-            chunk = b"x" * 512
-            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n")
-            writer.write(b"".join(b"200\r\n" + chunk + b"\r\n" for _ in range(8)) + b"0\r\n\r\n")
-            response = await read_response(reader)
-            assert response.status == 413
-            assert response.json()["reason"] == "payload_too_large"
-            assert await read_eof(reader) == b""
-        assert app.calls == []
-
-    run(scenario())
+@scenario
+async def test_413_on_too_long_chunked_body() -> None:
+    app = App()
+    async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
+        chunk = b"x" * 512
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"".join(b"200\r\n" + chunk + b"\r\n" for _ in range(8)) + b"0\r\n\r\n")
+        response = await read_response(reader)
+        assert response.status == 413
+        assert response.json()["reason"] == "payload_too_large"
+        assert await read_eof(reader) == b""
+    assert app.calls == []
 
 
-def test_431_on_huge_header() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(get("/echo", "X-Huge: " + "a" * (32 * 1024)))
-            response = await read_response(reader)
-            assert response.status == 431
-            assert response.json()["reason"] == "headers_too_large"
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_431_on_huge_header() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(get("/echo", "X-Huge: " + "a" * (32 * 1024)))
+        response = await read_response(reader)
+        assert response.status == 431
+        assert response.json()["reason"] == "headers_too_large"
+        assert await read_eof(reader) == b""
 
 
-def test_400_on_garbage_request_line() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(b"THIS IS NOT HTTP\r\n\r\n")
-            response = await read_response(reader)
-            assert response.status == 400
-            body = response.json()
-            assert body["reason"] == "bad_request"
-            assert body["error"] == body["message"]
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_400_on_garbage_request_line() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(b"THIS IS NOT HTTP\r\n\r\n")
+        response = await read_response(reader)
+        assert response.status == 400
+        body = response.json()
+        assert body["reason"] == "bad_request"
+        assert body["error"] == body["message"]
+        assert await read_eof(reader) == b""
 
 
 def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
@@ -439,7 +392,7 @@ def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptur
                 assert (await read_response(reader)).status == 200
 
     with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run(scenario())
+        run_async(scenario())
     failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
     assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom"]
 
@@ -451,7 +404,7 @@ def test_handler_returning_a_non_response_is_500(caplog: pytest.LogCaptureFixtur
             assert (await read_response(reader)).status == 500
 
     with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run(scenario())
+        run_async(scenario())
     assert any("unusable response" in r.getMessage() for r in caplog.records)
 
 
@@ -482,7 +435,7 @@ def test_error_responder_renders_shell_errors() -> None:
 
     logging.getLogger("reference_server.http").disabled = True
     try:
-        run(scenario())
+        run_async(scenario())
     finally:
         logging.getLogger("reference_server.http").disabled = False
     assert [(e.reason, e.method, e.path) for e in seen] == [
@@ -504,227 +457,205 @@ def test_broken_error_responder_falls_back_to_default(caplog: pytest.LogCaptureF
             assert response.json()["reason"] == "bad_request"
 
     with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run(scenario())
+        run_async(scenario())
     assert any("error responder failed" in r.getMessage() for r in caplog.records)
 
 
-def test_connect_is_501() -> None:
-    async def scenario() -> None:
-        async with serving(App()) as server, connect(server) as (reader, writer):
-            writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-            response = await read_response(reader)
-            assert response.status == 501
-            assert response.json()["reason"] == "not_implemented"
-
-    run(scenario())
+@scenario
+async def test_connect_is_501() -> None:
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        response = await read_response(reader)
+        assert response.status == 501
+        assert response.json()["reason"] == "not_implemented"
 
 
 # ------------------------------------------------------------------------------------------- timeouts
 
 
-def test_partial_head_times_out_with_408() -> None:
-    async def scenario() -> None:
-        async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
-            writer.write(b"GET /echo HTTP/1.1\r\nHost: test\r\n")  # never finished
-            response = await read_response(reader)
-            assert response.status == 408
-            assert response.json()["reason"] == "request_timeout"
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_partial_head_times_out_with_408() -> None:
+    async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
+        writer.write(b"GET /echo HTTP/1.1\r\nHost: test\r\n")  # never finished
+        response = await read_response(reader)
+        assert response.status == 408
+        assert response.json()["reason"] == "request_timeout"
+        assert await read_eof(reader) == b""
 
 
-def test_partial_body_times_out_with_408() -> None:
-    async def scenario() -> None:
-        async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
-            writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nabc")
-            response = await read_response(reader)
-            assert response.status == 408
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_partial_body_times_out_with_408() -> None:
+    async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nabc")
+        response = await read_response(reader)
+        assert response.status == 408
+        assert await read_eof(reader) == b""
 
 
-def test_idle_keep_alive_connection_is_closed_silently() -> None:
-    async def scenario() -> None:
-        async with serving(App(), idle_timeout=0.2) as server, connect(server) as (reader, writer):
-            writer.write(get("/echo"))
-            assert (await read_response(reader)).status == 200
-            assert await read_eof(reader) == b""
-
-    run(scenario())
+@scenario
+async def test_idle_keep_alive_connection_is_closed_silently() -> None:
+    async with serving(App(), idle_timeout=0.2) as server, connect(server) as (reader, writer):
+        writer.write(get("/echo"))
+        assert (await read_response(reader)).status == 200
+        assert await read_eof(reader) == b""
 
 
 # ----------------------------------------------------------------------------- cancellation and shutdown
 
 
-def test_client_disconnect_cancels_slow_handler() -> None:
-    async def scenario() -> None:
-        app = App()
-        async with serving(app) as server:
-            async with connect(server) as (_reader, writer):
-                writer.write(get("/slow"))
-                await within(app.slow_started.wait())
-            await within(app.slow_cancelled.wait())
-            # The server is unharmed.
-            async with connect(server) as (reader, writer):
-                writer.write(get("/echo"))
-                assert (await read_response(reader)).status == 200
-
-    run(scenario())
-
-
-def test_pipelined_bytes_during_a_handler_are_not_a_disconnect() -> None:
-    async def scenario() -> None:
-        app = App()
-        gate = asyncio.Event()
-
-        async def gated(request: Request) -> Response:
-            if request.path == "/gated":
-                app.slow_started.set()
-                try:
-                    await gate.wait()
-                except asyncio.CancelledError:
-                    app.slow_cancelled.set()
-                    raise
-            return await app(request)
-
-        async with serving(gated) as server, connect(server) as (reader, writer):
-            writer.write(get("/gated"))
-            await within(app.slow_started.wait())
-            writer.write(get("/echo?n=next"))  # arrives while the handler is still running
-            await writer.drain()
-            # A full exchange on another connection: by its end the server has long read the bytes
-            # above, so the watcher has seen them while the handler still runs.
-            async with connect(server) as (other_reader, other_writer):
-                other_writer.write(get("/echo?n=other"))
-                assert (await read_response(other_reader)).status == 200
-            gate.set()
-            first, second = await read_response(reader), await read_response(reader)
-            assert first.json()["path"] == "/gated"
-            assert second.json()["query"] == {"n": "next"}
-        assert not app.slow_cancelled.is_set()
-
-    run(scenario())
-
-
-def test_close_with_idle_keep_alive_connection_returns_promptly() -> None:
-    async def scenario() -> None:
-        app = App()
-        server = HttpServer(app)  # default idle timeout: 75 s, far beyond the test deadline
-        await server.start("127.0.0.1", 0)
-        try:
-            async with connect(server) as (reader, writer):
-                writer.write(get("/echo"))
-                assert (await read_response(reader)).status == 200
-                await within(server.close())
-                assert await read_eof(reader) == b""
-        finally:
-            await within(server.close())
-
-    run(scenario())
-
-
-def test_close_cancels_in_flight_handler_after_grace() -> None:
-    async def scenario() -> None:
-        app = App()
-        server = HttpServer(app, shutdown_grace=0.1)
-        await server.start("127.0.0.1", 0)
-        async with connect(server) as (reader, writer):
+@scenario
+async def test_client_disconnect_cancels_slow_handler() -> None:
+    app = App()
+    async with serving(app) as server:
+        async with connect(server) as (_reader, writer):
             writer.write(get("/slow"))
             await within(app.slow_started.wait())
-            await within(server.close())
-            assert app.slow_cancelled.is_set()
-            assert await read_eof(reader) == b""
-
-    run(scenario())
-
-
-def test_close_lets_a_finishing_request_answer_with_connection_close() -> None:
-    async def scenario() -> None:
-        gate = asyncio.Event()
-        started = asyncio.Event()
-
-        async def handler(request: Request) -> Response:
-            started.set()
-            await gate.wait()
-            return json_response(200, {"ok": True})
-
-        server = HttpServer(handler)
-        await server.start("127.0.0.1", 0)
+        await within(app.slow_cancelled.wait())
+        # The server is unharmed.
         async with connect(server) as (reader, writer):
-            writer.write(get("/"))
-            await within(started.wait())
-            closing = asyncio.create_task(server.close())
-            gate.set()
-            response = await read_response(reader)
-            assert response.status == 200
-            assert response.headers["connection"] == "close"
+            writer.write(get("/echo"))
+            assert (await read_response(reader)).status == 200
+
+
+@scenario
+async def test_pipelined_bytes_during_a_handler_are_not_a_disconnect() -> None:
+    app = App()
+    gate = asyncio.Event()
+
+    async def gated(request: Request) -> Response:
+        if request.path == "/gated":
+            app.slow_started.set()
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                app.slow_cancelled.set()
+                raise
+        return await app(request)
+
+    async with serving(gated) as server, connect(server) as (reader, writer):
+        writer.write(get("/gated"))
+        await within(app.slow_started.wait())
+        writer.write(get("/echo?n=next"))  # arrives while the handler is still running
+        await writer.drain()
+        # A full exchange on another connection: by its end the server has long read the bytes
+        # above, so the watcher has seen them while the handler still runs.
+        async with connect(server) as (other_reader, other_writer):
+            other_writer.write(get("/echo?n=other"))
+            assert (await read_response(other_reader)).status == 200
+        gate.set()
+        first, second = await read_response(reader), await read_response(reader)
+        assert first.json()["path"] == "/gated"
+        assert second.json()["query"] == {"n": "next"}
+    assert not app.slow_cancelled.is_set()
+
+
+@scenario
+async def test_close_with_idle_keep_alive_connection_returns_promptly() -> None:
+    app = App()
+    server = HttpServer(app)  # default idle timeout: 75 s, far beyond the test deadline
+    await server.start("127.0.0.1", 0)
+    try:
+        async with connect(server) as (reader, writer):
+            writer.write(get("/echo"))
+            assert (await read_response(reader)).status == 200
+            await within(server.close())
             assert await read_eof(reader) == b""
-        await within(closing)
+    finally:
+        await within(server.close())
 
-    run(scenario())
+
+@scenario
+async def test_close_cancels_in_flight_handler_after_grace() -> None:
+    app = App()
+    server = HttpServer(app, shutdown_grace=0.1)
+    await server.start("127.0.0.1", 0)
+    async with connect(server) as (reader, writer):
+        writer.write(get("/slow"))
+        await within(app.slow_started.wait())
+        await within(server.close())
+        assert app.slow_cancelled.is_set()
+        assert await read_eof(reader) == b""
 
 
-def test_max_concurrent_connections_queues_new_connections() -> None:
-    async def scenario() -> None:
-        app = App()
-        async with (
-            serving(app, max_concurrent_connections=1) as server,
-            connect(server) as (first_reader, first_writer),
-        ):
-            first_writer.write(get("/echo?c=first-1"))
+@scenario
+async def test_close_lets_a_finishing_request_answer_with_connection_close() -> None:
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    async def handler(request: Request) -> Response:
+        started.set()
+        await gate.wait()
+        return json_response(200, {"ok": True})
+
+    server = HttpServer(handler)
+    await server.start("127.0.0.1", 0)
+    async with connect(server) as (reader, writer):
+        writer.write(get("/"))
+        await within(started.wait())
+        closing = asyncio.create_task(server.close())
+        gate.set()
+        response = await read_response(reader)
+        assert response.status == 200
+        assert response.headers["connection"] == "close"
+        assert await read_eof(reader) == b""
+    await within(closing)
+
+
+@scenario
+async def test_max_concurrent_connections_queues_new_connections() -> None:
+    app = App()
+    async with (
+        serving(app, max_concurrent_connections=1) as server,
+        connect(server) as (first_reader, first_writer),
+    ):
+        first_writer.write(get("/echo?c=first-1"))
+        assert (await read_response(first_reader)).status == 200
+        async with connect(server) as (second_reader, second_writer):
+            second_writer.write(get("/echo?c=second"))
+            await second_writer.drain()
+            # The first connection still holds the only slot, so it is served first.
+            first_writer.write(get("/echo?c=first-2"))
             assert (await read_response(first_reader)).status == 200
-            async with connect(server) as (second_reader, second_writer):
-                second_writer.write(get("/echo?c=second"))
-                await second_writer.drain()
-                # The first connection still holds the only slot, so it is served first.
-                first_writer.write(get("/echo?c=first-2"))
-                assert (await read_response(first_reader)).status == 200
-                first_writer.close()
-                await within(first_writer.wait_closed())
-                assert (await read_response(second_reader)).json()["query"] == {"c": "second"}
-        assert app.queries == ["c=first-1", "c=first-2", "c=second"]
-
-    run(scenario())
+            first_writer.close()
+            await within(first_writer.wait_closed())
+            assert (await read_response(second_reader)).json()["query"] == {"c": "second"}
+    assert app.queries == ["c=first-1", "c=first-2", "c=second"]
 
 
 # ----------------------------------------------------------------------------------------- connection ids
 
 
-def test_requests_carry_their_connection_id_and_the_close_callback_gets_it_once() -> None:
-    async def scenario() -> None:
-        closed: list[int] = []
-        async with serving(App(), on_connection_closed=closed.append) as server:
-            async with connect(server) as (reader, writer):
-                ids = []
-                for _ in range(2):
-                    writer.write(get("/echo"))
-                    ids.append((await read_response(reader)).json()["connection_id"])
-                first = ids[0]
-                assert ids == [first, first]  # keep-alive: one connection, one id
-                assert first >= 1
-                async with connect(server) as (other_reader, other_writer):
-                    other_writer.write(get("/echo"))
-                    second = (await read_response(other_reader)).json()["connection_id"]
-                    assert second not in (0, first)
-                    assert server.open_connections == 2
-                    assert closed == []  # nothing ended yet
-                # The client closed the second connection: the server reads end-of-stream, then calls back.
-                await within(until(lambda: closed == [second]))
-                assert server.open_connections == 1
-            await within(until(lambda: closed == [second, first]))
-            assert server.open_connections == 0
-            # A connection the server itself closes (Connection: close) is reported too.
-            async with connect(server) as (reader, writer):
-                writer.write(get("/echo", "Connection: close"))
-                third = (await read_response(reader)).json()["connection_id"]
-                assert await read_eof(reader) == b""
-                await within(until(lambda: closed == [second, first, third]))
-        assert len({first, second, third}) == 3
-        assert Request.from_target("GET", "/").connection_id == 0  # built in process: no connection
-
-    run(scenario())
+@scenario
+async def test_requests_carry_their_connection_id_and_the_close_callback_gets_it_once() -> None:
+    closed: list[int] = []
+    async with serving(App(), on_connection_closed=closed.append) as server:
+        async with connect(server) as (reader, writer):
+            ids = []
+            for _ in range(2):
+                writer.write(get("/echo"))
+                ids.append((await read_response(reader)).json()["connection_id"])
+            first = ids[0]
+            assert ids == [first, first]  # keep-alive: one connection, one id
+            assert first >= 1
+            async with connect(server) as (other_reader, other_writer):
+                other_writer.write(get("/echo"))
+                second = (await read_response(other_reader)).json()["connection_id"]
+                assert second not in (0, first)
+                assert server.open_connections == 2
+                assert closed == []  # nothing ended yet
+            # The client closed the second connection: the server reads end-of-stream, then calls back.
+            await within(until(lambda: closed == [second]))
+            assert server.open_connections == 1
+        await within(until(lambda: closed == [second, first]))
+        assert server.open_connections == 0
+        # A connection the server itself closes (Connection: close) is reported too.
+        async with connect(server) as (reader, writer):
+            writer.write(get("/echo", "Connection: close"))
+            third = (await read_response(reader)).json()["connection_id"]
+            assert await read_eof(reader) == b""
+            await within(until(lambda: closed == [second, first, third]))
+    assert len({first, second, third}) == 3
+    assert Request.from_target("GET", "/").connection_id == 0  # built in process: no connection
 
 
 def test_a_failing_close_callback_is_logged_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
@@ -740,12 +671,6 @@ def test_a_failing_close_callback_is_logged_and_serving_continues(caplog: pytest
                     assert await read_eof(reader) == b""
 
     with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run(scenario())
+        run_async(scenario())
     failures = [r for r in caplog.records if "connection-closed callback failed" in r.getMessage()]
     assert len(failures) == 2
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Yield to the server until ``condition`` holds (callers bound it with ``within``)."""
-    while not condition():
-        await asyncio.sleep(0)

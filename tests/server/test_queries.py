@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -24,34 +24,11 @@ from reference_server.polling import Poll
 from reference_server.server import Server
 from suite.protocol.codec import decode_blob, make_envelope
 from suite.protocol.fencing import parse_rfc3339
-from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock, run_async, scenario, until, within
 
-R = TypeVar("R")
-
-# Hang guards, not performance assertions.
-DEADLINE = 10.0
-TEST_DEADLINE = 30.0
 POLL_HOLD = 8  # the poll returns as soon as a task is there; this only bounds a broken server
 START_US = 1_776_513_600_000_000  # 2026-04-18T12:00:00Z
 CANONICAL_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
-
-
-def run(coro: Coroutine[Any, Any, R]) -> R:
-    return asyncio.run(asyncio.wait_for(coro, TEST_DEADLINE))
-
-
-async def within(awaitable: Any) -> Any:
-    return await asyncio.wait_for(awaitable, DEADLINE)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Yield to the other tasks until ``condition`` holds (with a deadline)."""
-
-    async def spin() -> None:
-        while not condition():
-            await asyncio.sleep(0)
-
-    await within(spin())
 
 
 class ManualClock(FakeClock):
@@ -158,6 +135,13 @@ class World:
         path = f"/workflows/{workflow_id}" + (f"/runs/{run_id}" if run_id else "") + f"/query/{name}"
         return asyncio.get_running_loop().create_task(self.control("POST", path, {} if body is None else body))
 
+    async def leased_query(
+        self, name: str = "status", worker: str = "w1"
+    ) -> tuple[asyncio.Task[tuple[int, dict[str, Any]]], dict[str, Any]]:
+        """A blocking query and its task, leased by ``worker``."""
+        pending = self.query(name)
+        return pending, await self.poll(worker)
+
     def rows(self, sql: str, *args: Any) -> list[Any]:
         return list(self.server.store.read().execute(sql, args).fetchall())
 
@@ -187,6 +171,16 @@ async def world(tmp_path: Path, *, manual_clock: bool = True, **settings: Any) -
         await server.close()
 
 
+@asynccontextmanager
+async def started(tmp_path: Path, *workers: str, **settings: Any) -> AsyncIterator[World]:
+    """A world with run order-1 started and ``workers`` (w1 when none is named) registered for queries."""
+    async with world(tmp_path, **settings) as w:
+        await w.start()
+        for worker in workers or ("w1",):
+            await w.register(worker)
+        yield w
+
+
 def complete_body(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"lease_owner": task["lease_owner"], "query_task_attempt": task["query_task_attempt"], **extra}
 
@@ -194,136 +188,123 @@ def complete_body(task: dict[str, Any], **extra: Any) -> dict[str, Any]:
 # -- invariant 60: task fields, result round trip, read-only ---------------------------------------------
 
 
-def test_query_task_carries_the_section_10_2_fields_and_the_result_envelope_round_trips(
+@scenario
+async def test_query_task_carries_the_section_10_2_fields_and_the_result_envelope_round_trips(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_lease_seconds=60) as w:
-            run_id = await w.start()
-            await w.register("py-worker-1")
-            before = await w.history(run_id)
-            workflow_tasks_before = w.rows("SELECT COUNT(*) FROM workflow_tasks")[0][0]
-            _, describe_before = await w.control("GET", "/workflows/order-1")
+    async with world(tmp_path, query_lease_seconds=60) as w:
+        run_id = await w.start()
+        await w.register("py-worker-1")
+        before = await w.history(run_id)
+        workflow_tasks_before = w.rows("SELECT COUNT(*) FROM workflow_tasks")[0][0]
+        _, describe_before = await w.control("GET", "/workflows/order-1")
 
-            pending = w.query("status", {"input": ["detail", 7]})
-            task = await w.poll("py-worker-1")
+        pending = w.query("status", {"input": ["detail", 7]})
+        task = await w.poll("py-worker-1")
 
-            assert task["query_task_attempt"] == 1
-            assert task["query_name"] == "status"
-            assert task["lease_owner"] == "py-worker-1"
-            assert task["task_queue"] == "orders"
-            assert task["namespace"] == "default"
-            assert (task["workflow_id"], task["run_id"], task["workflow_type"]) == (
-                "order-1",
-                run_id,
-                "order",
-            )
-            assert task["payload_codec"] == "avro"
-            assert task["run_status"] == "pending"
-            assert task["workflow_arguments"]["codec"] == "avro"
-            assert decode_blob(task["workflow_arguments"]["blob"]) == ["hello", 42]
-            assert task["query_arguments"]["codec"] == "avro"
-            assert decode_blob(task["query_arguments"]["blob"]) == ["detail", 7]
-            events = task["history_events"]
-            assert [e["sequence"] for e in events] == list(range(1, len(before) + 1))
-            assert task["last_history_sequence"] == len(before)
-            assert "WorkflowStarted" in [e["event_type"] for e in events]
-            assert CANONICAL_TS.match(task["lease_expires_at"]), task["lease_expires_at"]
-            assert w.clock is not None
-            lease_us = int(parse_rfc3339(task["lease_expires_at"]).timestamp() * 1_000_000)
-            assert lease_us == w.clock.now + 60 * 1_000_000
+        assert task["query_task_attempt"] == 1
+        assert task["query_name"] == "status"
+        assert task["lease_owner"] == "py-worker-1"
+        assert task["task_queue"] == "orders"
+        assert task["namespace"] == "default"
+        assert (task["workflow_id"], task["run_id"], task["workflow_type"]) == (
+            "order-1",
+            run_id,
+            "order",
+        )
+        assert task["payload_codec"] == "avro"
+        assert task["run_status"] == "pending"
+        assert task["workflow_arguments"]["codec"] == "avro"
+        assert decode_blob(task["workflow_arguments"]["blob"]) == ["hello", 42]
+        assert task["query_arguments"]["codec"] == "avro"
+        assert decode_blob(task["query_arguments"]["blob"]) == ["detail", 7]
+        events = task["history_events"]
+        assert [e["sequence"] for e in events] == list(range(1, len(before) + 1))
+        assert task["last_history_sequence"] == len(before)
+        assert "WorkflowStarted" in [e["event_type"] for e in events]
+        assert CANONICAL_TS.match(task["lease_expires_at"]), task["lease_expires_at"]
+        assert w.clock is not None
+        lease_us = int(parse_rfc3339(task["lease_expires_at"]).timestamp() * 1_000_000)
+        assert lease_us == w.clock.now + 60 * 1_000_000
 
-            envelope = make_envelope({"state": "shipped", "items": [1, 2]})
-            status, receipt = await w.report(
-                "complete",
-                task["query_task_id"],
-                complete_body(task, result="ignored", result_envelope=envelope),
-            )
-            assert status == 200, receipt
-            assert receipt["outcome"] == "completed"
-            assert receipt["query_task_id"] == task["query_task_id"]
-            assert receipt["query_task_attempt"] == 1
-            assert receipt["protocol_version"] == "1.20"
+        envelope = make_envelope({"state": "shipped", "items": [1, 2]})
+        status, receipt = await w.report(
+            "complete",
+            task["query_task_id"],
+            complete_body(task, result="ignored", result_envelope=envelope),
+        )
+        assert status == 200, receipt
+        assert receipt["outcome"] == "completed"
+        assert receipt["query_task_id"] == task["query_task_id"]
+        assert receipt["query_task_attempt"] == 1
+        assert receipt["protocol_version"] == "1.20"
 
-            status, answer = await within(pending)
-            assert status == 200, answer
-            assert answer["result_envelope"] == envelope
-            assert answer["result"] == {
-                "state": "shipped",
-                "items": [1, 2],
-            }  # the decoded view of the envelope
-            assert (answer["workflow_id"], answer["run_id"], answer["query_name"]) == (
-                "order-1",
-                run_id,
-                "status",
-            )
+        status, answer = await within(pending)
+        assert status == 200, answer
+        assert answer["result_envelope"] == envelope
+        assert answer["result"] == {
+            "state": "shipped",
+            "items": [1, 2],
+        }  # the decoded view of the envelope
+        assert (answer["workflow_id"], answer["run_id"], answer["query_name"]) == (
+            "order-1",
+            run_id,
+            "status",
+        )
 
-            # QUERY-READ-ONLY: no history, no workflow task, no run change.
-            assert await w.history(run_id) == before
-            assert w.rows("SELECT COUNT(*) FROM workflow_tasks")[0][0] == workflow_tasks_before
-            _, describe_after = await w.control("GET", "/workflows/order-1")
-            assert describe_after == describe_before
-
-    run(scenario())
+        # QUERY-READ-ONLY: no history, no workflow task, no run change.
+        assert await w.history(run_id) == before
+        assert w.rows("SELECT COUNT(*) FROM workflow_tasks")[0][0] == workflow_tasks_before
+        _, describe_after = await w.control("GET", "/workflows/order-1")
+        assert describe_after == describe_before
 
 
-def test_query_without_input_or_envelope_gets_null_arguments_and_a_server_built_envelope(
+@scenario
+async def test_query_without_input_or_envelope_gets_null_arguments_and_a_server_built_envelope(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("count")
-            task = await w.poll("w1")
-            assert task["query_arguments"] is None
-            status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result={"n": 3}))
-            assert status == 200
-            status, answer = await within(pending)
-            assert status == 200, answer
-            assert answer["result"] == {"n": 3}
-            assert decode_blob(answer["result_envelope"]["blob"]) == {"n": 3}
-
-    run(scenario())
+    async with started(tmp_path) as w:
+        pending = w.query("count")
+        task = await w.poll("w1")
+        assert task["query_arguments"] is None
+        status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result={"n": 3}))
+        assert status == 200
+        status, answer = await within(pending)
+        assert status == 200, answer
+        assert answer["result"] == {"n": 3}
+        assert decode_blob(answer["result_envelope"]["blob"]) == {"n": 3}
 
 
-def test_run_targeted_query_and_unknown_targets(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            run_id = await w.start()
-            await w.register("w1")
-            pending = w.query("status", run_id=run_id)
-            task = await w.poll("w1")
-            assert task["run_id"] == run_id
-            await w.report("complete", task["query_task_id"], complete_body(task, result=1))
-            status, answer = await within(pending)
-            assert (status, answer["run_id"], answer["result"]) == (200, run_id, 1)
+@scenario
+async def test_run_targeted_query_and_unknown_targets(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        run_id = await w.start()
+        await w.register("w1")
+        pending = w.query("status", run_id=run_id)
+        task = await w.poll("w1")
+        assert task["run_id"] == run_id
+        await w.report("complete", task["query_task_id"], complete_body(task, result=1))
+        status, answer = await within(pending)
+        assert (status, answer["run_id"], answer["result"]) == (200, run_id, 1)
 
-            status, doc = await within(w.query("status", workflow_id="nope"))
-            assert (status, doc["reason"]) == (404, "instance_not_found")
-            status, doc = await within(w.query("status", run_id="01NOTARUN"))
-            assert (status, doc["reason"]) == (404, "run_not_found")
-            assert w.count_query_tasks() == 1
-
-    run(scenario())
+        status, doc = await within(w.query("status", workflow_id="nope"))
+        assert (status, doc["reason"]) == (404, "instance_not_found")
+        status, doc = await within(w.query("status", run_id="01NOTARUN"))
+        assert (status, doc["reason"]) == (404, "run_not_found")
+        assert w.count_query_tasks() == 1
 
 
-def test_a_closed_run_can_still_be_queried(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            status, _ = await w.control("POST", "/workflows/order-1/cancel", {"reason": "done"})
-            assert status == 200
-            pending = w.query("status")
-            task = await w.poll("w1")
-            assert task["run_status"] == "cancelled"
-            assert task["history_events"][-1]["event_type"] == "WorkflowCancelled"
-            await w.report("complete", task["query_task_id"], complete_body(task, result="closed"))
-            status, answer = await within(pending)
-            assert (status, answer["result"]) == (200, "closed")
-
-    run(scenario())
+@scenario
+async def test_a_closed_run_can_still_be_queried(tmp_path: Path) -> None:
+    async with started(tmp_path) as w:
+        status, _ = await w.control("POST", "/workflows/order-1/cancel", {"reason": "done"})
+        assert status == 200
+        pending, task = await w.leased_query()
+        assert task["run_status"] == "cancelled"
+        assert task["history_events"][-1]["event_type"] == "WorkflowCancelled"
+        await w.report("complete", task["query_task_id"], complete_body(task, result="closed"))
+        status, answer = await within(pending)
+        assert (status, answer["result"]) == (200, "closed")
 
 
 # -- invariant 61: worker failures ----------------------------------------------------------------------
@@ -347,41 +328,32 @@ def test_a_closed_run_can_still_be_queried(tmp_path: Path) -> None:
         ({"message": "no reason given"}, 409, "query_rejected"),
     ],
 )
-def test_worker_failure_maps_onto_the_control_plane_status(
+@scenario
+async def test_worker_failure_maps_onto_the_control_plane_status(
     tmp_path: Path, failure: dict[str, Any], http_status: int, reason: str
 ) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            status, receipt = await w.report("fail", task["query_task_id"], complete_body(task, failure=failure))
-            assert status == 200, receipt
-            assert (receipt["outcome"], receipt["reason"]) == ("failed", reason)
-            status, answer = await within(pending)
-            assert status == http_status, answer
-            assert answer["reason"] == reason
-            assert answer["message"] == failure["message"]
-            assert answer["error"] == failure["message"]
-            assert answer["query_task_id"] == task["query_task_id"]
-
-    run(scenario())
+    async with started(tmp_path) as w:
+        pending, task = await w.leased_query()
+        status, receipt = await w.report("fail", task["query_task_id"], complete_body(task, failure=failure))
+        assert status == 200, receipt
+        assert (receipt["outcome"], receipt["reason"]) == ("failed", reason)
+        status, answer = await within(pending)
+        assert status == http_status, answer
+        assert answer["reason"] == reason
+        assert answer["message"] == failure["message"]
+        assert answer["error"] == failure["message"]
+        assert answer["query_task_id"] == task["query_task_id"]
 
 
-def test_closing_the_run_fails_a_pending_query_without_waiting_for_the_timeout(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_timeout_seconds=60) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            await until(lambda: w.count_query_tasks() == 1)
-            status, _ = await w.control("POST", "/workflows/order-1/terminate", {"reason": "stop"})
-            assert status == 200
-            status, answer = await within(pending)
-            assert (status, answer["reason"]) == (409, "query_rejected")
-
-    run(scenario())
+@scenario
+async def test_closing_the_run_fails_a_pending_query_without_waiting_for_the_timeout(tmp_path: Path) -> None:
+    async with started(tmp_path, query_timeout_seconds=60) as w:
+        pending = w.query("status")
+        await until(lambda: w.count_query_tasks() == 1)
+        status, _ = await w.control("POST", "/workflows/order-1/terminate", {"reason": "stop"})
+        assert status == 200
+        status, answer = await within(pending)
+        assert (status, answer["reason"]) == (409, "query_rejected")
 
 
 # -- invariant 62: no worker ----------------------------------------------------------------------------
@@ -391,257 +363,215 @@ def test_closing_the_run_fails_a_pending_query_without_waiting_for_the_timeout(t
     "setup",
     ["nobody", "other_queue", "other_type", "stale", "deregistered", "draining"],
 )
-def test_no_capable_worker_answers_409_at_once_and_creates_no_task(tmp_path: Path, setup: str) -> None:
-    async def scenario() -> None:
-        # A long query timeout: within() (10 s) would fail if the call waited for it.
-        async with world(tmp_path, query_timeout_seconds=60, stale_worker_seconds=60) as w:
-            await w.start()
-            if setup == "other_queue":
-                await w.register("w1", queue="billing")
-            elif setup == "other_type":
-                await w.register("w1", types=["invoice"])
-            elif setup == "stale":
-                await w.register("w1")
-                assert w.clock is not None
-                w.clock.advance(61)
-            elif setup == "deregistered":
-                await w.register("w1")
-                status, _ = await w.worker("/registrations/w1/deregister", {})
-                assert status == 200
-            elif setup == "draining":
-                await w.register("w1")
-                status, _ = await w.control("POST", "/task-queues/orders/build-ids/drain", {"build_id": None})
-                assert status == 200
-            status, doc = await within(w.query("status"))
-            assert (status, doc["reason"]) == (409, "query_worker_unavailable"), doc
-            assert w.count_query_tasks() == 0
-
-    run(scenario())
+@scenario
+async def test_no_capable_worker_answers_409_at_once_and_creates_no_task(tmp_path: Path, setup: str) -> None:
+    # A long query timeout: within() (10 s) would fail if the call waited for it.
+    async with world(tmp_path, query_timeout_seconds=60, stale_worker_seconds=60) as w:
+        await w.start()
+        if setup == "other_queue":
+            await w.register("w1", queue="billing")
+        elif setup == "other_type":
+            await w.register("w1", types=["invoice"])
+        elif setup == "stale":
+            await w.register("w1")
+            assert w.clock is not None
+            w.clock.advance(61)
+        elif setup == "deregistered":
+            await w.register("w1")
+            status, _ = await w.worker("/registrations/w1/deregister", {})
+            assert status == 200
+        elif setup == "draining":
+            await w.register("w1")
+            status, _ = await w.control("POST", "/task-queues/orders/build-ids/drain", {"build_id": None})
+            assert status == 200
+        status, doc = await within(w.query("status"))
+        assert (status, doc["reason"]) == (409, "query_worker_unavailable"), doc
+        assert w.count_query_tasks() == 0
 
 
-def test_a_worker_for_the_type_or_for_all_types_is_enough(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1", types=["order"])
-            pending = w.query("status")
-            task = await w.poll("w1")
-            await w.report("complete", task["query_task_id"], complete_body(task, result=None))
-            status, answer = await within(pending)
-            assert (status, answer["result"]) == (200, None)
-
-    run(scenario())
+@scenario
+async def test_a_worker_for_the_type_or_for_all_types_is_enough(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.start()
+        await w.register("w1", types=["order"])
+        pending, task = await w.leased_query()
+        await w.report("complete", task["query_task_id"], complete_body(task, result=None))
+        status, answer = await within(pending)
+        assert (status, answer["result"]) == (200, None)
 
 
 # -- invariant 63: timeout ------------------------------------------------------------------------------
 
 
-def test_registered_worker_that_never_polls_gives_504_then_a_late_complete_is_not_leased(
+@scenario
+async def test_registered_worker_that_never_polls_gives_504_then_a_late_complete_is_not_leased(
     tmp_path: Path,
 ) -> None:
-    async def scenario() -> None:
-        # The real clock: this is the caller's own deadline (query_timeout_seconds) expiring.
-        async with world(tmp_path, manual_clock=False, query_timeout_seconds=1) as w:
-            await w.start()
-            await w.register("w1")
-            status, doc = await within(w.query("status"))
-            assert (status, doc["reason"]) == (504, "query_worker_timeout"), doc
-            row = w.rows("SELECT * FROM query_tasks")[0]
-            assert row["status"] == "timed_out"
-            late = {"lease_owner": "w1", "query_task_attempt": 1, "result": 1}
-            status, doc = await w.report("complete", row["query_task_id"], late)
-            assert (status, doc["reason"]) == (409, "query_task_not_leased")
-            assert doc["outcome"] == "rejected"
-
-    run(scenario())
+    # The real clock: this is the caller's own deadline (query_timeout_seconds) expiring.
+    async with started(tmp_path, manual_clock=False, query_timeout_seconds=1) as w:
+        status, doc = await within(w.query("status"))
+        assert (status, doc["reason"]) == (504, "query_worker_timeout"), doc
+        row = w.rows("SELECT * FROM query_tasks")[0]
+        assert row["status"] == "timed_out"
+        late = {"lease_owner": "w1", "query_task_attempt": 1, "result": 1}
+        status, doc = await w.report("complete", row["query_task_id"], late)
+        assert (status, doc["reason"]) == (409, "query_task_not_leased")
+        assert doc["outcome"] == "rejected"
 
 
-def test_a_leased_query_past_its_deadline_times_out_and_its_holder_is_fenced(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_timeout_seconds=30, query_lease_seconds=20) as w:
-            await w.start()
-            await w.register("w1")
-            await w.register("w2")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            assert w.clock is not None
-            assert w.sweep() == pytest.approx(30.0)  # seconds until the deadline
-            w.clock.advance(31)  # past both the lease and the deadline; the sweep has not run yet
+@scenario
+async def test_a_leased_query_past_its_deadline_times_out_and_its_holder_is_fenced(tmp_path: Path) -> None:
+    async with started(tmp_path, "w1", "w2", query_timeout_seconds=30, query_lease_seconds=20) as w:
+        pending, task = await w.leased_query()
+        assert w.clock is not None
+        assert w.sweep() == pytest.approx(30.0)  # seconds until the deadline
+        w.clock.advance(31)  # past both the lease and the deadline; the sweep has not run yet
 
-            def claim_by_w2(t: Any) -> Any:
-                return queries.claim_query_task(t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, None))
+        def claim_by_w2(t: Any) -> Any:
+            return queries.claim_query_task(t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, None))
 
-            # Not redelivered, although its lease expired: the deadline passed (never retried after it).
-            assert w.server.run_tx(claim_by_w2) is None
-            # And its holder is told the task is over, not merely that its lease expired.
-            status, doc = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
-            assert (status, doc["reason"]) == (409, "query_task_not_leased")
-            assert w.sweep() is None  # nothing live is left
-            status, doc = await within(pending)  # the sweep woke the caller
-            assert (status, doc["reason"]) == (504, "query_worker_timeout")
-            assert w.query_task(task["query_task_id"])["status"] == "timed_out"
-            status, doc = await w.report("fail", task["query_task_id"], complete_body(task, failure={"message": "x"}))
-            assert (status, doc["reason"]) == (409, "query_task_not_leased")
-            assert w.server.run_tx(claim_by_w2) is None
-
-    run(scenario())
+        # Not redelivered, although its lease expired: the deadline passed (never retried after it).
+        assert w.server.run_tx(claim_by_w2) is None
+        # And its holder is told the task is over, not merely that its lease expired.
+        status, doc = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
+        assert (status, doc["reason"]) == (409, "query_task_not_leased")
+        assert w.sweep() is None  # nothing live is left
+        status, doc = await within(pending)  # the sweep woke the caller
+        assert (status, doc["reason"]) == (504, "query_worker_timeout")
+        assert w.query_task(task["query_task_id"])["status"] == "timed_out"
+        status, doc = await w.report("fail", task["query_task_id"], complete_body(task, failure={"message": "x"}))
+        assert (status, doc["reason"]) == (409, "query_task_not_leased")
+        assert w.server.run_tx(claim_by_w2) is None
 
 
-def test_a_caller_that_goes_away_stops_its_query(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_timeout_seconds=60) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            await until(lambda: w.count_query_tasks() == 1)
-            pending.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await within(pending)
-            assert w.rows("SELECT status FROM query_tasks")[0][0] == "timed_out"
-
-    run(scenario())
+@scenario
+async def test_a_caller_that_goes_away_stops_its_query(tmp_path: Path) -> None:
+    async with started(tmp_path, query_timeout_seconds=60) as w:
+        pending = w.query("status")
+        await until(lambda: w.count_query_tasks() == 1)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await within(pending)
+        assert w.rows("SELECT status FROM query_tasks")[0][0] == "timed_out"
 
 
 # -- invariant 64 and §10.6: fencing --------------------------------------------------------------------
 
 
-def test_query_task_fencing_in_section_10_6_order(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            qid = task["query_task_id"]
+@scenario
+async def test_query_task_fencing_in_section_10_6_order(tmp_path: Path) -> None:
+    async with started(tmp_path) as w:
+        pending, task = await w.leased_query()
+        qid = task["query_task_id"]
 
-            status, doc = await w.report("complete", qid, {"lease_owner": "intruder", "query_task_attempt": 1})
-            assert (status, doc["reason"], doc["lease_owner"]) == (409, "lease_owner_mismatch", "w1")
-            assert doc["outcome"] == "rejected"
-            status, doc = await w.report("complete", qid, {"lease_owner": "w1", "query_task_attempt": 2})
-            assert (status, doc["reason"], doc["current_attempt"]) == (409, "query_task_attempt_mismatch", 1)
-            status, doc = await w.report(
-                "fail", qid, {"lease_owner": "w1", "query_task_attempt": 2, "failure": {"message": "x"}}
-            )
-            assert (status, doc["reason"]) == (409, "query_task_attempt_mismatch")
-            status, doc = await w.report("complete", "01UNKNOWNQUERYTASK", complete_body(task, result=1))
-            assert (status, doc["reason"]) == (404, "query_task_not_found")
-            assert doc["protocol_version"] == "1.20"
-            assert not pending.done()
+        status, doc = await w.report("complete", qid, {"lease_owner": "intruder", "query_task_attempt": 1})
+        assert (status, doc["reason"], doc["lease_owner"]) == (409, "lease_owner_mismatch", "w1")
+        assert doc["outcome"] == "rejected"
+        status, doc = await w.report("complete", qid, {"lease_owner": "w1", "query_task_attempt": 2})
+        assert (status, doc["reason"], doc["current_attempt"]) == (409, "query_task_attempt_mismatch", 1)
+        status, doc = await w.report(
+            "fail", qid, {"lease_owner": "w1", "query_task_attempt": 2, "failure": {"message": "x"}}
+        )
+        assert (status, doc["reason"]) == (409, "query_task_attempt_mismatch")
+        status, doc = await w.report("complete", "01UNKNOWNQUERYTASK", complete_body(task, result=1))
+        assert (status, doc["reason"]) == (404, "query_task_not_found")
+        assert doc["protocol_version"] == "1.20"
+        assert not pending.done()
 
-            # The rejections changed nothing: the owner's complete is accepted, once.
-            status, doc = await w.report("complete", qid, complete_body(task, result="first"))
-            assert (status, doc["outcome"]) == (200, "completed")
-            status, doc = await w.report("complete", qid, complete_body(task, result="second"))
-            assert (status, doc["reason"]) == (409, "query_task_not_leased")
-            status, doc = await w.report("fail", qid, complete_body(task, failure={"message": "late"}))
-            assert (status, doc["reason"]) == (409, "query_task_not_leased")
-            status, answer = await within(pending)
-            assert (status, answer["result"]) == (200, "first")
-
-    run(scenario())
+        # The rejections changed nothing: the owner's complete is accepted, once.
+        status, doc = await w.report("complete", qid, complete_body(task, result="first"))
+        assert (status, doc["outcome"]) == (200, "completed")
+        status, doc = await w.report("complete", qid, complete_body(task, result="second"))
+        assert (status, doc["reason"]) == (409, "query_task_not_leased")
+        status, doc = await w.report("fail", qid, complete_body(task, failure={"message": "late"}))
+        assert (status, doc["reason"]) == (409, "query_task_not_leased")
+        status, answer = await within(pending)
+        assert (status, answer["result"]) == (200, "first")
 
 
-def test_concurrent_completes_never_both_land(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            barrier = asyncio.Barrier(8)
+@scenario
+async def test_concurrent_completes_never_both_land(tmp_path: Path) -> None:
+    async with started(tmp_path) as w:
+        pending, task = await w.leased_query()
+        barrier = asyncio.Barrier(8)
 
-            async def report(i: int) -> tuple[int, dict[str, Any]]:
-                await barrier.wait()
-                verb = "complete" if i % 2 else "fail"
-                extra = {"result": i} if verb == "complete" else {"failure": {"message": str(i)}}
-                return await w.report(verb, task["query_task_id"], complete_body(task, **extra))
+        async def report(i: int) -> tuple[int, dict[str, Any]]:
+            await barrier.wait()
+            verb = "complete" if i % 2 else "fail"
+            extra = {"result": i} if verb == "complete" else {"failure": {"message": str(i)}}
+            return await w.report(verb, task["query_task_id"], complete_body(task, **extra))
 
-            results = await within(asyncio.gather(*(report(i) for i in range(8))))
-            assert sorted(status for status, _ in results) == [200] + [409] * 7
-            assert all(doc["reason"] == "query_task_not_leased" for status, doc in results if status == 409)
-            await within(pending)
-
-    run(scenario())
+        results = await within(asyncio.gather(*(report(i) for i in range(8))))
+        assert sorted(status for status, _ in results) == [200] + [409] * 7
+        assert all(doc["reason"] == "query_task_not_leased" for status, doc in results if status == 409)
+        await within(pending)
 
 
-def test_a_task_id_from_another_namespace_is_not_found(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            w.server.run_tx(lambda t: t.db.execute("INSERT INTO namespaces (name, created_at) VALUES ('other', 0)"))
-            await w.start()
-            await w.register("w1")
-            await w.register("w1", namespace="other")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            status, doc = await w.report("complete", task["query_task_id"], complete_body(task, result=1), "other")
-            assert (status, doc["reason"]) == (404, "query_task_not_found")
-            # A poller in the other namespace never sees the default namespace's task.
-            assert (
-                w.server.run_tx(
-                    lambda t: queries.claim_query_task(
-                        t, Poll("query", _worker_row(w, "w1", "other"), "orders", None, 0.0, None)
-                    )
+@scenario
+async def test_a_task_id_from_another_namespace_is_not_found(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        w.server.run_tx(lambda t: t.db.execute("INSERT INTO namespaces (name, created_at) VALUES ('other', 0)"))
+        await w.start()
+        await w.register("w1")
+        await w.register("w1", namespace="other")
+        pending, task = await w.leased_query()
+        status, doc = await w.report("complete", task["query_task_id"], complete_body(task, result=1), "other")
+        assert (status, doc["reason"]) == (404, "query_task_not_found")
+        # A poller in the other namespace never sees the default namespace's task.
+        assert (
+            w.server.run_tx(
+                lambda t: queries.claim_query_task(
+                    t, Poll("query", _worker_row(w, "w1", "other"), "orders", None, 0.0, None)
                 )
-                is None
             )
-            status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
-            assert status == 200
-            assert (await within(pending))[0] == 200
-
-    run(scenario())
+            is None
+        )
+        status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
+        assert status == 200
+        assert (await within(pending))[0] == 200
 
 
 # -- leases: expiry and redelivery, poll_request_id replay ----------------------------------------------
 
 
-def test_an_expired_query_lease_is_redelivered_with_the_next_attempt(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_timeout_seconds=30, query_lease_seconds=5) as w:
-            await w.start()
-            await w.register("w1")
-            await w.register("w2")
-            pending = w.query("status")
-            first = await w.poll("w1")
-            assert w.clock is not None
-            w.clock.advance(6)
-            status, doc = await w.report("complete", first["query_task_id"], complete_body(first, result=1))
-            assert (status, doc["reason"]) == (409, "lease_expired")
-            second = await w.poll("w2")
-            assert second["query_task_id"] == first["query_task_id"]
-            assert (second["query_task_attempt"], second["lease_owner"]) == (2, "w2")
-            status, doc = await w.report("complete", first["query_task_id"], complete_body(first, result=1))
-            assert (status, doc["reason"]) == (409, "lease_owner_mismatch")
-            status, _ = await w.report("complete", second["query_task_id"], complete_body(second, result=2))
-            assert status == 200
-            status, answer = await within(pending)
-            assert (status, answer["result"]) == (200, 2)
-
-    run(scenario())
+@scenario
+async def test_an_expired_query_lease_is_redelivered_with_the_next_attempt(tmp_path: Path) -> None:
+    async with started(tmp_path, "w1", "w2", query_timeout_seconds=30, query_lease_seconds=5) as w:
+        pending = w.query("status")
+        first = await w.poll("w1")
+        assert w.clock is not None
+        w.clock.advance(6)
+        status, doc = await w.report("complete", first["query_task_id"], complete_body(first, result=1))
+        assert (status, doc["reason"]) == (409, "lease_expired")
+        second = await w.poll("w2")
+        assert second["query_task_id"] == first["query_task_id"]
+        assert (second["query_task_attempt"], second["lease_owner"]) == (2, "w2")
+        status, doc = await w.report("complete", first["query_task_id"], complete_body(first, result=1))
+        assert (status, doc["reason"]) == (409, "lease_owner_mismatch")
+        status, _ = await w.report("complete", second["query_task_id"], complete_body(second, result=2))
+        assert status == 200
+        status, answer = await within(pending)
+        assert (status, answer["result"]) == (200, 2)
 
 
-def test_a_repeated_poll_request_id_replays_the_same_lease(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path, query_lease_seconds=60) as w:
-            await w.start()
-            await w.register("w1")
-            await w.register("w2")
-            pending = w.query("status")
-            first = await w.poll("w1", poll_request_id="query-poll-1")
-            assert w.clock is not None
-            w.clock.advance(10)
-            again = await w.poll("w1", poll_request_id="query-poll-1")
-            assert (again["query_task_id"], again["query_task_attempt"]) == (first["query_task_id"], 1)
-            assert parse_rfc3339(again["lease_expires_at"]) > parse_rfc3339(first["lease_expires_at"])
-            other = w.server.run_tx(
-                lambda t: queries.claim_query_task(
-                    t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, "query-poll-1")
-                )
+@scenario
+async def test_a_repeated_poll_request_id_replays_the_same_lease(tmp_path: Path) -> None:
+    async with started(tmp_path, "w1", "w2", query_lease_seconds=60) as w:
+        pending = w.query("status")
+        first = await w.poll("w1", poll_request_id="query-poll-1")
+        assert w.clock is not None
+        w.clock.advance(10)
+        again = await w.poll("w1", poll_request_id="query-poll-1")
+        assert (again["query_task_id"], again["query_task_attempt"]) == (first["query_task_id"], 1)
+        assert parse_rfc3339(again["lease_expires_at"]) > parse_rfc3339(first["lease_expires_at"])
+        other = w.server.run_tx(
+            lambda t: queries.claim_query_task(
+                t, Poll("query", _worker_row(w, "w2"), "orders", None, 0.0, "query-poll-1")
             )
-            assert other is None  # a different worker gets no replay, and the task is leased
-            await w.report("complete", first["query_task_id"], complete_body(first, result=1))
-            await within(pending)
-
-    run(scenario())
+        )
+        assert other is None  # a different worker gets no replay, and the task is leased
+        await w.report("complete", first["query_task_id"], complete_body(first, result=1))
+        await within(pending)
 
 
 # -- admission and validation ---------------------------------------------------------------------------
@@ -651,9 +581,7 @@ def test_a_full_query_queue_answers_429(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(queries, "MAX_PENDING_PER_QUEUE", 1)
 
     async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
+        async with started(tmp_path) as w:
             pending = w.query("status")
             await until(lambda: w.count_query_tasks() == 1)
             status, doc = await within(w.query("status"))
@@ -663,7 +591,7 @@ def test_a_full_query_queue_answers_429(tmp_path: Path, monkeypatch: pytest.Monk
             await w.report("complete", task["query_task_id"], complete_body(task, result=1))
             assert (await within(pending))[0] == 200
 
-    run(scenario())
+    run_async(scenario())
 
 
 @pytest.mark.parametrize(
@@ -711,64 +639,51 @@ def test_a_full_query_queue_answers_429(tmp_path: Path, monkeypatch: pytest.Monk
         ),
     ],
 )
-def test_invalid_report_bodies_are_422_before_any_lookup(
+@scenario
+async def test_invalid_report_bodies_are_422_before_any_lookup(
     tmp_path: Path, verb: str, body: dict[str, Any], field: str
 ) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            status, doc = await w.report(verb, "01UNKNOWNQUERYTASK", body)
-            assert (status, doc["reason"]) == (422, "validation_failed"), doc
-            assert field in doc["errors"], doc
-
-    run(scenario())
+    async with world(tmp_path) as w:
+        status, doc = await w.report(verb, "01UNKNOWNQUERYTASK", body)
+        assert (status, doc["reason"]) == (422, "validation_failed"), doc
+        assert field in doc["errors"], doc
 
 
-def test_a_result_envelope_with_another_codec_is_unsupported(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            pending = w.query("status")
-            task = await w.poll("w1")
-            bad = complete_body(task, result=1, result_envelope={"codec": "json", "blob": "MQ=="})
-            status, doc = await w.report("complete", task["query_task_id"], bad)
-            assert status == 422
-            assert doc["errors"]["result_envelope.codec"][0].startswith("unsupported_payload_codec:")
-            status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
-            assert status == 200  # the 422 changed nothing
-            await within(pending)
-
-    run(scenario())
+@scenario
+async def test_a_result_envelope_with_another_codec_is_unsupported(tmp_path: Path) -> None:
+    async with started(tmp_path) as w:
+        pending, task = await w.leased_query()
+        bad = complete_body(task, result=1, result_envelope={"codec": "json", "blob": "MQ=="})
+        status, doc = await w.report("complete", task["query_task_id"], bad)
+        assert status == 422
+        assert doc["errors"]["result_envelope.codec"][0].startswith("unsupported_payload_codec:")
+        status, _ = await w.report("complete", task["query_task_id"], complete_body(task, result=1))
+        assert status == 200  # the 422 changed nothing
+        await within(pending)
 
 
 @pytest.mark.parametrize(
     "body",
     [{"input": "x"}, {"input": {"codec": "json", "blob": "MQ=="}}, {"input": make_envelope("not-an-array")}],
 )
-def test_invalid_query_input_is_422_and_creates_no_task(tmp_path: Path, body: dict[str, Any]) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.start()
-            await w.register("w1")
-            status, doc = await within(w.query("status", body))
-            assert (status, doc["reason"]) == (422, "validation_failed"), doc
-            assert w.count_query_tasks() == 0
-
-    run(scenario())
+@scenario
+async def test_invalid_query_input_is_422_and_creates_no_task(tmp_path: Path, body: dict[str, Any]) -> None:
+    async with started(tmp_path) as w:
+        status, doc = await within(w.query("status", body))
+        assert (status, doc["reason"]) == (422, "validation_failed"), doc
+        assert w.count_query_tasks() == 0
 
 
-def test_query_poll_preconditions(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with world(tmp_path) as w:
-            await w.register("w1")
-            status, doc = await w.worker("/query-tasks/poll", {"task_queue": "orders"})
-            assert (status, doc["reason"]) == (422, "validation_failed")
-            status, doc = await w.worker("/query-tasks/poll", {"worker_id": "ghost", "task_queue": "orders"})
-            assert (status, doc["reason"]) == (412, "worker_not_registered")
-            status, doc = await w.worker("/query-tasks/poll", {"worker_id": "w1", "task_queue": "billing"})
-            assert (status, doc["reason"]) == (409, "task_queue_mismatch")
-
-    run(scenario())
+@scenario
+async def test_query_poll_preconditions(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.register("w1")
+        status, doc = await w.worker("/query-tasks/poll", {"task_queue": "orders"})
+        assert (status, doc["reason"]) == (422, "validation_failed")
+        status, doc = await w.worker("/query-tasks/poll", {"worker_id": "ghost", "task_queue": "orders"})
+        assert (status, doc["reason"]) == (412, "worker_not_registered")
+        status, doc = await w.worker("/query-tasks/poll", {"worker_id": "w1", "task_queue": "billing"})
+        assert (status, doc["reason"]) == (409, "task_queue_mismatch")
 
 
 def _worker_row(w: World, worker_id: str, namespace: str = "default") -> Any:
