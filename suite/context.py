@@ -131,6 +131,25 @@ class CheckContext:
         ex = [r.exchange for r in replies] or self.exchanges[-3:]
         return CheckFailure(message, expected=expected, received=received, exchanges=ex, requirement=requirement)
 
+    def require_equal(
+        self,
+        received: Any,
+        expected: Any,
+        message: str,
+        *,
+        replies: Iterable[Reply] = (),
+        requirement: str | None = None,
+    ) -> None:
+        """Fail unless ``received == expected``; the failure shows both."""
+        self.require(
+            received == expected,
+            message,
+            expected=expected,
+            received=received,
+            replies=replies,
+            requirement=requirement,
+        )
+
     def expect(
         self,
         reply: Reply,

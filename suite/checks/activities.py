@@ -145,12 +145,8 @@ async def activity_scheduled_is_leasable(ctx: CheckContext) -> None:
         received=f"{task.get('workflow_id')} / {task.get('run_id')}",
         requirement=SCHEDULED,
     )
-    ctx.require(
-        task.get("attempt_number") == 1,
-        "the first lease of an activity is attempt_number 1",
-        expected=1,
-        received=task.get("attempt_number"),
-        requirement=SCHEDULED,
+    ctx.require_equal(
+        task.get("attempt_number"), 1, "the first lease of an activity is attempt_number 1", requirement=SCHEDULED
     )
     for key in ("activity_attempt_id", "activity_execution_id"):
         value = task.get(key)
@@ -206,11 +202,10 @@ async def activity_complete_recorded_once(ctx: CheckContext) -> None:
     done = history_events(
         await ctx.history(run.workflow_id, run.run_id), "ActivityCompleted", task.get("activity_execution_id")
     )
-    ctx.require(
-        len(done) == 1,
+    ctx.require_equal(
+        len(done),
+        1,
         "history holds exactly one ActivityCompleted after a duplicate complete",
-        expected=1,
-        received=len(done),
         requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
     )
 
@@ -442,12 +437,8 @@ def _require_backoff(ctx: CheckContext, gap: float, backoff: float, attempt: int
 
 def _require_lineage(ctx: CheckContext, tasks: list[dict[str, Any]], expected: list[int]) -> None:
     numbers = [t.get("attempt_number") for t in tasks]
-    ctx.require(
-        numbers == expected,
-        "retries are leased as attempts 1, 2, 3, … in order",
-        expected=expected,
-        received=numbers,
-        requirement="RETRY-ATTEMPTS-CONTIGUOUS",
+    ctx.require_equal(
+        numbers, expected, "retries are leased as attempts 1, 2, 3, … in order", requirement="RETRY-ATTEMPTS-CONTIGUOUS"
     )
     executions = {t.get("activity_execution_id") for t in tasks}
     ctx.require(
@@ -496,23 +487,18 @@ async def retry_attempts_and_backoff(ctx: CheckContext) -> None:
         _require_backoff(ctx, (leased_at - failed_at).total_seconds(), backoff, attempt, "ACTIVITY-RETRY-BACKOFF")
         tasks.append(task)
     numbers = [t.get("attempt_number") for t in tasks]
-    ctx.require(
-        numbers == [1, 2, 3],
-        "two retried failures give leases numbered 1, 2, 3",
-        expected=[1, 2, 3],
-        received=numbers,
-        requirement="RETRY-ATTEMPT-NUMBERS",
+    ctx.require_equal(
+        numbers, [1, 2, 3], "two retried failures give leases numbered 1, 2, 3", requirement="RETRY-ATTEMPT-NUMBERS"
     )
     _require_lineage(ctx, tasks, [1, 2, 3])
     reply = await activity_call(ctx, tasks[-1], "complete", {"result": ctx.envelope("third time lucky")})
     ctx.expect(reply, 200, what="complete of attempt 3", requirement="RETRY-ONE-OUTCOME-PER-EXECUTION")
     history = await ctx.history(run.workflow_id, run.run_id)
     outcomes = _terminal_outcomes(history, str(tasks[0].get("activity_execution_id")))
-    ctx.require(
-        outcomes == ["ActivityCompleted"],
+    ctx.require_equal(
+        outcomes,
+        ["ActivityCompleted"],
         "one activity execution has exactly one terminal outcome",
-        expected=["ActivityCompleted"],
-        received=outcomes,
         requirement="RETRY-ONE-OUTCOME-PER-EXECUTION",
     )
 
@@ -530,11 +516,10 @@ async def _final_failure_resumes(
     )
     history = await ctx.history(run.workflow_id, run.run_id)
     outcomes = _terminal_outcomes(history, execution)
-    ctx.require(
-        outcomes == ["ActivityFailed"],
+    ctx.require_equal(
+        outcomes,
+        ["ActivityFailed"],
         "a final failure records exactly one ActivityFailed",
-        expected=["ActivityFailed"],
-        received=outcomes,
         requirement="RETRY-ONE-OUTCOME-PER-EXECUTION",
     )
     scheduled = len(history_events(history, "ActivityRetryScheduled", execution))
@@ -678,12 +663,8 @@ async def retry_backoff_schedule(ctx: CheckContext) -> None:
         str(tasks[0].get("activity_execution_id")),
     )
     recorded = [_payload(e).get("retry_backoff_seconds") for e in retries]
-    ctx.require(
-        recorded == schedule,
-        "each retry records ActivityRetryScheduled with its retry_backoff_seconds",
-        expected=schedule,
-        received=recorded,
-        requirement=req,
+    ctx.require_equal(
+        recorded, schedule, "each retry records ActivityRetryScheduled with its retry_backoff_seconds", requirement=req
     )
 
 
@@ -753,11 +734,10 @@ async def timeout_records_timed_out(ctx: CheckContext) -> None:
     run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
     task = await lease_activity(ctx, run)
     event = await _timed_out(ctx, run, str(task.get("activity_execution_id")), 1, req)
-    ctx.require(
-        _payload(event).get("failure_category") == "timeout",
+    ctx.require_equal(
+        _payload(event).get("failure_category"),
+        "timeout",
         "ActivityTimedOut says failure_category timeout",
-        expected="timeout",
-        received=_payload(event).get("failure_category"),
         requirement=req,
     )
     await lease_resume(ctx, run, requirement=req, why="a terminal activity timeout wakes the workflow")
@@ -808,11 +788,10 @@ async def timeout_schedule_to_close_terminal(ctx: CheckContext) -> None:
         received=f"ActivityRetryScheduled {retried}, outcomes {outcomes}",
         requirement=req,
     )
-    ctx.require(
-        _payload(event).get("failure_category") == "timeout",
+    ctx.require_equal(
+        _payload(event).get("failure_category"),
+        "timeout",
         "ActivityTimedOut says failure_category timeout",
-        expected="timeout",
-        received=_payload(event).get("failure_category"),
         requirement="TIMEOUT-TIMED-OUT-EVENT",
     )
     await lease_resume(

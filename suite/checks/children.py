@@ -45,11 +45,8 @@ async def child_default_parent_close_policy(ctx: CheckContext) -> None:
     events = await ctx.history(workflow_id, run_id)
     [scheduled] = [e for e in events if e.get("event_type") == "ChildWorkflowScheduled"] or [{}]
     recorded = payload(scheduled).get("parent_close_policy")
-    ctx.require(
-        recorded == "abandon",
-        "an omitted parent_close_policy is recorded as abandon (what the SDK assumes on replay)",
-        expected="abandon",
-        received=recorded,
+    ctx.require_equal(
+        recorded, "abandon", "an omitted parent_close_policy is recorded as abandon (what the SDK assumes on replay)"
     )
     child_id = payload(scheduled).get("child_workflow_id")
     if isinstance(child_id, str):
@@ -74,11 +71,10 @@ async def child_policies_recorded(ctx: CheckContext) -> None:
         payload(given).get("cancellation_policy"),
         payload(omitted).get("cancellation_policy", "abandon"),
     )
-    ctx.require(
-        got == ("terminate", "try_cancel", "abandon"),
+    ctx.require_equal(
+        got,
+        ("terminate", "try_cancel", "abandon"),
         "ChildWorkflowScheduled records the policies the command gave, and abandon for an omitted one",
-        expected=("terminate", "try_cancel", "abandon"),
-        received=got,
     )
 
 
@@ -180,19 +176,17 @@ async def _cooperative_cleanup(
     reply = await ctx.complete(task, [cleanup, {"type": "complete_workflow"}])
     ctx.expect(reply, 200, what="the child's cleanup and close", requirement="CANCEL-COOPERATIVE-CLEANUP")
     child = await ctx.describe(child_id)
-    ctx.require(
-        child.get("status") == "completed",
+    ctx.require_equal(
+        child.get("status"),
+        "completed",
         "the child closed as its own terminal command said",
-        expected="completed",
-        received=child.get("status"),
         requirement="CANCEL-COOPERATIVE-CLEANUP",
     )
     out = await parent_resolution(ctx, parent_id, 10.0)
-    ctx.require(
-        (out.get("request_id"), out.get("outcome"), out.get("closed_by")) == (request_id, "completed", "child"),
+    ctx.require_equal(
+        (out.get("request_id"), out.get("outcome"), out.get("closed_by")),
+        (request_id, "completed", "child"),
         "the parent's history records the outcome of its request",
-        expected=(request_id, "completed", "child"),
-        received=(out.get("request_id"), out.get("outcome"), out.get("closed_by")),
         requirement="CANCEL-COOPERATIVE-OUTCOME",
     )
 
@@ -213,18 +207,16 @@ async def child_closed_past_its_cleanup_deadline(ctx: CheckContext) -> None:
     child = await ctx.wait_until(closed, timeout=float(seconds or 0) + 10.0, what="the child to be closed")
     ctx.require(child.get("status") == "cancelled", "closed as cancelled", expected="cancelled", received=child)
     [event] = await events_of(ctx, child_id, "WorkflowCancelled") or [{}]
-    ctx.require(
-        payload(event).get("reason") == "cleanup_deadline_exceeded",
+    ctx.require_equal(
+        payload(event).get("reason"),
+        "cleanup_deadline_exceeded",
         "WorkflowCancelled names the exceeded cleanup deadline",
-        expected="cleanup_deadline_exceeded",
-        received=payload(event).get("reason"),
     )
     out = await parent_resolution(ctx, parent_id, 10.0)
-    ctx.require(
-        (out.get("outcome"), out.get("closed_by")) == ("cancelled", "cleanup_deadline"),
+    ctx.require_equal(
+        (out.get("outcome"), out.get("closed_by")),
+        ("cancelled", "cleanup_deadline"),
         "the parent's history records the deadline outcome",
-        expected=("cancelled", "cleanup_deadline"),
-        received=(out.get("outcome"), out.get("closed_by")),
         requirement="CANCEL-COOPERATIVE-OUTCOME",
     )
 

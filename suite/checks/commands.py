@@ -523,12 +523,8 @@ async def fail_workflow_fails_run(ctx: CheckContext) -> None:
     reply = await ctx.complete(run.task, [{"type": "fail_workflow", "message": "conformance failure"}])
     ctx.expect(reply, 200, what="fail_workflow", requirement="COMMANDS-FAIL-WORKFLOW")
     desc = await ctx.describe(run.workflow_id)
-    ctx.require(
-        desc.get("status") == "failed",
-        "after fail_workflow the run is failed",
-        expected="failed",
-        received=desc.get("status"),
-        requirement="COMMANDS-FAIL-WORKFLOW",
+    ctx.require_equal(
+        desc.get("status"), "failed", "after fail_workflow the run is failed", requirement="COMMANDS-FAIL-WORKFLOW"
     )
     events = await ctx.history(run.workflow_id, run.run_id)
     ctx.require(
@@ -571,12 +567,8 @@ async def fail_workflow_with_exception(ctx: CheckContext) -> None:
             requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION",
         )
         desc = await ctx.describe(run.workflow_id)
-        ctx.require(
-            desc.get("status") == "failed",
-            "the run is failed",
-            expected="failed",
-            received=desc.get("status"),
-            requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION",
+        ctx.require_equal(
+            desc.get("status"), "failed", "the run is failed", requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION"
         )
 
 
@@ -644,19 +636,17 @@ async def non_terminal_batch_waits(ctx: CheckContext) -> None:
         requirement="COMMANDS-NON-TERMINAL-WAITING",
     )
     desc = await ctx.describe(run.workflow_id)
-    ctx.require(
-        desc.get("status") == "waiting",
+    ctx.require_equal(
+        desc.get("status"),
+        "waiting",
         "a run with only non-terminal commands applied is waiting",
-        expected="waiting",
-        received=desc.get("status"),
         requirement="COMMANDS-NON-TERMINAL-WAITING",
     )
     if "run_status" in body:
-        ctx.require(
-            body.get("run_status") == "waiting",
+        ctx.require_equal(
+            body.get("run_status"),
+            "waiting",
             "the complete response's run_status is waiting",
-            expected="waiting",
-            received=body.get("run_status"),
             replies=[reply],
             requirement="COMMANDS-NON-TERMINAL-WAITING",
         )
@@ -731,11 +721,10 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
         received=f"leased after {elapsed:.2f}s",
         requirement="TIMER-NOT-EARLY",
     )
-    ctx.require(
-        task.get("workflow_id") == run.workflow_id,
+    ctx.require_equal(
+        task.get("workflow_id"),
+        run.workflow_id,
         "the leased task belongs to the timer's run",
-        expected=run.workflow_id,
-        received=task.get("workflow_id"),
         requirement="TIMER-NOT-EARLY",
     )
 
@@ -764,11 +753,10 @@ async def first_task_payload_shape(ctx: CheckContext) -> None:
         received=set_keys,
         requirement="PAYLOAD-RESUME-CONTEXT-NULL-ON-START",
     )
-    ctx.require(
-        task.get("payload_codec") == "avro",
+    ctx.require_equal(
+        task.get("payload_codec"),
+        "avro",
         "a leased workflow task has payload_codec 'avro'",
-        expected="avro",
-        received=task.get("payload_codec"),
         requirement="PAYLOAD-CODEC-AVRO",
     )
 
@@ -792,11 +780,10 @@ async def resumed_task_payload_shape(ctx: CheckContext) -> None:
         received=f"missing {missing}",
         requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
     )
-    ctx.require(
-        task.get("payload_codec") == "avro",
+    ctx.require_equal(
+        task.get("payload_codec"),
+        "avro",
         "a resumed workflow task has payload_codec 'avro'",
-        expected="avro",
-        received=task.get("payload_codec"),
         requirement="PAYLOAD-CODEC-AVRO",
     )
 
@@ -914,12 +901,7 @@ async def codec_decodes_golden_cases(ctx: CheckContext) -> None:
         for g in golden["alternate_map_orders"]
         for w in g["wire_base64"]
     ]
-    ctx.require(
-        len(golden["cases"]) == 16,
-        "the golden file has 16 valid cases",
-        expected=16,
-        received=len(golden["cases"]),
-    )
+    ctx.require_equal(len(golden["cases"]), 16, "the golden file has 16 valid cases")
     for name, wire, wanted in cases:
         try:
             got: Any = decode_blob(wire)
@@ -940,12 +922,7 @@ async def codec_reencodes_golden_bytes(ctx: CheckContext) -> None:
     for case in golden["cases"]:
         wanted = case["wire_base64"]
         got = encode_blob(golden_value(case))
-        ctx.require(
-            got == wanted,
-            f"golden case {case['name']} re-encodes byte for byte",
-            expected=wanted,
-            received=got,
-        )
+        ctx.require_equal(got, wanted, f"golden case {case['name']} re-encodes byte for byte")
 
 
 @check("CODEC-MALFORMED-REJECTED")
@@ -958,12 +935,7 @@ async def codec_rejects_malformed_frames(ctx: CheckContext) -> None:
         try:
             value = decode_blob(frame["wire_base64"])
         except CodecError as exc:
-            ctx.require(
-                exc.code == frame["error"],
-                f"malformed frame {frame['name']} fails with its listed error",
-                expected=frame["error"],
-                received=exc.code,
-            )
+            ctx.require_equal(exc.code, frame["error"], f"malformed frame {frame['name']} fails with its listed error")
         else:
             raise ctx.fail(
                 f"malformed frame {frame['name']} decoded instead of failing",
@@ -983,11 +955,8 @@ async def codec_fingerprint(ctx: CheckContext) -> None:
         received=FINGERPRINT.hex(),
     )
     frame = encode_value("x")
-    ctx.require(
-        frame[:10].hex() == "c301e2a33dff55802237",
-        "every frame starts with magic c301 and the fingerprint",
-        expected="c301e2a33dff55802237",
-        received=frame[:10].hex(),
+    ctx.require_equal(
+        frame[:10].hex(), "c301e2a33dff55802237", "every frame starts with magic c301 and the fingerprint"
     )
 
 

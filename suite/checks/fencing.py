@@ -83,12 +83,8 @@ async def _started_with_activities(
     """Start a run, lease its first workflow task and complete it scheduling one activity per type."""
     wid, run_id = await ctx.start(queue, **start)
     task, reply = await _lease(ctx, worker, queue)
-    ctx.require(
-        task.get("run_id") == run_id,
-        "the only ready task on a fresh queue is the new run's",
-        expected=run_id,
-        received=task.get("run_id"),
-        replies=[reply],
+    ctx.require_equal(
+        task.get("run_id"), run_id, "the only ready task on a fresh queue is the new run's", replies=[reply]
     )
     reply = await ctx.complete(task, [_activity_cmd(t) for t in activity_types])
     ctx.expect(reply, 200, what="complete scheduling activities")
@@ -236,11 +232,10 @@ async def fence_wrong_owner(ctx: CheckContext) -> None:
         body = ctx.expect(
             reply, 409, "lease_owner_mismatch", what=f"{verb} by a worker without the lease", requirement="FENCE-OWNER"
         )
-        ctx.require(
-            body.get("lease_owner") == owner,
+        ctx.require_equal(
+            body.get("lease_owner"),
+            owner,
             f"{verb}: lease_owner_mismatch names the current owner",
-            expected=owner,
-            received=body.get("lease_owner"),
             replies=[reply],
             requirement="FENCE-OWNER",
         )
@@ -555,11 +550,10 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
     again, _ = await _lease(ctx, holder, queue, within=lease + SLACK)
     previous = int(task.get("workflow_task_attempt") or 0)
     got = {"task_id": again.get("task_id"), "workflow_task_attempt": again.get("workflow_task_attempt")}
-    ctx.require(
-        got == {"task_id": task["task_id"], "workflow_task_attempt": previous + 1},
+    ctx.require_equal(
+        got,
+        {"task_id": task["task_id"], "workflow_task_attempt": previous + 1},
         "after expiry the same task_id is redelivered with workflow_task_attempt + 1",
-        expected={"task_id": task["task_id"], "workflow_task_attempt": previous + 1},
-        received=got,
         requirement="EXPIRY-REDELIVER-SAME-TASK",
     )
     reply = await ctx.complete(task, [_complete_cmd("stale")])
@@ -611,11 +605,10 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
     previous = int(task.get("workflow_task_attempt") or 0)
     want = {"task_id": task["task_id"], "workflow_task_attempt": previous + 1, "lease_owner": successor}
     got = {k: new.get(k) for k in want}
-    ctx.require(
-        got == want,
+    ctx.require_equal(
+        got,
+        want,
         "the expired task is taken over: same task_id, attempt + 1, the new lease_owner",
-        expected=want,
-        received=got,
         requirement="DISPATCH-CRASH-TAKEOVER",
     )
     # The old worker wakes up and reports.
@@ -666,11 +659,10 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
         requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
     )
     described = await _run_status(ctx, wid)
-    ctx.require(
-        described.get("status") == "completed",
+    ctx.require_equal(
+        described.get("status"),
+        "completed",
         "the run ends as the new holder decided",
-        expected="completed",
-        received=described.get("status"),
         requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
     )
 
@@ -842,12 +834,8 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         "lease_owner": successor,
     }
     got = {k: new.get(k) for k in want}
-    ctx.require(
-        got == want,
-        "the expired activity is re-claimed: same task and execution, attempt_number + 1",
-        expected=want,
-        received=got,
-        requirement=req,
+    ctx.require_equal(
+        got, want, "the expired activity is re-claimed: same task and execution, attempt_number + 1", requirement=req
     )
     new_id, old_id = new.get("activity_attempt_id"), old.get("activity_attempt_id")
     ctx.require(
@@ -1332,24 +1320,17 @@ async def control_cancel_closes_run(ctx: CheckContext) -> None:
         wid, run_id = await ctx.start(queue)
         reply = await ctx.client.control("POST", f"/workflows/{wid}/{op}", {"reason": "conformance"})
         body = ctx.expect(reply, 200, what=op, requirement="CONTROL-CANCEL-CLOSES-RUN")
-        ctx.require(
-            body.get("outcome") == status,
+        ctx.require_equal(
+            body.get("outcome"),
+            status,
             f"{op} answers outcome {status}",
-            expected=status,
-            received=body.get("outcome"),
             replies=[reply],
             requirement="CONTROL-CANCEL-CLOSES-RUN",
         )
         described = await ctx.describe(wid)
         got = {k: described.get(k) for k in ("run_id", "status", "closed_reason")}
         want = {"run_id": run_id, "status": status, "closed_reason": status}
-        ctx.require(
-            got == want,
-            f"{op} closes the run immediately",
-            expected=want,
-            received=got,
-            requirement="CONTROL-CANCEL-CLOSES-RUN",
-        )
+        ctx.require_equal(got, want, f"{op} closes the run immediately", requirement="CONTROL-CANCEL-CLOSES-RUN")
         reply = await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "again"})
         ctx.expect(reply, 409, what=f"cancel of a run already {status}", requirement="CONTROL-CANCEL-CLOSES-RUN")
 

@@ -181,11 +181,10 @@ async def history_inline_page(ctx: CheckContext) -> None:
     for p in (1, 5):
         run = await _long_run(ctx, 12, history_page_size=p)
         events = run.task.get("history_events")
-        ctx.require(
-            _seqs(events) == list(range(1, p + 1)),
+        ctx.require_equal(
+            _seqs(events),
+            list(range(1, p + 1)),
             f"history_page_size {p} of {_size(run)} events gives exactly the first {p} events",
-            expected=list(range(1, p + 1)),
-            received=_seqs(events),
             requirement="HISTORY-INLINE-PAGE",
         )
         cursor = {k: run.task.get(k) for k in ("next_history_page_token", "has_more", "next_after_sequence")}
@@ -432,11 +431,10 @@ async def history_one_terminal_event_per_run(ctx: CheckContext) -> None:
             requirement="HISTORY-ONE-TERMINAL-PER-RUN",
         )
         desc = await ctx.describe(run.workflow_id)
-        ctx.require(
-            desc.get("status") == _STATUS_OF.get(str(terminal[0])),
+        ctx.require_equal(
+            desc.get("status"),
+            _STATUS_OF.get(str(terminal[0])),
             "the run's status is the one its terminal event records",
-            expected=_STATUS_OF.get(str(terminal[0])),
-            received=desc.get("status"),
             replies=replies,
             requirement="HISTORY-ONE-TERMINAL-PER-RUN",
         )
@@ -614,11 +612,10 @@ def _judge_page(
         )
         return False
     encoding = body.get("history_events_encoding")
-    ctx.require(
-        encoding == accept,
+    ctx.require_equal(
+        encoding,
+        accept,
         f"{what} is compressed with the encoding the client offered",
-        expected=accept,
-        received=encoding,
         replies=replies,
         requirement="COMPRESSION-ABOVE-THRESHOLD",
     )
@@ -710,13 +707,7 @@ async def compression_opt_in_only(ctx: CheckContext) -> None:
         requirement=req,
     )
     plain = _plain_events(ctx, await _page(ctx, run, after_sequence=0, page_size=1000), "history without opt-in", req)
-    ctx.require(
-        len(plain) == _size(run),
-        "the plain page holds every event",
-        expected=_size(run),
-        received=len(plain),
-        requirement=req,
-    )
+    ctx.require_equal(len(plain), _size(run), "the plain page holds every event", requirement=req)
     for accept in ("br", "identity", "compress", "zstd, br", "x-gzip-not", ""):
         reply = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding=accept)
         body = ctx.expect(reply, 200, what=f"history with accept_history_encoding {accept!r}", requirement=req)

@@ -29,27 +29,13 @@ async def signal_recorded_and_wakes(ctx: CheckContext) -> None:
     queue, worker, wid, run_id = await _running_run(ctx)
     reply = await ctx.client.control("POST", f"/workflows/{wid}/signal/go", {"input": ["x"]})
     ctx.expect(reply, 202, what="signal")
-    ctx.require(
-        reply.json().get("outcome") == "signal_received",
-        "the receipt says signal_received",
-        expected="signal_received",
-        received=reply.json().get("outcome"),
-        replies=[reply],
+    ctx.require_equal(
+        reply.json().get("outcome"), "signal_received", "the receipt says signal_received", replies=[reply]
     )
     events = await ctx.history(wid, run_id)
-    ctx.require(
-        _count(events, "SignalReceived") == 1,
-        "one SignalReceived is recorded",
-        expected=1,
-        received=_count(events, "SignalReceived"),
-    )
+    ctx.require_equal(_count(events, "SignalReceived"), 1, "one SignalReceived is recorded")
     task = await ctx.lease_wf(worker, queue)
-    ctx.require(
-        task.get("run_id") == run_id,
-        "the signal made a workflow task of its run available",
-        expected=run_id,
-        received=task.get("run_id"),
-    )
+    ctx.require_equal(task.get("run_id"), run_id, "the signal made a workflow task of its run available")
 
 
 @check("SIGNAL-CLOSED-RUN-REJECTED")
@@ -61,13 +47,7 @@ async def signal_to_closed_run_rejected(ctx: CheckContext) -> None:
     reply = await ctx.client.control("POST", f"/workflows/{wid}/signal/go", {"input": ["x"]})
     ctx.expect(reply, 409, what="signal to a cancelled run")
     after = await ctx.history(wid, run_id)
-    ctx.require(
-        len(after) == len(before),
-        "a refused signal records nothing",
-        expected=len(before),
-        received=len(after),
-        replies=[reply],
-    )
+    ctx.require_equal(len(after), len(before), "a refused signal records nothing", replies=[reply])
 
 
 @check("UPDATE-ACCEPTED-RECORDED")
@@ -76,20 +56,9 @@ async def update_accepted_recorded(ctx: CheckContext) -> None:
     _, _, wid, run_id = await _running_run(ctx)
     reply = await ctx.client.control("POST", f"/workflows/{wid}/update/bump", {"input": [1], "wait_for": "accepted"})
     body = ctx.expect(reply, 202, what="update accepted")
-    ctx.require(
-        body.get("update_status") == "accepted",
-        "update_status is accepted",
-        expected="accepted",
-        received=body.get("update_status"),
-        replies=[reply],
-    )
+    ctx.require_equal(body.get("update_status"), "accepted", "update_status is accepted", replies=[reply])
     events = await ctx.history(wid, run_id)
-    ctx.require(
-        _count(events, "UpdateAccepted") == 1,
-        "one UpdateAccepted is recorded",
-        expected=1,
-        received=_count(events, "UpdateAccepted"),
-    )
+    ctx.require_equal(_count(events, "UpdateAccepted"), 1, "one UpdateAccepted is recorded")
 
 
 async def _update_through_worker(ctx: CheckContext, fail: bool) -> tuple[Any, str]:
@@ -125,13 +94,7 @@ async def update_closed_at_most_once(ctx: CheckContext) -> None:
     again = await ctx.complete(task, [{"type": "complete_update", "update_id": update_id, "result": ctx.envelope(2)}])
     ctx.expect(again, (409, 422), "invalid_commands" if again.status == 409 else None, what="close the update again")
     after = await ctx.history(wid, run_id)
-    ctx.require(
-        len(after) == len(before),
-        "the rejected batch applied nothing",
-        expected=len(before),
-        received=len(after),
-        replies=[again],
-    )
+    ctx.require_equal(len(after), len(before), "the rejected batch applied nothing", replies=[again])
 
 
 async def _update_through_worker_on(
@@ -183,10 +146,4 @@ async def update_to_closed_run_rejected(ctx: CheckContext) -> None:
     reply = await ctx.client.control("POST", f"/workflows/{wid}/update/bump", {"input": [1], "wait_for": "accepted"})
     ctx.expect(reply, 409, what="update to a terminated run")
     after = await ctx.history(wid, run_id)
-    ctx.require(
-        len(after) == len(before),
-        "a refused update records nothing",
-        expected=len(before),
-        received=len(after),
-        replies=[reply],
-    )
+    ctx.require_equal(len(after), len(before), "a refused update records nothing", replies=[reply])

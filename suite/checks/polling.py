@@ -373,13 +373,7 @@ async def register_fingerprint_conflict(ctx: CheckContext) -> None:
     )
     reply = await ctx.client.worker("/register", body("fp-b"))
     got = ctx.expect(reply, 409, "workflow_definition_changed", what="re-register with another fingerprint")
-    ctx.require(
-        got.get("workflow_type") == wf_type,
-        "the conflict names the workflow type",
-        expected=wf_type,
-        received=got.get("workflow_type"),
-        replies=[reply],
-    )
+    ctx.require_equal(got.get("workflow_type"), wf_type, "the conflict names the workflow type", replies=[reply])
 
 
 @check("WORKER-HEARTBEAT-ACK")
@@ -421,11 +415,10 @@ async def poll_queue_mismatch(ctx: CheckContext) -> None:
         reply = await _poll(ctx, kind, wid, other)
         body = ctx.expect(reply, 409, "task_queue_mismatch", what=f"{kind} poll of an unregistered queue")
         got = {k: body.get(k) for k in ("registered_task_queue", "requested_task_queue")}
-        ctx.require(
-            got == {"registered_task_queue": queue, "requested_task_queue": other},
+        ctx.require_equal(
+            got,
+            {"registered_task_queue": queue, "requested_task_queue": other},
             "task_queue_mismatch names the registered and the requested queue",
-            expected={"registered_task_queue": queue, "requested_task_queue": other},
-            received=got,
             replies=[reply],
         )
 
@@ -665,21 +658,15 @@ async def poll_status_on_every_poll(ctx: CheckContext) -> None:
     for kind, reply in zip(KINDS, empties, strict=True):
         ctx.expect(reply, 200, what=f"{kind} poll of an empty queue")
         status = _judge_poll_status(ctx, reply, kind)
-        ctx.require(
-            status == "empty",
-            f"an empty {kind} poll says 'empty'",
-            expected="empty",
-            received=status,
-            replies=[reply],
-            requirement="POLL-STATUS-EMPTY",
+        ctx.require_equal(
+            status, "empty", f"an empty {kind} poll says 'empty'", replies=[reply], requirement="POLL-STATUS-EMPTY"
         )
     for kind, (_, reply, _) in (await _leased_of_every_kind(ctx)).items():
         status = _judge_poll_status(ctx, reply, kind)
-        ctx.require(
-            status == "leased",
+        ctx.require_equal(
+            status,
+            "leased",
             f"a {kind} poll that returns a task says 'leased'",
-            expected="leased",
-            received=status,
             replies=[reply],
             requirement="POLL-STATUS-TASK-IFF-LEASED",
         )
@@ -713,12 +700,8 @@ async def drain_resume_restores_leasing(ctx: CheckContext) -> None:
     _expect_draining(ctx, await _poll(ctx, "workflow", wid, queue, 1), "workflow", "DRAIN-REFUSES-LEASE")
     await _drain(ctx, queue, build, "resume", "DRAIN-RESUME")
     reply, task = await _lease(ctx, "workflow", wid, queue, within=5.0)
-    ctx.require(
-        task.get("workflow_id") == workflow_id,
-        "after resume the worker leases the waiting work",
-        expected=workflow_id,
-        received=task.get("workflow_id"),
-        replies=[reply],
+    ctx.require_equal(
+        task.get("workflow_id"), workflow_id, "after resume the worker leases the waiting work", replies=[reply]
     )
 
 
@@ -751,11 +734,10 @@ async def drain_is_idempotent(ctx: CheckContext) -> None:
     await _drain(ctx, queue, None, "resume", "DRAIN-IDEMPOTENT")
     workflow_id, _ = await ctx.start(queue)
     reply, task = await _lease(ctx, "workflow", unversioned, queue, within=5.0)
-    ctx.require(
-        task.get("workflow_id") == workflow_id,
+    ctx.require_equal(
+        task.get("workflow_id"),
+        workflow_id,
         "after resume {build_id: null} the unversioned worker leases",
-        expected=workflow_id,
-        received=task.get("workflow_id"),
         replies=[reply],
         requirement="DRAIN-IDEMPOTENT",
     )
@@ -887,11 +869,10 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
         task = _task(reply)
         if task is None:
             continue
-        ctx.require(
-            task.get("lease_owner") == worker,
+        ctx.require_equal(
+            task.get("lease_owner"),
+            worker,
             "a leased task's lease_owner is the poller's worker_id",
-            expected=worker,
-            received=task.get("lease_owner"),
             replies=[reply],
             requirement="LEASE-OWNER-IS-POLLER",
         )
@@ -962,11 +943,10 @@ async def lease_each_ready_task_once(ctx: CheckContext) -> None:
     replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
     tasks = _leases(ctx, replies, workers, "LEASE-EACH-TASK-ONCE")
     leased = sorted(str(t.get("workflow_id")) for t in tasks)
-    ctx.require(
-        leased == sorted(started),
+    ctx.require_equal(
+        leased,
+        sorted(started),
         "each of the 4 ready tasks is leased exactly once",
-        expected=sorted(started),
-        received=leased,
         replies=replies,
         requirement="LEASE-EACH-TASK-ONCE",
     )
@@ -991,13 +971,7 @@ async def lease_claim_race_moves_on(ctx: CheckContext) -> None:
         )
     tasks = _leases(ctx, replies, workers, "LEASE-ONE-PER-POLL")
     leased = sorted(str(t.get("workflow_id")) for t in tasks)
-    ctx.require(
-        leased == sorted(started),
-        "the racing polls lease the 6 ready tasks, one each",
-        expected=sorted(started),
-        received=leased,
-        replies=replies,
-    )
+    ctx.require_equal(leased, sorted(started), "the racing polls lease the 6 ready tasks, one each", replies=replies)
 
 
 @check("LEASE-OWNER-IS-POLLER", "LEASE-FIRST-ATTEMPT", "LEASE-EXPIRY-IN-FUTURE")
@@ -1006,11 +980,10 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
     for kind, (worker, reply, sent) in (await _leased_of_every_kind(ctx)).items():
         task = _task(reply)
         assert task is not None
-        ctx.require(
-            task.get("lease_owner") == worker,
+        ctx.require_equal(
+            task.get("lease_owner"),
+            worker,
             f"a leased {kind} task's lease_owner is the poller",
-            expected=worker,
-            received=task.get("lease_owner"),
             replies=[reply],
             requirement="LEASE-OWNER-IS-POLLER",
         )
@@ -1032,11 +1005,10 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
             requirement="LEASE-EXPIRY-IN-FUTURE",
         )
         if kind == "workflow":
-            ctx.require(
-                task.get("workflow_task_attempt") == 1,
+            ctx.require_equal(
+                task.get("workflow_task_attempt"),
+                1,
                 "the first delivery is workflow_task_attempt 1",
-                expected=1,
-                received=task.get("workflow_task_attempt"),
                 replies=[reply],
                 requirement="LEASE-FIRST-ATTEMPT",
             )
@@ -1311,11 +1283,8 @@ async def _one_worker_one_poll_request_id(ctx: CheckContext) -> None:
         if task is None:
             break
         rest.append(str(task.get("workflow_id")))
-    ctx.require(
-        sorted(rest) == sorted(started - held),
-        "a duplicate poll leases nothing beyond the one task it returns",
-        expected=sorted(started - held),
-        received=sorted(rest),
+    ctx.require_equal(
+        sorted(rest), sorted(started - held), "a duplicate poll leases nothing beyond the one task it returns"
     )
 
 

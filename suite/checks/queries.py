@@ -93,13 +93,7 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
         received=f"{len(after[1])} events",
         requirement="QUERY-READ-ONLY",
     )
-    ctx.require(
-        after[0] == before[0],
-        "a query changes nothing that describe shows",
-        expected=before[0],
-        received=after[0],
-        requirement="QUERY-READ-ONLY",
-    )
+    ctx.require_equal(after[0], before[0], "a query changes nothing that describe shows", requirement="QUERY-READ-ONLY")
     reply = await ctx.poll_wf(run.worker, run.queue, 1)
     wf_task = ctx.expect(reply, 200, what="workflow-task poll after the query", requirement="QUERY-READ-ONLY").get(
         "task"

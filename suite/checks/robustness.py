@@ -948,10 +948,4 @@ async def worker_1_0_fully_served(ctx: CheckContext) -> None:
         "workflow-task complete_workflow",
     )
     status = (await ctx.describe(workflow_id)).get("status")
-    ctx.require(
-        status == "completed",
-        "a 1.0 worker drives a run to completion",
-        expected="completed",
-        received=status,
-        requirement=req,
-    )
+    ctx.require_equal(status, "completed", "a 1.0 worker drives a run to completion", requirement=req)

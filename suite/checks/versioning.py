@@ -52,11 +52,10 @@ async def version_header_missing(ctx: CheckContext) -> None:
     reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None)
     _version_rejection(ctx, reply, "missing_protocol_version", None, "VERSION-MISSING")
     body = reply.json()
-    ctx.require(
-        body.get("supported_version") == _advertised(ctx),
+    ctx.require_equal(
+        body.get("supported_version"),
+        _advertised(ctx),
         "a version rejection names the advertised version in supported_version",
-        expected=_advertised(ctx),
-        received=body.get("supported_version"),
         replies=[reply],
         requirement="VERSION-ERROR-BODY",
     )
@@ -138,19 +137,17 @@ async def version_older_minors_accepted(ctx: CheckContext) -> None:
 
 def _envelope_ok(ctx: CheckContext, reply: Any, advertised: str, caps: dict[str, Any]) -> None:
     body = reply.json()
-    ctx.require(
-        reply.headers.get("x-durable-workflow-protocol-version") == advertised,
+    ctx.require_equal(
+        reply.headers.get("x-durable-workflow-protocol-version"),
+        advertised,
         f"every worker-plane response ({reply.status}) carries the version header",
-        expected=advertised,
-        received=reply.headers.get("x-durable-workflow-protocol-version"),
         replies=[reply],
         requirement="ENVELOPE-VERSION-HEADER",
     )
-    ctx.require(
-        body.get("protocol_version") == advertised,
+    ctx.require_equal(
+        body.get("protocol_version"),
+        advertised,
         f"every worker-plane response ({reply.status}) carries protocol_version",
-        expected=advertised,
-        received=body.get("protocol_version"),
         replies=[reply],
         requirement="ENVELOPE-PROTOCOL-VERSION-BODY",
     )
@@ -228,11 +225,10 @@ async def worker_plane_has_no_control_marks(ctx: CheckContext) -> None:
         replies=[reply],
         requirement="ENVELOPE-NO-CONTROL-PLANE-MARKS",
     )
-    ctx.require(
-        reply.json().get("protocol_version") == _advertised(ctx),
+    ctx.require_equal(
+        reply.json().get("protocol_version"),
+        _advertised(ctx),
         "the worker envelope is still present",
-        expected=_advertised(ctx),
-        received=reply.json().get("protocol_version"),
         replies=[reply],
         requirement="ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER",
     )
@@ -287,11 +283,10 @@ async def cluster_info_with_credential_only(ctx: CheckContext) -> None:
 async def cluster_info_version_matches_worker_plane(ctx: CheckContext) -> None:
     """worker_protocol.version equals protocol_version of worker-plane responses."""
     reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY)
-    ctx.require(
-        reply.json().get("protocol_version") == ctx.target.advertised_version,
+    ctx.require_equal(
+        reply.json().get("protocol_version"),
+        ctx.target.advertised_version,
         "cluster/info worker_protocol.version equals the worker-plane protocol_version",
-        expected=ctx.target.advertised_version,
-        received=reply.json().get("protocol_version"),
         replies=[reply],
     )
 
@@ -523,11 +518,10 @@ async def version_error_accepted_range(ctx: CheckContext) -> None:
     body = ctx.expect(reply, 400, "unsupported_protocol_version")
     if "accepted_versions" not in body:
         raise NotCovered("the target does not send the optional accepted_versions field")
-    ctx.require(
-        body["accepted_versions"] == {"min": "1.0", "max": _advertised(ctx)},
+    ctx.require_equal(
+        body["accepted_versions"],
+        {"min": "1.0", "max": _advertised(ctx)},
         "accepted_versions names the accepted range",
-        expected={"min": "1.0", "max": _advertised(ctx)},
-        received=body["accepted_versions"],
         replies=[reply],
     )
 
