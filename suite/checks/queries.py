@@ -271,36 +271,16 @@ async def query_fencing(ctx: CheckContext) -> None:
         task = await lease_query(ctx, run, call, requirement="QUERY-FENCE-OWNER")
         attempt = task.get("query_task_attempt")
         intruder = ctx.uid("intruder")
-        result = {"result_envelope": ctx.envelope("stolen")}
-        ctx.expect(
-            await query_call(ctx, task, "complete", result, owner=intruder),
-            409,
-            "lease_owner_mismatch",
-            what="query complete by another worker",
-            requirement="QUERY-FENCE-OWNER",
-        )
-        ctx.expect(
-            await query_call(ctx, task, "fail", {"failure": {"message": "stolen"}}, owner=intruder),
-            409,
-            "lease_owner_mismatch",
-            what="query fail by another worker",
-            requirement="QUERY-FENCE-OWNER",
-        )
         wrong = attempt + 1 if isinstance(attempt, int) else 2
-        ctx.expect(
-            await query_call(ctx, task, "complete", result, attempt=wrong),
-            409,
-            "query_task_attempt_mismatch",
-            what="query complete with the next attempt number",
-            requirement="QUERY-FENCE-ATTEMPT",
-        )
-        ctx.expect(
-            await query_call(ctx, task, "fail", {"failure": {"message": "x"}}, attempt=wrong),
-            409,
-            "query_task_attempt_mismatch",
-            what="query fail with the next attempt number",
-            requirement="QUERY-FENCE-ATTEMPT",
-        )
+        reports = {"complete": {"result_envelope": ctx.envelope("stolen")}, "fail": {"failure": {"message": "stolen"}}}
+        fences: list[tuple[dict[str, Any], str, str, str]] = [
+            ({"owner": intruder}, "lease_owner_mismatch", "by another worker", "QUERY-FENCE-OWNER"),
+            ({"attempt": wrong}, "query_task_attempt_mismatch", "with the next attempt number", "QUERY-FENCE-ATTEMPT"),
+        ]
+        for fence, reason, how, req in fences:
+            for verb, body in reports.items():
+                reply = await query_call(ctx, task, verb, body, **fence)
+                ctx.expect(reply, 409, reason, what=f"query {verb} {how}", requirement=req)
         mine = ctx.envelope("mine")
         ctx.expect(
             await query_call(ctx, task, "complete", {"result_envelope": mine}),
