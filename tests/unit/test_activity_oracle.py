@@ -3,6 +3,7 @@ judged without a server, each judgement shown failing on the answer of a server 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -57,6 +58,13 @@ def judged(
     return oracle.judge_lease(world, task, worker, at, MARGIN)
 
 
+def violated(call: Callable[..., object], *args: Any, **kwargs: Any) -> str:
+    """The requirement of the :class:`Violation` that ``call(*args, **kwargs)`` raises."""
+    with pytest.raises(Violation) as bad:
+        call(*args, **kwargs)
+    return bad.value.requirement
+
+
 def report(a: Attempt, verb: str, at: datetime, *, owner: str | None = None) -> list[oracle.Branch]:
     return oracle.branches(
         a, verb, task_id=a.task_id, attempt_id=a.attempt_id, owner=owner or a.owner, at=at, margin=MARGIN
@@ -82,9 +90,7 @@ def test_first_lease_is_attempt_one_and_runs_the_execution() -> None:
         TaskStatus.LEASED,
     )
     world2, _ = world_of()
-    with pytest.raises(Violation) as bad:
-        judged(world2, lease("t1", "a1", 2))
-    assert bad.value.requirement == "RETRY-ATTEMPTS-CONTIGUOUS"
+    assert violated(judged, world2, lease("t1", "a1", 2)) == "RETRY-ATTEMPTS-CONTIGUOUS"
 
 
 def test_a_retry_continues_the_numbering_on_a_new_task() -> None:
@@ -100,9 +106,10 @@ def test_a_retry_continues_the_numbering_on_a_new_task() -> None:
     world, e = world_of()
     a, _ = judged(world, lease("t1", "a1", 1))
     fail_retryably(a, T0 + timedelta(seconds=1))
-    with pytest.raises(Violation) as bad:
-        judged(world, lease("t2", "a2", 1, owner="w2"), "w2", T0 + timedelta(seconds=2))
-    assert bad.value.requirement == "RETRY-ATTEMPTS-CONTIGUOUS"
+    assert (
+        violated(judged, world, lease("t2", "a2", 1, owner="w2"), "w2", T0 + timedelta(seconds=2))
+        == "RETRY-ATTEMPTS-CONTIGUOUS"
+    )
 
 
 def test_a_retry_before_its_backoff_breaks_the_backoff_rule() -> None:
@@ -114,9 +121,7 @@ def test_a_retry_before_its_backoff_breaks_the_backoff_rule() -> None:
     world, _ = world_of(backoff=2)
     a, _ = judged(world, lease("t1", "a1", 1))
     fail_retryably(a, T0)
-    with pytest.raises(Violation) as bad:
-        judged(world, lease("t2", "a2", 2), at=T0 + timedelta(seconds=1))
-    assert bad.value.requirement == "ACTIVITY-RETRY-BACKOFF"
+    assert violated(judged, world, lease("t2", "a2", 2), at=T0 + timedelta(seconds=1)) == "ACTIVITY-RETRY-BACKOFF"
 
 
 def test_redelivery_after_expiry_is_a_new_attempt_of_the_same_task() -> None:
@@ -138,9 +143,7 @@ def test_redelivery_after_expiry_is_a_new_attempt_of_the_same_task() -> None:
     ):
         world, _ = world_of()
         judged(world, lease("t1", "a1", 1))
-        with pytest.raises(Violation) as bad:
-            judged(world, task, "w2", at)
-        assert bad.value.requirement == req
+        assert violated(judged, world, task, "w2", at) == req
 
 
 def test_a_lease_of_a_finished_execution_names_why_it_finished() -> None:
@@ -149,9 +152,9 @@ def test_a_lease_of_a_finished_execution_names_why_it_finished() -> None:
     matched = [b for b in report(a, "fail", T0) if b.out == "ok"]
     oracle.follow(matched, "fail", "ok", {}, a, label="exhausted", sent=T0, details=None)
     assert (e.final, e.status, e.run.resumed) == ("exhausted", ExecutionStatus.FAILED, True)
-    with pytest.raises(Violation) as bad:
-        judged(world, lease("t2", "a2", 2), at=T0 + timedelta(seconds=1))
-    assert bad.value.requirement == "RETRY-FAILED-ATTEMPTS-BOUNDED"
+    assert (
+        violated(judged, world, lease("t2", "a2", 2), at=T0 + timedelta(seconds=1)) == "RETRY-FAILED-ATTEMPTS-BOUNDED"
+    )
 
 
 # -- reports ---------------------------------------------------------------------------------------------
@@ -174,9 +177,10 @@ def test_the_body_of_an_allowed_answer_is_judged() -> None:
     a, _ = judged(world, lease("t1", "a1", 1))
     matched = report(a, "complete", T0)
     oracle.check_body(200, {"recorded": True, "outcome": "completed"}, "complete", "ok", matched, a, T0)
-    with pytest.raises(Violation) as bad:
-        oracle.check_body(200, {"recorded": False, "outcome": "completed"}, "complete", "ok", matched, a, T0)
-    assert bad.value.requirement == "ACTIVITY-COMPLETE-RECORDED"
+    assert (
+        violated(oracle.check_body, 200, {"recorded": False, "outcome": "completed"}, "complete", "ok", matched, a, T0)
+        == "ACTIVITY-COMPLETE-RECORDED"
+    )
     beat = report(a, "heartbeat", T0)
     with pytest.raises(Violation) as bad:
         oracle.check_body(
@@ -243,18 +247,14 @@ def test_history_holds_exactly_what_the_recorded_reports_left() -> None:
         "RETRY-ONE-OUTCOME-PER-EXECUTION": [*good, event(3, "ActivityFailed", activity_attempt_id="a9")],
     }
     for requirement, events in cases.items():
-        with pytest.raises(Violation) as bad:
-            oracle.check_run_history(e.run, events, T0, MARGIN)
-        assert bad.value.requirement == requirement, events
+        assert violated(oracle.check_run_history, e.run, events, T0, MARGIN) == requirement, events
 
 
 def test_history_retries_are_bounded_by_max_attempts() -> None:
     world, e = world_of(max_attempts=2)
     judged(world, lease("t1", "a1", 1))
     retries = [event(i, "ActivityRetryScheduled", retry_after_attempt=i) for i in (1, 2)]
-    with pytest.raises(Violation) as bad:
-        oracle.check_run_history(e.run, retries, T0, MARGIN)
-    assert bad.value.requirement == "RETRY-FAILED-ATTEMPTS-BOUNDED"
+    assert violated(oracle.check_run_history, e.run, retries, T0, MARGIN) == "RETRY-FAILED-ATTEMPTS-BOUNDED"
 
 
 def test_marks_name_the_states_reached() -> None:
