@@ -55,7 +55,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final, TypeVar
+from typing import Final, TypedDict, TypeVar, Unpack
 from urllib.parse import urlsplit
 
 import h11
@@ -69,6 +69,7 @@ __all__ = [
     "FaultProxy",
     "FaultSpec",
     "Plan",
+    "ProxyOptions",
     "ProxyThread",
     "WithheldResponse",
     "is_poll_route",
@@ -900,6 +901,15 @@ class _Session:
 # -------------------------------------------------------------------------------- a proxy on its own thread
 
 
+class ProxyOptions(TypedDict, total=False):
+    """:class:`FaultProxy`'s keyword options, which :class:`ProxyThread` passes on."""
+
+    seed: int
+    host: str
+    port: int
+    log: Callable[[str], None] | None
+
+
 class ProxyThread:
     """A :class:`FaultProxy` on its own event loop in a daemon thread, for synchronous callers.
 
@@ -907,17 +917,8 @@ class ProxyThread:
     (read its ``counts`` and ``events`` after ``stop()``).
     """
 
-    def __init__(
-        self,
-        upstream: str,
-        faults: FaultSpec | str = "none",
-        *,
-        seed: int = 0,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        log: Callable[[str], None] | None = None,
-    ) -> None:
-        self.proxy = FaultProxy(upstream, faults, seed=seed, host=host, port=port, log=log)
+    def __init__(self, upstream: str, faults: FaultSpec | str = "none", **options: Unpack[ProxyOptions]) -> None:
+        self.proxy = FaultProxy(upstream, faults, **options)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
