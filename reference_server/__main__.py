@@ -76,39 +76,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _env_seconds(p: argparse.ArgumentParser, flag: str, env: str, default: int, what: str, more: str = "") -> None:
+    """A whole number of seconds whose default the environment variable ``env`` may override."""
+    p.add_argument(flag, type=int, default=_env_int(env, default), help=f"{what} (default {default}, env {env}).{more}")
+
+
+def _env_token(p: argparse.ArgumentParser, flag: str, env: str, what: str, more: str = "") -> None:
+    """A bearer token, by default the environment variable ``env``."""
+    p.add_argument(flag, default=os.environ.get(env), help=f"{what} (env {env}).{more}")
+
+
 def _add_time_options(p: argparse.ArgumentParser) -> None:
     """Lease lengths, query timeout, long-poll holds and the admission limit."""
-    p.add_argument(
+    _env_seconds(
+        p,
         "--lease-seconds",
-        type=int,
-        default=_env_int("DW_V2_WORKFLOW_TASK_LEASE_SECONDS", 300),
-        help="Workflow-task lease length in seconds (default 300, env DW_V2_WORKFLOW_TASK_LEASE_SECONDS). "
-        "Short leases let a conformance run cover lease expiry and redelivery.",
+        "DW_V2_WORKFLOW_TASK_LEASE_SECONDS",
+        300,
+        "Workflow-task lease length in seconds",
+        " Short leases let a conformance run cover lease expiry and redelivery.",
     )
-    p.add_argument(
-        "--activity-lease-seconds",
-        type=int,
-        default=_env_int("DW_ACTIVITY_TASK_LEASE_SECONDS", 300),
-        help="Activity-task lease length in seconds (default 300, env DW_ACTIVITY_TASK_LEASE_SECONDS).",
+    _env_seconds(
+        p, "--activity-lease-seconds", "DW_ACTIVITY_TASK_LEASE_SECONDS", 300, "Activity-task lease length in seconds"
     )
-    p.add_argument(
+    _env_seconds(
+        p,
         "--query-timeout",
-        type=int,
-        default=_env_int("DW_QUERY_TASK_TIMEOUT", 30),
-        help="How long a control-plane query waits for a worker's answer before 504 query_worker_timeout "
-        "(default 30, env DW_QUERY_TASK_TIMEOUT).",
+        "DW_QUERY_TASK_TIMEOUT",
+        30,
+        "How long a control-plane query waits for a worker's answer before 504 query_worker_timeout",
     )
-    p.add_argument(
-        "--query-lease-seconds",
-        type=int,
-        default=_env_int("DW_QUERY_TASK_LEASE_TIMEOUT", 60),
-        help="Query-task lease length in seconds (default 60, env DW_QUERY_TASK_LEASE_TIMEOUT).",
-    )
-    p.add_argument(
+    _env_seconds(p, "--query-lease-seconds", "DW_QUERY_TASK_LEASE_TIMEOUT", 60, "Query-task lease length in seconds")
+    _env_seconds(
+        p,
         "--long-poll-default",
-        type=int,
-        default=_env_int("DW_WORKER_POLL_TIMEOUT", 30),
-        help="Long-poll hold when a poll sends no timeout_seconds (default 30, env DW_WORKER_POLL_TIMEOUT).",
+        "DW_WORKER_POLL_TIMEOUT",
+        30,
+        "Long-poll hold when a poll sends no timeout_seconds",
     )
     p.add_argument(
         "--long-poll-max",
@@ -128,21 +132,11 @@ def _add_time_options(p: argparse.ArgumentParser) -> None:
 
 def _add_role_tokens(p: argparse.ArgumentParser) -> None:
     """One bearer token per role (§4.1); none at all means no auth."""
-    p.add_argument(
-        "--worker-token",
-        default=os.environ.get("DW_WORKER_TOKEN"),
-        help="Bearer token of the worker role (env DW_WORKER_TOKEN). No tokens at all = no auth.",
+    _env_token(
+        p, "--worker-token", "DW_WORKER_TOKEN", "Bearer token of the worker role", " No tokens at all = no auth."
     )
-    p.add_argument(
-        "--operator-token",
-        default=os.environ.get("DW_OPERATOR_TOKEN"),
-        help="Bearer token of the operator role (env DW_OPERATOR_TOKEN).",
-    )
-    p.add_argument(
-        "--admin-token",
-        default=os.environ.get("DW_ADMIN_TOKEN"),
-        help="Bearer token of the admin role (env DW_ADMIN_TOKEN).",
-    )
+    _env_token(p, "--operator-token", "DW_OPERATOR_TOKEN", "Bearer token of the operator role")
+    _env_token(p, "--admin-token", "DW_ADMIN_TOKEN", "Bearer token of the admin role")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
