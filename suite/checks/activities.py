@@ -566,56 +566,49 @@ async def retry_exhausted_is_final(ctx: CheckContext) -> None:
     )
 
 
+async def _first_failure_is_final(
+    ctx: CheckContext, req: str, why: str, policy: dict[str, Any] | None, **failure: Any
+) -> None:
+    """An activity scheduled with ``policy`` whose first attempt fails with ``failure``: never retried, and the
+    workflow resumes."""
+    run = await schedule_activities(ctx, retry_policy=policy)
+    task = await lease_activity(ctx, run)
+    await _fail(ctx, task, req, **failure)
+    await _final_failure_resumes(ctx, run, str(task.get("activity_execution_id")), requirement=req, why=why, retries=0)
+
+
 @check("RETRY-NON-RETRYABLE-FLAG", "RETRY-FINAL-RESUMES-WORKFLOW")
 async def retry_non_retryable_flag(ctx: CheckContext) -> None:
     """failure.non_retryable:true ends the activity after attempt 1 of 5 and resumes the workflow."""
-    req = "RETRY-NON-RETRYABLE-FLAG"
-    run = await schedule_activities(ctx, retry_policy={"max_attempts": 5, "backoff_seconds": [0]})
-    task = await lease_activity(ctx, run)
-    await _fail(ctx, task, req, non_retryable=True, type="Conformance.Transient")
-    await _final_failure_resumes(
+    await _first_failure_is_final(
         ctx,
-        run,
-        str(task.get("activity_execution_id")),
-        requirement=req,
-        why="a non_retryable failure is never retried",
-        retries=0,
+        "RETRY-NON-RETRYABLE-FLAG",
+        "a non_retryable failure is never retried",
+        {"max_attempts": 5, "backoff_seconds": [0]},
+        non_retryable=True,
+        type="Conformance.Transient",
     )
 
 
 @check("RETRY-NON-RETRYABLE-TYPE", "RETRY-FINAL-RESUMES-WORKFLOW")
 async def retry_non_retryable_type(ctx: CheckContext) -> None:
     """A failure.type, or a failure.class, listed in non_retryable_error_types is final."""
-    req = "RETRY-NON-RETRYABLE-TYPE"
     policy = {"max_attempts": 5, "backoff_seconds": [0], "non_retryable_error_types": ["Conformance.Fatal"]}
     for field, other in (("type", "class"), ("class", "type")):
-        run = await schedule_activities(ctx, retry_policy=policy)
-        task = await lease_activity(ctx, run)
-        await _fail(ctx, task, req, **{field: "Conformance.Fatal", other: "Conformance.Other"})
-        await _final_failure_resumes(
+        await _first_failure_is_final(
             ctx,
-            run,
-            str(task.get("activity_execution_id")),
-            requirement=req,
-            why=f"a failure.{field} listed in non_retryable_error_types is never retried",
-            retries=0,
+            "RETRY-NON-RETRYABLE-TYPE",
+            f"a failure.{field} listed in non_retryable_error_types is never retried",
+            policy,
+            **{field: "Conformance.Fatal", other: "Conformance.Other"},
         )
 
 
 @check("RETRY-DEFAULT-NONE", "RETRY-FINAL-RESUMES-WORKFLOW")
 async def retry_default_none(ctx: CheckContext) -> None:
     """Without a retry_policy one failure is final."""
-    req = "RETRY-DEFAULT-NONE"
-    run = await schedule_activities(ctx)
-    task = await lease_activity(ctx, run)
-    await _fail(ctx, task, req, type="Conformance.Transient")
-    await _final_failure_resumes(
-        ctx,
-        run,
-        str(task.get("activity_execution_id")),
-        requirement=req,
-        why="with no retry policy the first failure is final",
-        retries=0,
+    await _first_failure_is_final(
+        ctx, "RETRY-DEFAULT-NONE", "with no retry policy the first failure is final", None, type="Conformance.Transient"
     )
 
 
