@@ -140,9 +140,10 @@ class CheckContext:
         replies: Iterable[Reply] = (),
         requirement: str | None = None,
     ) -> None:
-        """Fail unless ``received == expected``; the failure shows both."""
+        """Fail unless ``received == expected`` (``is``, for ``True``, ``False`` and ``None``: JSON ``1`` is not
+        ``true``); the failure shows both."""
         self.require(
-            received == expected,
+            received is expected if expected is None or isinstance(expected, bool) else received == expected,
             message,
             expected=expected,
             received=received,

@@ -175,11 +175,10 @@ async def activity_complete_recorded_once(ctx: CheckContext) -> None:
     result = {"result": ctx.envelope({"answer": 42})}
     first = await activity_call(ctx, task, "complete", result)
     body = ctx.expect(first, 200, what="activity complete by the owner", requirement="ACTIVITY-COMPLETE-RECORDED")
-    ctx.require(
-        body.get("recorded") is True,
+    ctx.require_equal(
+        body.get("recorded"),
+        True,
         "an accepted activity complete says recorded:true",
-        expected=True,
-        received=body.get("recorded"),
         replies=[first],
         requirement="ACTIVITY-COMPLETE-RECORDED",
     )
@@ -191,11 +190,10 @@ async def activity_complete_recorded_once(ctx: CheckContext) -> None:
         what="a duplicate activity complete",
         requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
     )
-    ctx.require(
-        body.get("recorded") is False,
+    ctx.require_equal(
+        body.get("recorded"),
+        False,
         "a duplicate activity complete says recorded:false",
-        expected=False,
-        received=body.get("recorded"),
         replies=[again],
         requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
     )
@@ -259,11 +257,10 @@ async def activity_heartbeat_renews(ctx: CheckContext) -> None:
     for n in (1, 2):
         reply = await activity_call(ctx, task, "heartbeat", {"message": f"beat {n}", "current": n, "total": 2})
         body = ctx.expect(reply, 200, what="activity heartbeat by the owner", requirement=req)
-        ctx.require(
-            body.get("can_continue") is True,
+        ctx.require_equal(
+            body.get("can_continue"),
+            True,
             "a live attempt's heartbeat says can_continue:true",
-            expected=True,
-            received=body.get("can_continue"),
             replies=[reply],
             requirement=req,
         )
@@ -355,13 +352,8 @@ async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
         )
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("mine")})
     body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts", requirement=req)
-    ctx.require(
-        body.get("recorded") is True,
-        "fenced calls left the owner's lease intact",
-        expected=True,
-        received=body.get("recorded"),
-        replies=[reply],
-        requirement=req,
+    ctx.require_equal(
+        body.get("recorded"), True, "fenced calls left the owner's lease intact", replies=[reply], requirement=req
     )
 
 

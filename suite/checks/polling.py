@@ -382,13 +382,7 @@ async def worker_heartbeat_ack(ctx: CheckContext) -> None:
     wid = await ctx.register(ctx.uid("q"))
     reply = await ctx.client.worker("/heartbeat", {"worker_id": wid, "task_slots": {"workflow": {"available": 1}}})
     body = ctx.expect(reply, 200, what="worker heartbeat")
-    ctx.require(
-        body.get("acknowledged") is True,
-        "a worker heartbeat answers acknowledged: true",
-        expected=True,
-        received=body.get("acknowledged"),
-        replies=[reply],
-    )
+    ctx.require_equal(body.get("acknowledged"), True, "a worker heartbeat answers acknowledged: true", replies=[reply])
     reply = await ctx.client.worker("/heartbeat", {"worker_id": ctx.uid("nobody")})
     ctx.expect(reply, 404, "worker_not_registered", what="heartbeat of an unknown worker")
 
@@ -1093,13 +1087,7 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
         nonlocal previous
         reply = await ctx.wf_call(task, "heartbeat")
         body = ctx.expect(reply, 200, what="owner heartbeat")
-        ctx.require(
-            body.get("renewed") is True,
-            "an owner heartbeat answers renewed: true",
-            expected=True,
-            received=body.get("renewed"),
-            replies=[reply],
-        )
+        ctx.require_equal(body.get("renewed"), True, "an owner heartbeat answers renewed: true", replies=[reply])
         expires = _expires(ctx, body, reply, "LEASE-HEARTBEAT-RENEWS")
         ctx.require(
             expires >= previous,

@@ -689,22 +689,11 @@ async def unknown_fields_ignored(ctx: CheckContext) -> None:
         what="activity heartbeat with unknown fields",
         requirement=req,
     )
-    ctx.require(
-        body.get("can_continue") is True,
-        "unknown fields do not stop a heartbeat",
-        expected=True,
-        received=body.get("can_continue"),
-        requirement=req,
-    )
+    ctx.require_equal(body.get("can_continue"), True, "unknown fields do not stop a heartbeat", requirement=req)
     reply = await activity_call(ctx, act, "complete", {"result": ctx.envelope("ok"), **UNKNOWN})
     body = ctx.expect(reply, 200, what="activity complete with unknown fields", requirement=req)
-    ctx.require(
-        body.get("recorded") is True,
-        "unknown fields do not stop a complete",
-        expected=True,
-        received=body.get("recorded"),
-        replies=[reply],
-        requirement=req,
+    ctx.require_equal(
+        body.get("recorded"), True, "unknown fields do not stop a complete", replies=[reply], requirement=req
     )
     task = await ctx.lease_wf(worker, queue)
     reply = await ctx.wf_call(task, "complete", {"commands": [{"type": "complete_workflow"}], **UNKNOWN})
@@ -824,11 +813,10 @@ async def hooks_observe_only(ctx: CheckContext) -> None:
         ctx, task, "complete", {"result": result, "progress": "garbage", "process_metrics": [1, {}]}
     )
     body = ctx.expect(reply, 200, what="activity complete after malformed progress reports", requirement=req)
-    ctx.require(
-        body.get("recorded") is True,
+    ctx.require_equal(
+        body.get("recorded"),
+        True,
         "malformed telemetry never turns a complete into a failure",
-        expected=True,
-        received=body.get("recorded"),
         replies=[reply],
         requirement=req,
     )
