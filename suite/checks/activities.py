@@ -12,6 +12,7 @@ import base64
 from datetime import datetime
 from typing import Any
 
+from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
@@ -40,22 +41,15 @@ BACKOFF_TOLERANCE = 0.5
 
 async def expect_no_activity(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
     """One short activity poll on the run's queue must come back without a task."""
-    reply = await poll_activity(ctx, run.worker, run.queue)
-    body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
-    task = body.get("task")
-    ctx.require(
-        task is None,
-        why,
-        expected="task: null (poll_status empty)",
-        received=_task_summary(task),
-        replies=[reply],
-        requirement=requirement,
-    )
+    _require_no_task(ctx, await poll_activity(ctx, run.worker, run.queue), "activity-task poll", requirement, why)
 
 
 async def expect_no_workflow_task(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
-    reply = await ctx.poll_wf(run.worker, run.queue, 1)
-    body = ctx.expect(reply, 200, what="workflow-task poll", requirement=requirement)
+    _require_no_task(ctx, await ctx.poll_wf(run.worker, run.queue, 1), "workflow-task poll", requirement, why)
+
+
+def _require_no_task(ctx: CheckContext, reply: Reply, what: str, requirement: str, why: str) -> None:
+    body = ctx.expect(reply, 200, what=what, requirement=requirement)
     task = body.get("task")
     ctx.require(
         task is None,
