@@ -118,6 +118,7 @@ class CheckContext:
         return f"{prefix}-{self.check_name[:24]}-{self.tag}-{next(_counter)}".replace("_", "-")
 
     # -- verdict helpers -------------------------------------------------------------------------------
+    # ``requirement`` is the requirement a failure breaks; ``None`` judges it against the check's first.
 
     def fail(
         self,

@@ -221,7 +221,7 @@ async def activity_failure_details_unchanged(ctx: CheckContext) -> None:
             }
         },
     )
-    ctx.expect(reply, 200, what="activity fail with failure.details", requirement=req)
+    ctx.expect(reply, 200, what="activity fail with failure.details")
     failed = history_events(
         await ctx.history(run.workflow_id, run.run_id), "ActivityFailed", task.get("activity_execution_id")
     )
@@ -237,26 +237,20 @@ async def activity_failure_details_unchanged(ctx: CheckContext) -> None:
         "the ActivityFailed event exposes the failure.details blob unchanged, with codec avro",
         expected=details,
         received=[_payload(e) for e in failed] or "no ActivityFailed event",
-        requirement=req,
     )
 
 
 @check("ACTIVITY-HEARTBEAT-RENEWS")
 async def activity_heartbeat_renews(ctx: CheckContext) -> None:
     """A heartbeat by the owner is 200 can_continue:true, and lease_expires_at never moves backwards."""
-    req = "ACTIVITY-HEARTBEAT-RENEWS"
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     previous = parse_rfc3339(task.get("lease_expires_at"))
     for n in (1, 2):
         reply = await activity_call(ctx, task, "heartbeat", {"message": f"beat {n}", "current": n, "total": 2})
-        body = ctx.expect(reply, 200, what="activity heartbeat by the owner", requirement=req)
+        body = ctx.expect(reply, 200, what="activity heartbeat by the owner")
         ctx.require_equal(
-            body.get("can_continue"),
-            True,
-            "a live attempt's heartbeat says can_continue:true",
-            replies=[reply],
-            requirement=req,
+            body.get("can_continue"), True, "a live attempt's heartbeat says can_continue:true", replies=[reply]
         )
         try:
             renewed = parse_rfc3339(body.get("lease_expires_at"))
@@ -266,7 +260,6 @@ async def activity_heartbeat_renews(ctx: CheckContext) -> None:
                 expected="an RFC 3339 instant",
                 received=body.get("lease_expires_at"),
                 replies=[reply],
-                requirement=req,
             ) from None
         ctx.require(
             renewed >= previous,
@@ -274,7 +267,6 @@ async def activity_heartbeat_renews(ctx: CheckContext) -> None:
             expected=f">= {previous.isoformat()}",
             received=body.get("lease_expires_at"),
             replies=[reply],
-            requirement=req,
         )
         previous = renewed
 
@@ -290,18 +282,14 @@ async def activity_heartbeat_stop_is_200(ctx: CheckContext) -> None:
         await activity_call(ctx, first, "fail", {"failure": {"message": "retry me"}}),
         200,
         what="activity fail (a retry follows)",
-        requirement=req,
     )
     second = await lease_activity(ctx, run, requirement=req)
     ctx.expect(
-        await activity_call(ctx, second, "complete", {"result": ctx.envelope("ok")}),
-        200,
-        what="activity complete",
-        requirement=req,
+        await activity_call(ctx, second, "complete", {"result": ctx.envelope("ok")}), 200, what="activity complete"
     )
     for task, state in ((first, "failed"), (second, "completed")):
         reply = await activity_call(ctx, task, "heartbeat", {"message": "still there?"})
-        body = ctx.expect(reply, 200, what=f"heartbeat of a {state} attempt", requirement=req)
+        body = ctx.expect(reply, 200, what=f"heartbeat of a {state} attempt")
         problems = []
         if body.get("can_continue") is not False:
             problems.append(f"can_continue={body.get('can_continue')!r}")
@@ -315,10 +303,9 @@ async def activity_heartbeat_stop_is_200(ctx: CheckContext) -> None:
             expected="can_continue:false, heartbeat_recorded:false, a reason",
             received=problems,
             replies=[reply],
-            requirement=req,
         )
     reply = await activity_call(ctx, second, "heartbeat", attempt_id=ctx.uid("no-such-attempt"))
-    ctx.expect(reply, 404, "attempt_not_found", what="heartbeat of an unknown attempt", requirement=req)
+    ctx.expect(reply, 404, "attempt_not_found", what="heartbeat of an unknown attempt")
 
 
 # -- fencing (invariant 53) ----------------------------------------------------------------------------------
@@ -327,7 +314,6 @@ async def activity_heartbeat_stop_is_200(ctx: CheckContext) -> None:
 @check("ACTIVITY-FENCE-OWNER")
 async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
     """Complete, fail and heartbeat by a non-owner are 409 lease_owner_mismatch; the owner still wins."""
-    req = "ACTIVITY-FENCE-OWNER"
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     intruder = ctx.uid("intruder")
@@ -337,41 +323,25 @@ async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
         ("heartbeat", {}),
     ):
         reply = await activity_call(ctx, task, verb, stolen, owner=intruder)
-        ctx.expect(
-            reply,
-            409,
-            "lease_owner_mismatch",
-            what=f"activity {verb} by a worker that is not the owner",
-            requirement=req,
-        )
+        ctx.expect(reply, 409, "lease_owner_mismatch", what=f"activity {verb} by a worker that is not the owner")
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("mine")})
-    body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts", requirement=req)
-    ctx.require_equal(
-        body.get("recorded"), True, "fenced calls left the owner's lease intact", replies=[reply], requirement=req
-    )
+    body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts")
+    ctx.require_equal(body.get("recorded"), True, "fenced calls left the owner's lease intact", replies=[reply])
 
 
 @check("ACTIVITY-ATTEMPT-NOT-FOUND")
 async def activity_unknown_attempt_not_found(ctx: CheckContext) -> None:
     """Complete or fail with an unknown activity_attempt_id on a real task is 404 attempt_not_found."""
-    req = "ACTIVITY-ATTEMPT-NOT-FOUND"
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     for verb, body in (("complete", {"result": ctx.envelope("x")}), ("fail", {"failure": {"message": "x"}})):
         reply = await activity_call(ctx, task, verb, body, attempt_id=ctx.uid("no-such-attempt"))
-        ctx.expect(
-            reply,
-            404,
-            "attempt_not_found",
-            what=f"activity {verb} with an unknown attempt id",
-            requirement=req,
-        )
+        ctx.expect(reply, 404, "attempt_not_found", what=f"activity {verb} with an unknown attempt id")
 
 
 @check("ACTIVITY-TASK-MISMATCH")
 async def activity_attempt_of_other_task(ctx: CheckContext) -> None:
     """An attempt id of one activity task sent under another task's id is 409 task_mismatch."""
-    req = "ACTIVITY-TASK-MISMATCH"
     run = await schedule_activities(ctx, count=2)
     a = await lease_activity(ctx, run)
     b = await lease_activity(ctx, run)
@@ -384,16 +354,10 @@ async def activity_attempt_of_other_task(ctx: CheckContext) -> None:
     )
     for verb, body in (("complete", {"result": ctx.envelope("x")}), ("fail", {"failure": {"message": "x"}})):
         reply = await activity_call(ctx, a, verb, body, attempt_id=b.get("activity_attempt_id"))
-        ctx.expect(
-            reply,
-            409,
-            "task_mismatch",
-            what=f"activity {verb} of task A with task B's attempt",
-            requirement=req,
-        )
+        ctx.expect(reply, 409, "task_mismatch", what=f"activity {verb} of task A with task B's attempt")
     for task in (a, b):
         reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("ok")})
-        ctx.expect(reply, 200, what="the owner's complete after the mismatched calls", requirement=req)
+        ctx.expect(reply, 200, what="the owner's complete after the mismatched calls")
 
 
 # -- retries (invariants 55-57, §11.6, §14.2) ----------------------------------------------------------------
@@ -666,19 +630,12 @@ async def _outlive(ctx: CheckContext, task: dict[str, Any], leased_at: datetime,
 @check("TIMEOUT-LATE-COMPLETE-STALE")
 async def timeout_late_complete_stale(ctx: CheckContext) -> None:
     """A complete after the attempt's start_to_close_timeout (1 s) passed is 409 stale_attempt."""
-    req = "TIMEOUT-LATE-COMPLETE-STALE"
     ctx.needs_short(1, "the start_to_close_timeout this check schedules")
     run = await schedule_activities(ctx, options={"start_to_close_timeout": 1})
     task, leased_at = await lease_activity_at(ctx, run)
     await _outlive(ctx, task, leased_at, 1)
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("too late")})
-    ctx.expect(
-        reply,
-        409,
-        "stale_attempt",
-        what="activity complete after its start_to_close_timeout",
-        requirement=req,
-    )
+    ctx.expect(reply, 409, "stale_attempt", what="activity complete after its start_to_close_timeout")
 
 
 async def _timed_out(ctx: CheckContext, run: ActivityRun, execution: str, seconds: float, req: str) -> dict[str, Any]:
@@ -714,10 +671,7 @@ async def timeout_records_timed_out(ctx: CheckContext) -> None:
     task = await lease_activity(ctx, run)
     event = await _timed_out(ctx, run, str(task.get("activity_execution_id")), 1, req)
     ctx.require_equal(
-        _payload(event).get("failure_category"),
-        "timeout",
-        "ActivityTimedOut says failure_category timeout",
-        requirement=req,
+        _payload(event).get("failure_category"), "timeout", "ActivityTimedOut says failure_category timeout"
     )
     await lease_resume(ctx, run, requirement=req, why="a terminal activity timeout wakes the workflow")
 
@@ -739,7 +693,6 @@ async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
         "a timed-out attempt with attempts left is retried as attempt 2 of the same execution (new task)",
         expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
         received=_task_summary(second),
-        requirement=req,
     )
 
 

@@ -292,19 +292,13 @@ async def commands_retry_after_reject(ctx: CheckContext) -> None:
     reply = await ctx.complete(run.task, [{"type": "complete_workflow"}, {"type": "conformance_no_such_command"}])
     _expect_invalid_batch(ctx, reply, "a batch with an unknown type", "COMMANDS-UNKNOWN-TYPE")
     retry = await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("done")}])
-    body = ctx.expect(
-        retry,
-        200,
-        what="the same owner's valid batch after a rejection",
-        requirement="COMMANDS-RETRY-AFTER-REJECT",
-    )
+    body = ctx.expect(retry, 200, what="the same owner's valid batch after a rejection")
     ctx.require(
         body.get("recorded") is not False and body.get("outcome", "completed") == "completed",
         "the retry batch is recorded",
         expected="outcome completed, recorded true",
         received={k: body.get(k) for k in ("outcome", "recorded")},
         replies=[retry],
-        requirement="COMMANDS-RETRY-AFTER-REJECT",
     )
     events = await ctx.history(run.workflow_id, run.run_id)
     ctx.require(
@@ -312,7 +306,6 @@ async def commands_retry_after_reject(ctx: CheckContext) -> None:
         "the retried batch closes the run exactly once",
         expected="one WorkflowCompleted",
         received=_count(events, "WorkflowCompleted"),
-        requirement="COMMANDS-RETRY-AFTER-REJECT",
     )
 
 
@@ -350,14 +343,13 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
         expected="no new events",
         received=applied,
         replies=replies,
-        requirement="COMMANDS-ATOMIC",
     )
     _same_state(ctx, before, after, "a batch whose last command is invalid", replies, "COMMANDS-ATOMIC")
     # The valid batch, terminal command last; the non-terminal types read differently backwards, so a server
     # that reorders them (or applies the terminal command first) shows.
     good = [_side_effect("one"), _marker("atomic-2"), _marker("atomic-3"), {"type": "complete_workflow"}]
     reply = await ctx.complete(run.task, good)
-    ctx.expect(reply, 200, what="a valid batch", requirement="COMMANDS-ATOMIC")
+    ctx.expect(reply, 200, what="a valid batch")
     events = await ctx.history(run.workflow_id, run.run_id)
     new = [e.get("event_type") for e in events[len(before["history"]) :]]
     wanted = ["SideEffectRecorded", "VersionMarkerRecorded", "VersionMarkerRecorded", "WorkflowCompleted"]
@@ -367,7 +359,6 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
         expected=wanted,
         received=new,
         replies=[reply],
-        requirement="COMMANDS-ATOMIC",
     )
 
 
@@ -455,7 +446,6 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
         200,
         what="schedule_activity with equal timeouts (heartbeat = start_to_close = "
         "schedule_to_start = schedule_to_close)",
-        requirement="COMMANDS-TIMEOUT-ORDER",
     )
 
 
@@ -504,7 +494,7 @@ async def result_blob_not_reencoded(ctx: CheckContext) -> None:
     for blob in [*golden["alternate_map_orders"][0]["wire_base64"], *NON_CANONICAL_FRAMES.values()]:
         run = await leased_run(ctx)
         reply = await ctx.complete(run.task, [{"type": "complete_workflow", "result": {"codec": "avro", "blob": blob}}])
-        ctx.expect(reply, 200, what="complete_workflow with a golden result", requirement="PAYLOAD-RESULT-UNCHANGED")
+        ctx.expect(reply, 200, what="complete_workflow with a golden result")
         desc = await ctx.describe(run.workflow_id)
         env = desc.get("output_envelope")
         ctx.require(
@@ -512,7 +502,6 @@ async def result_blob_not_reencoded(ctx: CheckContext) -> None:
             "describe.output_envelope is the result envelope byte for byte",
             expected={"codec": "avro", "blob": blob},
             received=env,
-            requirement="PAYLOAD-RESULT-UNCHANGED",
         )
 
 
@@ -521,18 +510,15 @@ async def fail_workflow_fails_run(ctx: CheckContext) -> None:
     """fail_workflow moves the run to failed with one WorkflowFailed."""
     run = await leased_run(ctx)
     reply = await ctx.complete(run.task, [{"type": "fail_workflow", "message": "conformance failure"}])
-    ctx.expect(reply, 200, what="fail_workflow", requirement="COMMANDS-FAIL-WORKFLOW")
+    ctx.expect(reply, 200, what="fail_workflow")
     desc = await ctx.describe(run.workflow_id)
-    ctx.require_equal(
-        desc.get("status"), "failed", "after fail_workflow the run is failed", requirement="COMMANDS-FAIL-WORKFLOW"
-    )
+    ctx.require_equal(desc.get("status"), "failed", "after fail_workflow the run is failed")
     events = await ctx.history(run.workflow_id, run.run_id)
     ctx.require(
         _count(events, "WorkflowFailed") == 1 and _count(events, "WorkflowCompleted") == 0,
         "fail_workflow records WorkflowFailed once",
         expected="one WorkflowFailed",
         received=[e.get("event_type") for e in events],
-        requirement="COMMANDS-FAIL-WORKFLOW",
     )
 
 
@@ -560,16 +546,9 @@ async def fail_workflow_with_exception(ctx: CheckContext) -> None:
             "commands": [command],
         }
         reply = await ctx.client.worker(f"/workflow-tasks/{run.task['task_id']}/complete", body, version=version)
-        ctx.expect(
-            reply,
-            200,
-            what=f"fail_workflow with an exception object at protocol {version}",
-            requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION",
-        )
+        ctx.expect(reply, 200, what=f"fail_workflow with an exception object at protocol {version}")
         desc = await ctx.describe(run.workflow_id)
-        ctx.require_equal(
-            desc.get("status"), "failed", "the run is failed", requirement="COMMANDS-FAIL-WORKFLOW-EXCEPTION"
-        )
+        ctx.require_equal(desc.get("status"), "failed", "the run is failed")
 
 
 @check("COMMANDS-CONTINUE-AS-NEW")
@@ -577,7 +556,7 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
     """continue_as_new closes the run as completed (continued); describe shows a new run_id, run_number 2."""
     run = await leased_run(ctx, input=["first"])
     reply = await ctx.complete(run.task, [{"type": "continue_as_new", "arguments": ctx.envelope(["second"])}])
-    ctx.expect(reply, 200, what="continue_as_new", requirement="COMMANDS-CONTINUE-AS-NEW")
+    ctx.expect(reply, 200, what="continue_as_new")
     desc = await ctx.describe(run.workflow_id)
     new_run = desc.get("run_id")
     ctx.require(
@@ -588,20 +567,17 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
         "describe shows the new run: a new run_id, the same workflow_id and run_number 2",
         expected=f"run_id != {run.run_id}, workflow_id {run.workflow_id}, run_number 2",
         received={k: desc.get(k) for k in ("workflow_id", "run_id", "run_number", "status")},
-        requirement="COMMANDS-CONTINUE-AS-NEW",
     )
     old = ctx.expect(
         await ctx.client.control("GET", f"/workflows/{run.workflow_id}/runs/{run.run_id}"),
         200,
         what="describe of the continued run",
-        requirement="COMMANDS-CONTINUE-AS-NEW",
     )
     ctx.require(
         old.get("status") == "completed" and old.get("closed_reason") == "continued",
         "the continued run is completed with closed_reason 'continued'",
         expected="completed / continued",
         received=(old.get("status"), old.get("closed_reason")),
-        requirement="COMMANDS-CONTINUE-AS-NEW",
     )
     events = await ctx.history(run.workflow_id, run.run_id)
     ctx.require(
@@ -609,7 +585,6 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
         "the continued run records WorkflowContinuedAsNew",
         expected="one WorkflowContinuedAsNew",
         received=[e.get("event_type") for e in events],
-        requirement="COMMANDS-CONTINUE-AS-NEW",
     )
     task = await ctx.lease_wf(run.worker, run.queue)
     ctx.require(
@@ -617,7 +592,6 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
         "the new run starts with a workflow task of its own",
         expected=f"a task of run {new_run}",
         received={k: task.get(k) for k in ("workflow_id", "run_id")},
-        requirement="COMMANDS-CONTINUE-AS-NEW",
     )
 
 
@@ -626,29 +600,19 @@ async def non_terminal_batch_waits(ctx: CheckContext) -> None:
     """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""
     run = await leased_run(ctx)
     reply = await ctx.complete(run.task, [_side_effect(1), {"type": "start_timer", "delay_seconds": 3600}])
-    body = ctx.expect(reply, 200, what="a start_timer-only batch", requirement="COMMANDS-NON-TERMINAL-WAITING")
+    body = ctx.expect(reply, 200, what="a start_timer-only batch")
     ctx.require(
         isinstance(body.get("created_task_ids"), list),
         "the complete response carries created_task_ids[]",
         expected="a list",
         received=body.get("created_task_ids"),
         replies=[reply],
-        requirement="COMMANDS-NON-TERMINAL-WAITING",
     )
     desc = await ctx.describe(run.workflow_id)
-    ctx.require_equal(
-        desc.get("status"),
-        "waiting",
-        "a run with only non-terminal commands applied is waiting",
-        requirement="COMMANDS-NON-TERMINAL-WAITING",
-    )
+    ctx.require_equal(desc.get("status"), "waiting", "a run with only non-terminal commands applied is waiting")
     if "run_status" in body:
         ctx.require_equal(
-            body.get("run_status"),
-            "waiting",
-            "the complete response's run_status is waiting",
-            replies=[reply],
-            requirement="COMMANDS-NON-TERMINAL-WAITING",
+            body.get("run_status"), "waiting", "the complete response's run_status is waiting", replies=[reply]
         )
 
 
@@ -661,12 +625,7 @@ async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
     delay = 1
     ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack")
     run = await leased_run(ctx)
-    ctx.expect(
-        await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]),
-        200,
-        what="start_timer",
-        requirement="TIMER-FIRES",
-    )
+    ctx.expect(await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]), 200, what="start_timer")
     task = await ctx.lease_wf(run.worker, run.queue, within=delay + 10)
     context = {
         k: task.get(k) for k in ("workflow_id", "workflow_wait_kind", "resume_source_kind", "timer_id", "open_wait_id")
@@ -691,7 +650,6 @@ async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
             "open_wait_id": "timer:<id>",
         },
         received=context,
-        requirement="TIMER-FIRES",
     )
 
 
@@ -706,7 +664,7 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
     # the elapsed time below (on the target's clock, ctx.now()) can only understate how long the server held
     # the task back.
     scheduled = ctx.now()
-    ctx.expect(reply, 200, what="start_timer", requirement="TIMER-NOT-EARLY")
+    ctx.expect(reply, 200, what="start_timer")
 
     async def probe() -> tuple[dict[str, Any], float] | None:
         poll = await ctx.poll_wf(run.worker, run.queue, 1)
@@ -719,14 +677,8 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
         f"the timer's workflow task must not be leasable before {delay}s",
         expected=f">= {delay - tolerance:g}s after the start_timer complete",
         received=f"leased after {elapsed:.2f}s",
-        requirement="TIMER-NOT-EARLY",
     )
-    ctx.require_equal(
-        task.get("workflow_id"),
-        run.workflow_id,
-        "the leased task belongs to the timer's run",
-        requirement="TIMER-NOT-EARLY",
-    )
+    ctx.require_equal(task.get("workflow_id"), run.workflow_id, "the leased task belongs to the timer's run")
 
 
 # -- Payload shape (invariants 40-43) ---------------------------------------------------------------------
@@ -803,7 +755,6 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
             "task.arguments is an envelope with exactly codec 'avro' and blob",
             expected={"codec": "avro", "blob": "<base64>"},
             received=args,
-            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
         )
         assert isinstance(args, dict)
         try:
@@ -813,14 +764,12 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
                 "task.arguments.blob does not decode with the golden-tested codec",
                 expected="an Avro Value frame",
                 received=f"{exc.code}: {exc}",
-                requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
             ) from None
         ctx.require(
             same_value(decoded, wanted),
             "task.arguments decodes to the array of start inputs",
             expected=repr(wanted),
             received=repr(decoded),
-            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
         )
     run = await leased_run(ctx)
     args = run.task.get("arguments")
@@ -831,7 +780,6 @@ async def arguments_envelope_decodes_to_inputs(ctx: CheckContext) -> None:
             "a start without input gives arguments null or an envelope of []",
             expected="null or the envelope of []",
             received=args,
-            requirement="PAYLOAD-ARGUMENTS-ENVELOPE",
         )
 
 
@@ -864,14 +812,8 @@ async def start_envelope_returned_unchanged(ctx: CheckContext) -> None:
             f"case {name}: the start envelope comes back in task.arguments unchanged",
             expected={"codec": "avro", "blob": blob},
             received=args,
-            requirement="PAYLOAD-START-ENVELOPE-UNCHANGED",
         )
-        ctx.expect(
-            await ctx.complete(task, [{"type": "complete_workflow"}]),
-            200,
-            what="complete_workflow",
-            requirement="PAYLOAD-START-ENVELOPE-UNCHANGED",
-        )
+        ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="complete_workflow")
 
 
 @check("PAYLOAD-ACTIVITY-ATTEMPT-ALIAS")
@@ -884,7 +826,6 @@ async def activity_task_attempt_alias(ctx: CheckContext) -> None:
         "the activity task carries attempt as an alias of attempt_number",
         expected=f"attempt == attempt_number ({task.get('attempt_number')})",
         received=task.get("attempt", "(absent)"),
-        requirement="PAYLOAD-ACTIVITY-ATTEMPT-ALIAS",
     )
 
 
@@ -1051,20 +992,15 @@ async def activity_envelope_codec_checked(ctx: CheckContext) -> None:
     frame = encode_blob("result")
     path = f"/activity-tasks/{task['task_id']}"
     reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "json", "blob": frame}})
-    ctx.expect(reply, 422, what="activity complete with result codec json", requirement="CODEC-NON-AVRO-ENVELOPE-422")
+    ctx.expect(reply, 422, what="activity complete with result codec json")
     _codec_error_named(ctx, reply, "activity complete with result codec json", "CODEC-NON-AVRO-ENVELOPE-422")
     reply = await ctx.client.worker(
         f"{path}/fail", {**base, "failure": {"message": "x", "details": {"codec": "json", "blob": frame}}}
     )
-    ctx.expect(reply, 422, what="activity fail with details codec json", requirement="CODEC-NON-AVRO-ENVELOPE-422")
+    ctx.expect(reply, 422, what="activity fail with details codec json")
     _codec_error_named(ctx, reply, "activity fail with details codec json", "CODEC-NON-AVRO-ENVELOPE-422")
     reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "avro", "blob": frame}})
-    ctx.expect(
-        reply,
-        200,
-        what="the attempt completed with an avro result after the rejections",
-        requirement="CODEC-NON-AVRO-ENVELOPE-422",
-    )
+    ctx.expect(reply, 200, what="the attempt completed with an avro result after the rejections")
 
 
 @check("CODEC-SIGNAL-MALFORMED")
@@ -1080,28 +1016,21 @@ async def signal_with_malformed_frame(ctx: CheckContext) -> None:
             f"/workflows/{wid}/signal/conformance",
             {"input": {"codec": "avro", "blob": frame["wire_base64"]}},
         )
-        ctx.expect(
-            reply,
-            422,
-            what=f"signal with malformed frame {frame['name']} ({frame['error']})",
-            requirement="CODEC-SIGNAL-MALFORMED",
-        )
+        ctx.expect(reply, 422, what=f"signal with malformed frame {frame['name']} ({frame['error']})")
     events = await ctx.history(wid, rid)
     ctx.require(
         _count(events, "SignalReceived") == 0,
         "a rejected signal records no SignalReceived",
         expected="no SignalReceived",
         received=[e.get("event_type") for e in events],
-        requirement="CODEC-SIGNAL-MALFORMED",
     )
     # The control: a well-formed signal is recorded, so the history above could have shown one.
     ok = await ctx.client.control("POST", f"/workflows/{wid}/signal/conformance", {"input": ctx.envelope(["ok"])})
-    ctx.expect(ok, 202, what="a well-formed signal", requirement="CODEC-SIGNAL-MALFORMED")
+    ctx.expect(ok, 202, what="a well-formed signal")
     events = await ctx.history(wid, rid)
     ctx.require(
         _count(events, "SignalReceived") == 1,
         "the well-formed signal is recorded exactly once",
         expected="one SignalReceived",
         received=[e.get("event_type") for e in events],
-        requirement="CODEC-SIGNAL-MALFORMED",
     )

@@ -374,31 +374,21 @@ async def fence_after_complete(ctx: CheckContext) -> None:
         "history shows exactly one WorkflowCompleted",
         expected=1,
         received=_types(events),
-        requirement="FENCE-AFTER-COMPLETE",
     )
     # The batch leaves the run open.
     wid2, _ = await ctx.start(queue)
     task2, _ = await _lease(ctx, worker, queue)
     ctx.expect(await ctx.complete(task2, [_timer_cmd()]), 200, what="a non-terminal complete")
     again = await ctx.complete(task2, [_complete_cmd()])
-    ctx.expect(
-        again,
-        409,
-        "task_not_leased",
-        what="a second complete after a non-terminal batch",
-        requirement="FENCE-AFTER-COMPLETE",
-    )
+    ctx.expect(again, 409, "task_not_leased", what="a second complete after a non-terminal batch")
     fail = await ctx.wf_call(task2, "fail", _verb_body("fail"))
-    ctx.expect(
-        fail, 409, "task_not_leased", what="a fail after a non-terminal batch", requirement="FENCE-AFTER-COMPLETE"
-    )
+    ctx.expect(fail, 409, "task_not_leased", what="a fail after a non-terminal batch")
     described = await _run_status(ctx, wid2)
     ctx.require(
         described.get("status") in LIVE_RUN_STATUSES,
         "the rejected second complete did not close the run",
         expected=f"one of {LIVE_RUN_STATUSES}",
         received=described.get("status"),
-        requirement="FENCE-AFTER-COMPLETE",
     )
 
 
@@ -413,7 +403,7 @@ async def fence_guard_order(ctx: CheckContext) -> None:
     reply = await ctx.client.worker(
         f"/workflow-tasks/{ctx.uid('no-such-task')}/heartbeat", {"lease_owner": stranger, "workflow_task_attempt": 7}
     )
-    ctx.expect(reply, 404, "task_not_found", what="unknown task, wrong owner and attempt", requirement="FENCE-ORDER")
+    ctx.expect(reply, 404, "task_not_found", what="unknown task, wrong owner and attempt")
     # Owner before attempt, and a fenced complete applies nothing.
     wid, run_id = await ctx.start(queue)
     task, _ = await _lease(ctx, worker, queue)
@@ -421,36 +411,21 @@ async def fence_guard_order(ctx: CheckContext) -> None:
     marker = ctx.uid("fenced-marker")
     fenced = [_activity_cmd(marker), {"type": "fail_workflow", "message": marker}]
     reply = await ctx.wf_call(task, "complete", {"commands": fenced}, owner=stranger, attempt=attempt + 1)
-    ctx.expect(
-        reply,
-        409,
-        "lease_owner_mismatch",
-        what="complete with a wrong owner and a wrong attempt",
-        requirement="FENCE-ORDER",
-    )
+    ctx.expect(reply, 409, "lease_owner_mismatch", what="complete with a wrong owner and a wrong attempt")
     reply = await ctx.wf_call(task, "complete", {"commands": fenced}, attempt=attempt + 1)
-    ctx.expect(
-        reply, 409, "workflow_task_attempt_mismatch", what="complete with a stale attempt", requirement="FENCE-ORDER"
-    )
+    ctx.expect(reply, 409, "workflow_task_attempt_mismatch", what="complete with a stale attempt")
     events = await _events(ctx, wid, run_id)
     ctx.require(
         marker not in json.dumps(events) and _count(events, "WorkflowFailed") == 0,
         "wrong owners and stale attempts are rejected before commands are applied",
         expected="no event from the fenced batch",
         received=_types(events),
-        requirement="FENCE-ORDER",
     )
     # Not leased before owner and attempt: the task was completed, the run stays open.
     await _renew(ctx, task, "after the fenced completes", "FENCE-ORDER")
     ctx.expect(await ctx.complete(task, [_timer_cmd()]), 200, what="the owner's non-terminal complete")
     reply = await ctx.wf_call(task, "heartbeat", owner=stranger, attempt=attempt + 1)
-    ctx.expect(
-        reply,
-        409,
-        "task_not_leased",
-        what="heartbeat of a completed task with a wrong owner and attempt",
-        requirement="FENCE-ORDER",
-    )
+    ctx.expect(reply, 409, "task_not_leased", what="heartbeat of a completed task with a wrong owner and attempt")
     # Run closed before not leased, owner and attempt.
     ctx.expect(
         await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance"}), 200, what="cancel"
@@ -477,24 +452,17 @@ async def fence_after_task_fail(ctx: CheckContext) -> None:
     task, _ = await _lease(ctx, worker, queue)
     failure = {"message": "conformance: replay failed", "type": "Replay"}
     reply = await ctx.wf_call(task, "fail", {"failure": failure})
-    body = ctx.expect(reply, 200, what="workflow-task fail", requirement="FENCE-TASK-FAILED-NOT-LEASED")
+    body = ctx.expect(reply, 200, what="workflow-task fail")
     ctx.require(
         body.get("outcome") == "failed" and body.get("recorded") is True,
         "a workflow-task fail is recorded",
         expected="outcome failed, recorded true",
         received={k: body.get(k) for k in ("outcome", "recorded")},
         replies=[reply],
-        requirement="FENCE-TASK-FAILED-NOT-LEASED",
     )
     for verb in ("complete", "fail", "heartbeat"):
         reply = await ctx.wf_call(task, verb, _verb_body(verb))
-        ctx.expect(
-            reply,
-            409,
-            "task_not_leased",
-            what=f"{verb} of a failed attempt",
-            requirement="FENCE-TASK-FAILED-NOT-LEASED",
-        )
+        ctx.expect(reply, 409, "task_not_leased", what=f"{verb} of a failed attempt")
     described = await _run_status(ctx, wid)
     events = await _events(ctx, wid, run_id)
     closed = [e for e in _types(events) if e in RUN_TERMINAL_EVENTS]
@@ -503,7 +471,6 @@ async def fence_after_task_fail(ctx: CheckContext) -> None:
         "a workflow-task failure does not close the run",
         expected=f"status in {LIVE_RUN_STATUSES}",
         received=f"status {described.get('status')!r}, events {_types(events)}",
-        requirement="FENCE-TASK-FAILED-NOT-LEASED",
     )
 
 
@@ -1069,7 +1036,7 @@ async def cancel_activity_heartbeat(ctx: CheckContext) -> None:
         wid, _, (act,) = await _leased_activities(ctx, 1)
         ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/{op}", {"reason": "conformance"}), 200, what=op)
         reply = await activity_call(ctx, act, "heartbeat", {"message": "still working"})
-        body = ctx.expect(reply, 200, what=f"activity heartbeat after {op}", requirement="CANCEL-ACTIVITY-HEARTBEAT")
+        body = ctx.expect(reply, 200, what=f"activity heartbeat after {op}")
         want: dict[str, Any] = {"cancel_requested": True, "can_continue": False, "reason": reason}
         got = {k: body.get(k, "<absent>") for k in want}
         ctx.require(
@@ -1078,7 +1045,6 @@ async def cancel_activity_heartbeat(ctx: CheckContext) -> None:
             expected=want,
             received=got,
             replies=[reply],
-            requirement="CANCEL-ACTIVITY-HEARTBEAT",
         )
 
 
@@ -1097,9 +1063,7 @@ async def cancel_activity_outcome_ignored(ctx: CheckContext) -> None:
         )
         for verb, act, body in reports:
             reply = await activity_call(ctx, act, verb, body)
-            out = ctx.expect(
-                reply, 409, reason, what=f"activity {verb} after {op}", requirement="CANCEL-ACTIVITY-OUTCOME-IGNORED"
-            )
+            out = ctx.expect(reply, 409, reason, what=f"activity {verb} after {op}")
             got = {"outcome": out.get("outcome", "<absent>"), "recorded": out.get("recorded", "<absent>")}
             ctx.require(
                 _same(got["outcome"], "ignored") and _same(got["recorded"], False),
@@ -1107,7 +1071,6 @@ async def cancel_activity_outcome_ignored(ctx: CheckContext) -> None:
                 expected={"outcome": "ignored", "recorded": False},
                 received=got,
                 replies=[reply],
-                requirement="CANCEL-ACTIVITY-OUTCOME-IGNORED",
             )
         events = await _events(ctx, wid, run_id)
         ctx.require(
@@ -1115,7 +1078,6 @@ async def cancel_activity_outcome_ignored(ctx: CheckContext) -> None:
             f"activity outcomes reported after {op} are not recorded",
             expected="no ActivityCompleted / ActivityFailed",
             received=_types(events),
-            requirement="CANCEL-ACTIVITY-OUTCOME-IGNORED",
         )
 
 
@@ -1136,7 +1098,7 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
     wf, _ = await _lease(ctx, worker, queue)
     async with _other_client(ctx) as operator:
         reply = await operator.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance: other client"})
-        ctx.expect(reply, 200, what="cancel from a separate client", requirement="DISPATCH-CANCEL-DURABLE")
+        ctx.expect(reply, 200, what="cancel from a separate client")
     reply = await ctx.wf_call(wf, "heartbeat")
     _expect_run_closed(
         ctx,
@@ -1148,14 +1110,13 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
         what="the worker's workflow-task heartbeat",
     )
     reply = await activity_call(ctx, act, "heartbeat")
-    body = ctx.expect(reply, 200, what="the worker's activity heartbeat", requirement="DISPATCH-CANCEL-DURABLE")
+    body = ctx.expect(reply, 200, what="the worker's activity heartbeat")
     ctx.require(
         body.get("cancel_requested") is True and body.get("can_continue") is False,
         "the activity heartbeat carries the cancel sent by the other client",
         expected="cancel_requested true, can_continue false",
         received={k: body.get(k) for k in ("cancel_requested", "can_continue", "reason")},
         replies=[reply],
-        requirement="DISPATCH-CANCEL-DURABLE",
     )
     for kind in ("workflow", "activity"):
         reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else poll_activity(ctx, worker, queue))
@@ -1166,7 +1127,6 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
             expected="no task of the run",
             received=task,
             replies=[reply],
-            requirement="DISPATCH-CANCEL-DURABLE",
         )
 
 
@@ -1184,27 +1144,25 @@ async def control_start_outcomes(ctx: CheckContext) -> None:
     wid = ctx.uid("wf")
     body = {"workflow_type": "conformance.Probe", "workflow_id": wid, "task_queue": queue}
     reply = await ctx.client.control("POST", "/workflows", body)
-    first = ctx.expect(reply, 201, what="a new start", requirement="CONTROL-START")
+    first = ctx.expect(reply, 201, what="a new start")
     ctx.require(
         first.get("outcome") == "started_new" and bool(first.get("run_id")),
         "a new start says outcome started_new and names its run_id",
         expected="started_new",
         received={k: first.get(k) for k in ("outcome", "run_id")},
         replies=[reply],
-        requirement="CONTROL-START",
     )
     reply = await ctx.client.control("POST", "/workflows", body)
-    dup = ctx.expect(reply, 409, what="a second start of an active workflow id", requirement="CONTROL-START")
+    dup = ctx.expect(reply, 409, what="a second start of an active workflow id")
     ctx.require(
         "rejected_duplicate" in (dup.get("reason"), dup.get("outcome")),
         "the duplicate start is rejected_duplicate",
         expected="reason or outcome rejected_duplicate",
         received={k: dup.get(k) for k in ("reason", "outcome")},
         replies=[reply],
-        requirement="CONTROL-START",
     )
     reply = await ctx.client.control("POST", "/workflows", {**body, "duplicate_policy": "use-existing"})
-    same = ctx.expect(reply, 200, what="a start with duplicate_policy use-existing", requirement="CONTROL-START")
+    same = ctx.expect(reply, 200, what="a start with duplicate_policy use-existing")
     existing = same.get("outcome") == "returned_existing_active" and same.get("run_id") == first.get("run_id")
     ctx.require(
         existing,
@@ -1212,7 +1170,6 @@ async def control_start_outcomes(ctx: CheckContext) -> None:
         expected={"outcome": "returned_existing_active", "run_id": first.get("run_id")},
         received={k: same.get(k) for k in ("outcome", "run_id")},
         replies=[reply],
-        requirement="CONTROL-START",
     )
     bad: dict[str, dict[str, Any]] = {
         "duplicate_policy use_existing": {"duplicate_policy": "use_existing"},
@@ -1226,15 +1183,9 @@ async def control_start_outcomes(ctx: CheckContext) -> None:
     for what, extra in bad.items():
         other = ctx.uid("wf")
         reply = await ctx.client.control("POST", "/workflows", {**body, "workflow_id": other, **extra})
-        ctx.expect(reply, 422, what=f"a start with {what}", requirement="CONTROL-START")
+        ctx.expect(reply, 422, what=f"a start with {what}")
         probe = await ctx.client.control("GET", f"/workflows/{other}")
-        ctx.expect(
-            probe,
-            404,
-            "instance_not_found",
-            what=f"describe after the rejected start with {what}",
-            requirement="CONTROL-START",
-        )
+        ctx.expect(probe, 404, "instance_not_found", what=f"describe after the rejected start with {what}")
 
 
 @check("CONTROL-HISTORICAL-RUN")
@@ -1253,28 +1204,20 @@ async def control_historical_run_rejected(ctx: CheckContext) -> None:
         "continue_as_new makes a new current run",
         expected=f"a run_id other than {first_run}",
         received=current,
-        requirement="CONTROL-HISTORICAL-RUN",
     )
     for path in ("signal/ping", "cancel", "terminate"):
         reply = await ctx.client.control("POST", f"/workflows/{wid}/runs/{first_run}/{path}", {})
-        ctx.expect(
-            reply,
-            409,
-            "historical_run_command_rejected",
-            what=f"{path} aimed at the historical run",
-            requirement="CONTROL-HISTORICAL-RUN",
-        )
+        ctx.expect(reply, 409, "historical_run_command_rejected", what=f"{path} aimed at the historical run")
     described = await ctx.describe(wid)
     ctx.require(
         described.get("run_id") == current and described.get("status") in LIVE_RUN_STATUSES,
         "rejected historical-run commands do not touch the current run",
         expected=f"run {current} still live",
         received={k: described.get(k) for k in ("run_id", "status")},
-        requirement="CONTROL-HISTORICAL-RUN",
     )
     # The same route on the current run is accepted: the 409 above is about the run, not the route.
     reply = await ctx.client.control("POST", f"/workflows/{wid}/runs/{current}/signal/ping", {})
-    ctx.expect(reply, 202, what="a signal aimed at the current run", requirement="CONTROL-HISTORICAL-RUN")
+    ctx.expect(reply, 202, what="a signal aimed at the current run")
 
 
 @check("CONTROL-UNKNOWN-WORKFLOW")
@@ -1289,26 +1232,14 @@ async def control_unknown_workflow_and_run(ctx: CheckContext) -> None:
     ]
     for method, path in calls:
         reply = await ctx.client.control(method, path, {} if method == "POST" else None)
-        ctx.expect(
-            reply,
-            404,
-            "instance_not_found",
-            what=f"{method} on an unknown workflow",
-            requirement="CONTROL-UNKNOWN-WORKFLOW",
-        )
+        ctx.expect(reply, 404, "instance_not_found", what=f"{method} on an unknown workflow")
     wid, _ = await ctx.start(ctx.uid("q"))
     ghost = ctx.uid("no-such-run")
     run = f"/workflows/{wid}/runs/{ghost}"
     calls = [("GET", run), ("GET", f"{run}/history"), ("POST", f"{run}/signal/ping"), ("POST", f"{run}/cancel")]
     for method, path in calls:
         reply = await ctx.client.control(method, path, {} if method == "POST" else None)
-        ctx.expect(
-            reply,
-            404,
-            "run_not_found",
-            what=f"{method} on an unknown run of a known workflow",
-            requirement="CONTROL-UNKNOWN-WORKFLOW",
-        )
+        ctx.expect(reply, 404, "run_not_found", what=f"{method} on an unknown run of a known workflow")
 
 
 @check("CONTROL-CANCEL-CLOSES-RUN")
@@ -1368,12 +1299,11 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
         await ctx.complete(task, [_activity_cmd(act_type)]),
         200,
         what="the owner's complete in its own namespace after the foreign calls",
-        requirement="NAMESPACE-SCOPED",
     )
     act, _ = await next_activity(ctx, worker, queue)
     await _foreign_activity_calls(ctx, act, other)
     answer = await _foreign_query_calls(ctx, wid, worker, queue, other)
-    ctx.expect(answer, 200, what="the control-plane query", requirement="NAMESPACE-SCOPED")
+    ctx.expect(answer, 200, what="the control-plane query")
     events = await _events(ctx, wid, run_id)
     ctx.require(
         "foreign" not in json.dumps(answer.json()) and _count(events, "ActivityFailed") == 0,
@@ -1381,7 +1311,6 @@ async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
         expected="the home namespace's answers only",
         received={"query": answer.json().get("result"), "events": _types(events)},
         replies=[answer],
-        requirement="NAMESPACE-SCOPED",
     )
 
 

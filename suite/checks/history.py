@@ -255,7 +255,6 @@ async def history_pagination_complete(ctx: CheckContext) -> None:
         f"a {n}-event history polled with history_page_size {p} carries a cursor",
         expected="has_more/next_after_sequence or next_history_page_token",
         received={k: run.task.get(k) for k in ("has_more", "next_after_sequence", "next_history_page_token")},
-        requirement="HISTORY-PAGINATION-COMPLETE",
     )
     for style in styles:
         ctx.expect(await ctx.wf_call(run.task, "heartbeat"), 200, what="workflow-task heartbeat between walks")
@@ -265,7 +264,6 @@ async def history_pagination_complete(ctx: CheckContext) -> None:
             f"following {style} yields every sequence 1..{n} exactly once, in order",
             expected=f"1..{n}",
             received=check_sequences(seen) or f"{len(seen)} sequences ending {seen[-3:]}",
-            requirement="HISTORY-PAGINATION-COMPLETE",
         )
 
 
@@ -297,7 +295,7 @@ async def history_page_size_capped(ctx: CheckContext) -> None:
     for key in ("page_size", "history_page_size"):
         reply = await _page(ctx, run, after_sequence=0, **{key: 5000})
         if reply.status != 422:
-            body = ctx.expect(reply, 200, what=f"history with {key} 5000", requirement=req)
+            body = ctx.expect(reply, 200, what=f"history with {key} 5000")
             check_page(reply, body.get("history_events"), f"history with {key} 5000")
     reply = await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": 0}])
     ctx.expect(reply, 200, what="a zero-delay timer")
@@ -308,7 +306,7 @@ async def history_page_size_capped(ctx: CheckContext) -> None:
 
     poll = await ctx.wait_until(probe, timeout=15, what="a poll with history_page_size 5000 (422 or a lease)")
     if poll.status != 422:
-        body = ctx.expect(poll, 200, what="poll with history_page_size 5000", requirement=req)
+        body = ctx.expect(poll, 200, what="poll with history_page_size 5000")
         check_page(poll, body["task"].get("history_events"), "poll with history_page_size 5000")
 
 
@@ -318,20 +316,9 @@ async def history_invalid_page_token(ctx: CheckContext) -> None:
     run = await _long_run(ctx, 3)
     for token in ("!!not-base64!!", "LTE=", "YWJj", "MS41"):  # not base64, then base64 of -1, abc and 1.5
         reply = await _page(ctx, run, next_history_page_token=token)
-        ctx.expect(
-            reply,
-            400,
-            "invalid_page_token",
-            what=f"history with next_history_page_token {token!r}",
-            requirement="HISTORY-INVALID-TOKEN",
-        )
+        ctx.expect(reply, 400, "invalid_page_token", what=f"history with next_history_page_token {token!r}")
     reply = await _page(ctx, run, next_history_page_token="MQ==")
-    ctx.expect(
-        reply,
-        200,
-        what="history with the valid token 'MQ==' (after sequence 1)",
-        requirement="HISTORY-INVALID-TOKEN",
-    )
+    ctx.expect(reply, 200, what="history with the valid token 'MQ==' (after sequence 1)")
 
 
 @check("HISTORY-BOTH-CURSORS")
@@ -349,7 +336,6 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
         "a partial inline page carries both has_more/next_after_sequence and next_history_page_token",
         expected={"has_more": True, "next_after_sequence": p, "next_history_page_token": "<token>"},
         received=emitted,
-        requirement=req,
     )
     by_seq = await _page(ctx, run, after_sequence=p, page_size=p)
     by_token = await _page(ctx, run, next_history_page_token=run.task["next_history_page_token"], page_size=p)
@@ -362,7 +348,6 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
         expected=wanted,
         received={"after_sequence": _seqs(a), "next_history_page_token": _seqs(b)},
         replies=[by_seq, by_token],
-        requirement=req,
     )
     for reply in (by_seq, by_token):
         body = reply.json()
@@ -374,10 +359,9 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
             expected={"has_more": True, "next_after_sequence": 2 * p, "next_history_page_token": "<token>"},
             received={k: body.get(k) for k in emitted},
             replies=[reply],
-            requirement=req,
         )
     last = await _page(ctx, run, after_sequence=_size(run) - 1, page_size=p)
-    body = ctx.expect(last, 200, what="the last history page", requirement=req)
+    body = ctx.expect(last, 200, what="the last history page")
     ctx.require(
         body.get("has_more") is False
         and body.get("next_after_sequence") is None
@@ -386,7 +370,6 @@ async def history_both_cursor_styles(ctx: CheckContext) -> None:
         expected={"has_more": False, "next_after_sequence": None, "next_history_page_token": None},
         received={k: body.get(k) for k in emitted},
         replies=[last],
-        requirement=req,
     )
 
 
@@ -444,18 +427,12 @@ async def history_one_terminal_event_per_run(ctx: CheckContext) -> None:
 async def history_one_workflow_completed(ctx: CheckContext) -> None:
     """After a second complete or a fail of an already completed task (also sent concurrently), history
     shows exactly one WorkflowCompleted."""
-    req = "HISTORY-ONE-WORKFLOW-COMPLETED"
     run = await leased_run(ctx)
-    ctx.expect(
-        await ctx.complete(run.task, [{"type": "complete_workflow"}]),
-        200,
-        what="complete_workflow",
-        requirement=req,
-    )
+    ctx.expect(await ctx.complete(run.task, [{"type": "complete_workflow"}]), 200, what="complete_workflow")
     again = await ctx.complete(run.task, [{"type": "complete_workflow"}])
-    ctx.expect(again, 409, what="a second complete of the completed task", requirement=req)
+    ctx.expect(again, 409, what="a second complete of the completed task")
     fail = await ctx.wf_call(run.task, "fail", {"failure": {"message": "late"}})
-    ctx.expect(fail, 409, what="a fail of the completed task", requirement=req)
+    ctx.expect(fail, 409, what="a fail of the completed task")
     # The same, raced: two completes of one lease at once.
     raced = await leased_run(ctx)
     both = await asyncio.gather(
@@ -468,7 +445,6 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
         expected="[200, 409]",
         received=sorted(r.status for r in both),
         replies=list(both),
-        requirement=req,
     )
     for r, replies in ((run, [again, fail]), (raced, list(both))):
         events = await ctx.history(r.workflow_id, r.run_id)
@@ -479,7 +455,6 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
             expected=1,
             received=[e.get("event_type") for e in events],
             replies=replies,
-            requirement=req,
         )
 
 
@@ -487,7 +462,6 @@ async def history_one_workflow_completed(ctx: CheckContext) -> None:
 async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
     """Duplicate, late and concurrent completes and fails of activity attempts leave at most one terminal
     event per activity_attempt_id in control-plane history."""
-    req = "HISTORY-ONE-TERMINAL-PER-ATTEMPT"
     run = await leased_run(ctx)
     activity = {
         "type": "schedule_activity",
@@ -522,7 +496,6 @@ async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
         expected="3 terminal activity events",
         received=summary,
         replies=replies,
-        requirement=req,
     )
     keys = Counter(
         (e.get("payload") or {}).get("activity_attempt_id") for e in terminal if isinstance(e.get("payload"), dict)
@@ -534,7 +507,6 @@ async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
         expected="at most one per attempt",
         received=repeated,
         replies=replies,
-        requirement=req,
     )
     attempts = {t.get("activity_attempt_id") for t in tasks}
     named = {k for k in keys if k is not None}
@@ -544,7 +516,6 @@ async def history_one_terminal_event_per_attempt(ctx: CheckContext) -> None:
         expected=sorted(str(a) for a in attempts),
         received=sorted(str(k) for k in named),
         replies=replies,
-        requirement=req,
     )
 
 
@@ -561,7 +532,6 @@ def _compressed(reply: Reply) -> tuple[str, str] | None:
 async def compression_below_threshold(ctx: CheckContext) -> None:
     """With gzip opted in, pages of fewer than 50 events (of a 60+ event run) come back uncompressed, inline
     on the poll and from the history route."""
-    req = "COMPRESSION-BELOW-THRESHOLD"
     run = await _long_run(ctx, 60, history_page_size=THRESHOLD - 1, accept_history_encoding="gzip")
     ctx.require(
         "history_events_compressed" not in run.task and len(run.task.get("history_events") or []) == 49,
@@ -571,7 +541,6 @@ async def compression_below_threshold(ctx: CheckContext) -> None:
             "history_events": len(run.task.get("history_events") or []),
             "history_events_encoding": run.task.get("history_events_encoding"),
         },
-        requirement=req,
     )
     for what, fields in (
         ("a 49-event page", {"after_sequence": 0, "page_size": THRESHOLD - 1}),
@@ -580,7 +549,7 @@ async def compression_below_threshold(ctx: CheckContext) -> None:
     ):
         for accept in ("gzip", "deflate", "gzip, deflate"):
             reply = await _page(ctx, run, accept_history_encoding=accept, **fields)
-            body = ctx.expect(reply, 200, what=f"history of {what} with {accept!r}", requirement=req)
+            body = ctx.expect(reply, 200, what=f"history of {what} with {accept!r}")
             ctx.require(
                 _compressed(reply) is None and bool(body.get("history_events")),
                 f"{what} (fewer than 50 events) is never compressed, even with {accept!r} opted in",
@@ -590,7 +559,6 @@ async def compression_below_threshold(ctx: CheckContext) -> None:
                     "history_events_encoding": body.get("history_events_encoding"),
                 },
                 replies=[reply],
-                requirement=req,
             )
 
 
@@ -727,10 +695,9 @@ async def compression_opt_in_only(ctx: CheckContext) -> None:
 @check("COMPRESSION-GZIP-PREFERRED")
 async def compression_prefers_gzip(ctx: CheckContext) -> None:
     """With both gzip and deflate listed the server picks gzip; encoding names match case-insensitively."""
-    req = "COMPRESSION-GZIP-PREFERRED"
     run = await _long_run(ctx, 64)
     probe = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding="gzip")
-    ctx.expect(probe, 200, what="history with 'gzip'", requirement=req)
+    ctx.expect(probe, 200, what="history with 'gzip'")
     if _compressed(probe) is None:
         raise NotCovered(
             "the target did not compress a 64-event page offered gzip (compression is a MAY), so its "
@@ -738,7 +705,7 @@ async def compression_prefers_gzip(ctx: CheckContext) -> None:
         )
     for accept in ("deflate, gzip", "deflate,gzip", "GZIP", "Deflate, GZip"):
         reply = await _page(ctx, run, after_sequence=0, page_size=1000, accept_history_encoding=accept)
-        ctx.expect(reply, 200, what=f"history with {accept!r}", requirement=req)
+        ctx.expect(reply, 200, what=f"history with {accept!r}")
         got = _compressed(reply)
         ctx.require(
             got is not None and got[0] == "gzip",
@@ -746,5 +713,4 @@ async def compression_prefers_gzip(ctx: CheckContext) -> None:
             expected="history_events_encoding gzip",
             received=got[0] if got else "not compressed",
             replies=[probe, reply],
-            requirement=req,
         )

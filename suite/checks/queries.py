@@ -126,21 +126,16 @@ async def _worker_fails_query(ctx: CheckContext, reason: str, requirement: str) 
 async def query_unknown_is_404(ctx: CheckContext) -> None:
     """A worker fail with reason rejected_unknown_query makes the query 404 rejected_unknown_query."""
     reply = await _worker_fails_query(ctx, "rejected_unknown_query", "QUERY-UNKNOWN-404")
-    ctx.expect(reply, 404, "rejected_unknown_query", what="the control-plane query", requirement="QUERY-UNKNOWN-404")
+    ctx.expect(reply, 404, "rejected_unknown_query", what="the control-plane query")
 
 
 @check("QUERY-REJECTED-409")
 async def query_rejected_is_409(ctx: CheckContext) -> None:
     """A worker fail with reason query_rejected (or any other reason) makes the query 409."""
     reply = await _worker_fails_query(ctx, "query_rejected", "QUERY-REJECTED-409")
-    ctx.expect(reply, 409, "query_rejected", what="the control-plane query", requirement="QUERY-REJECTED-409")
+    ctx.expect(reply, 409, "query_rejected", what="the control-plane query")
     reply = await _worker_fails_query(ctx, "conformance_custom_failure", "QUERY-REJECTED-409")
-    ctx.expect(
-        reply,
-        409,
-        what="the control-plane query failed with a custom reason",
-        requirement="QUERY-REJECTED-409",
-    )
+    ctx.expect(reply, 409, what="the control-plane query failed with a custom reason")
 
 
 @check("QUERY-NO-WORKER-FAST")
@@ -154,13 +149,7 @@ async def query_no_worker_fast(ctx: CheckContext) -> None:
         "POST", f"/workflows/{run.workflow_id}/query/status", {"input": QUERY_ARGS}, timeout=timeout + 15
     )
     elapsed = time.monotonic() - started
-    ctx.expect(
-        reply,
-        409,
-        "query_worker_unavailable",
-        what="a query nobody can answer",
-        requirement="QUERY-NO-WORKER-FAST",
-    )
+    ctx.expect(reply, 409, "query_worker_unavailable", what="a query nobody can answer")
     limit = min(timeout / 2, 5.0)
     ctx.require(
         elapsed < limit,
@@ -168,7 +157,6 @@ async def query_no_worker_fast(ctx: CheckContext) -> None:
         expected=f"< {limit:g}s (the query timeout is {timeout:g}s)",
         received=f"{elapsed:.2f}s",
         replies=[reply],
-        requirement="QUERY-NO-WORKER-FAST",
     )
 
 

@@ -592,7 +592,6 @@ def _rejected_calls(ctx: CheckContext, live: _LiveRun) -> list[Call]:
 async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
     """Fenced, rejected and invalid calls on a live run leave describe and history exactly as they were, and
     the owner can still complete every task afterwards."""
-    req = "ROBUST-REJECTED-NO-STATE-CHANGE"
     live = await _live_run(ctx)
     for label, call in _rejected_calls(ctx, live):
         await _renew(ctx, live)
@@ -604,7 +603,6 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
             expected="a 4xx rejection",
             received=f"{reply.status} {reply.reason or ''}",
             replies=[reply],
-            requirement=req,
         )
         after = await _snapshot(ctx, live.run)
         ctx.require(
@@ -613,13 +611,12 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
             expected="describe and history unchanged",
             received=_diff(before, after),
             replies=[reply],
-            requirement=req,
         )
     reply = await ctx.complete(live.wf, [{"type": "start_timer", "delay_seconds": 3600}])
-    ctx.expect(reply, 200, what="the owner's workflow-task complete after the rejected calls", requirement=req)
+    ctx.expect(reply, 200, what="the owner's workflow-task complete after the rejected calls")
     for task in (live.a, live.b):
         reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("fine")})
-        ctx.expect(reply, 200, what="the owner's activity complete after the rejected calls", requirement=req)
+        ctx.expect(reply, 200, what="the owner's activity complete after the rejected calls")
     # Rejections of tasks that are already finished change nothing either.
     finished: list[Call] = [
         ("a second workflow-task complete", lambda: ctx.complete(live.wf, [{"type": "complete_workflow"}])),
@@ -628,14 +625,7 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
     for label, call in finished:
         before = await _snapshot(ctx, live.run)
         reply = await call()
-        ctx.require(
-            reply.status == 409,
-            f"{label} is rejected",
-            expected="409",
-            received=reply.status,
-            replies=[reply],
-            requirement=req,
-        )
+        ctx.require(reply.status == 409, f"{label} is rejected", expected="409", received=reply.status, replies=[reply])
         after = await _snapshot(ctx, live.run)
         ctx.require(
             after == before,
@@ -643,7 +633,6 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
             expected="describe and history unchanged",
             received=_diff(before, after),
             replies=[reply],
-            requirement=req,
         )
 
 
@@ -764,7 +753,6 @@ def _fail_open(ctx: CheckContext, reply: Reply, what: str, *, ok: frozenset[int]
 @check("HOOKS-FAIL-OPEN")
 async def hooks_fail_open(ctx: CheckContext) -> None:
     """Malformed activity progress and worker metrics are ignored or 422, never 5xx, and break nothing."""
-    req = "HOOKS-FAIL-OPEN"
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     for progress in MALFORMED_PROGRESS:
@@ -777,7 +765,6 @@ async def hooks_fail_open(ctx: CheckContext) -> None:
                 expected="can_continue: true",
                 received=reply.json().get("can_continue"),
                 replies=[reply],
-                requirement=req,
             )
     for metrics in MALFORMED_METRICS:
         _fail_open(
@@ -795,9 +782,9 @@ async def hooks_fail_open(ctx: CheckContext) -> None:
             ok=frozenset({200, 201}),
         )
     reply = await ctx.client.worker("/heartbeat", {"worker_id": run.worker})
-    ctx.expect(reply, 200, what="a clean worker heartbeat after the malformed ones", requirement=req)
+    ctx.expect(reply, 200, what="a clean worker heartbeat after the malformed ones")
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("done")})
-    ctx.expect(reply, 200, what="the activity complete after malformed telemetry", requirement=req)
+    ctx.expect(reply, 200, what="the activity complete after malformed telemetry")
 
 
 @check("HOOKS-OBSERVE-ONLY")
