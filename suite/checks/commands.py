@@ -128,6 +128,14 @@ def _scope_judge(ctx: CheckContext, requirement: str) -> Callable[[Reply, str], 
     return judge
 
 
+async def _commands_refused(
+    ctx: CheckContext, run: LeasedRun, cases: Iterable[tuple[str, dict[str, Any]]], what: str, requirement: str
+) -> None:
+    """Each command, alone in a batch, is a 422 field-shape refusal that changes nothing."""
+    bodies = _batches((label, [command]) for label, command in cases)
+    await _refused_without_effect(ctx, run, bodies, _scope_judge(ctx, requirement), what, requirement)
+
+
 def _batches(cases: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
     return [(label, {"commands": commands}) for label, commands in cases]
 
@@ -387,14 +395,7 @@ async def commands_field_scope(ctx: CheckContext) -> None:
         ),
         ("non_retryable on complete_workflow", {"type": "complete_workflow", "non_retryable": True}),
     ]
-    await _refused_without_effect(
-        ctx,
-        run,
-        _batches((what, [command]) for what, command in cases),
-        _scope_judge(ctx, "COMMANDS-FIELD-SCOPE"),
-        "a command with an out-of-scope field",
-        "COMMANDS-FIELD-SCOPE",
-    )
+    await _commands_refused(ctx, run, cases, "a command with an out-of-scope field", "COMMANDS-FIELD-SCOPE")
 
 
 @check("COMMANDS-TIMEOUT-ORDER")
@@ -425,14 +426,7 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
             activity(schedule_to_start_timeout=10, schedule_to_close_timeout=5),
         ),
     ]
-    await _refused_without_effect(
-        ctx,
-        run,
-        _batches((what, [command]) for what, command in cases),
-        _scope_judge(ctx, "COMMANDS-TIMEOUT-ORDER"),
-        "a schedule_activity with misordered timeouts",
-        "COMMANDS-TIMEOUT-ORDER",
-    )
+    await _commands_refused(ctx, run, cases, "a schedule_activity with misordered timeouts", "COMMANDS-TIMEOUT-ORDER")
     # "≤" allows equality: a server that rejects everything with timeouts would fail here.
     ok = activity(
         heartbeat_timeout=3600,
