@@ -274,15 +274,7 @@ def _run(
     workdir = report_dir / folder / (f"{_folder_of(mutant)}+proxy" if proxy else _folder_of(mutant))
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    # Role tokens and a full-access token, as for --target=embedded, so the auth requirements are covered;
-    # passed in the environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(
-        DW_WORKER_TOKEN=secrets.token_urlsafe(18),
-        DW_OPERATOR_TOKEN=secrets.token_urlsafe(18),
-        DW_ADMIN_TOKEN=secrets.token_urlsafe(18),
-        DW_AUTH_TOKEN=secrets.token_urlsafe(18),  # the full-access token beside them (AUTH-FULL-ACCESS-TOKEN)
-    )
+    env = _token_env()
     started = time.monotonic()
     fault_args = ["--fault", mutant.name] if mutant else []
     try:
@@ -298,14 +290,7 @@ def _run(
             "pytest",
             f"--target={server.url}",
             f"--report-dir={workdir / 'reports'}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            *(_selection(machines) if selection is None else selection),
-            *[a for r in requirements for a in ("--requirement", r)],
-            *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
-            # A machine's kill is what counts here, not its minimal program (shrinking replays it for minutes).
-            *(["--no-machine-shrink"] if machines else []),
+            *_suite_options(requirements, proxy=proxy, machines=machines, selection=selection),
         ]
         suite_started = time.monotonic()
         try:
@@ -329,6 +314,39 @@ def _run(
     result.report = str(found[-1].parent / "report.html")
     _judge(result, json.loads(found[-1].read_text(encoding="utf-8")))
     return result
+
+
+def _token_env() -> dict[str, str]:
+    """The environment of a server and its suite run: role tokens and a full-access token, as for
+    --target=embedded, so the auth requirements are covered; pytest's own variables left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(
+        DW_WORKER_TOKEN=secrets.token_urlsafe(18),
+        DW_OPERATOR_TOKEN=secrets.token_urlsafe(18),
+        DW_ADMIN_TOKEN=secrets.token_urlsafe(18),
+        DW_AUTH_TOKEN=secrets.token_urlsafe(18),  # the full-access token beside them (AUTH-FULL-ACCESS-TOKEN)
+    )
+    return env
+
+
+def _suite_options(
+    requirements: Sequence[str],
+    *,
+    proxy: str | None,
+    machines: Sequence[str],
+    selection: Sequence[str] | None,
+) -> list[str]:
+    """The pytest options of one suite run after its target and report folder."""
+    return [
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *(_selection(machines) if selection is None else selection),
+        *[a for r in requirements for a in ("--requirement", r)],
+        *(["--faults", proxy, "--fault-seed", str(PROXY_SEED)] if proxy else []),
+        # A machine's kill is what counts here, not its minimal program (shrinking replays it for minutes).
+        *(["--no-machine-shrink"] if machines else []),
+    ]
 
 
 def _selection(machines: Sequence[str]) -> list[str]:
