@@ -125,6 +125,10 @@ FAULTS: dict[str, Fault] = {
         "Worker history pages after the first skip one event (a gap in the sequence).",
         ("HISTORY-PAGINATION-COMPLETE",),
     ),
+    "history-page-uncapped": Fault(
+        "The worker history route serves a page_size over 1000 whole: a page of a long run holds over 1000 events.",
+        ("HISTORY-PAGE-SIZE-CAP",),
+    ),
     "accept-invalid-page-token": Fault(
         "An undecodable next_history_page_token reads history from the start instead of 400 invalid_page_token.",
         ("HISTORY-INVALID-TOKEN",),

@@ -372,12 +372,19 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
             hist.decode_page_token(body["next_history_page_token"])
         except Rejection:  # the bug: a token that does not decode is read as "from the start"
             body = {k: v for k, v in body.items() if k != "next_history_page_token"}
+    requested = body.get("page_size", body.get("history_page_size"))
+    uncapped = fault(t.settings, "history-page-uncapped") and isinstance(requested, int) and requested > 1000
+    if uncapped:  # the bug: a page size over the cap is neither refused nor capped
+        body = {k: v for k, v in body.items() if k not in ("page_size", "history_page_size")}
     cursor = hist.resolve_cursor(body)
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
     run = t.run(task["run_id"])
     events = worker_page(t, task, run, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
     page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
+    if uncapped:
+        whole = worker_page(t, task, run, cursor.after_sequence, int(requested))
+        page = hist.Page(events=whole, has_more=False, next_after_sequence=None, next_history_page_token=None)
     accept = body.get("accept_history_encoding")
     return {
         "task_id": task_id,
