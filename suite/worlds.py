@@ -19,19 +19,24 @@ from typing import Any, TypeVar
 from .client import Reply
 from .context import CheckContext, fenced_body
 from .outcomes import CheckFailure
+from .protocol.fencing import parse_rfc3339
 
 __all__ = [
     "ACTIVITY_TYPE",
+    "ACT_LEASE",
     "QUERY_ARGS",
     "READY_WITHIN",
     "SCHEDULED",
+    "WF_LEASE",
     "ActivityRun",
     "LeasedRun",
     "QueryRun",
     "activity_call",
     "attributed",
+    "instant",
     "lease_activity",
     "lease_activity_at",
+    "lease_length",
     "lease_query",
     "leased_activity",
     "leased_run",
@@ -51,6 +56,9 @@ ACTIVITY_TYPE = "conformance.act"
 SCHEDULED = "ACTIVITY-SCHEDULED-LEASABLE"
 # How long a ready task may take to show up on a poll: generous, because only a broken server waits it out.
 READY_WITHIN = 10.0
+# A lease a check waits out: the test_profile key that advertises it, what it is, the setting that shortens it.
+WF_LEASE = ("workflow_task_lease_seconds", "the workflow-task lease", "workflow_task_lease_seconds")
+ACT_LEASE = ("activity_task_lease_seconds", "the activity-task lease", "activity_task_lease_seconds")
 QUERY_ARGS = ["conformance", 7]
 # When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -101,6 +109,28 @@ async def next_activity(
         return (task, reply) if isinstance(task, dict) else None
 
     return await ctx.wait_until(probe, timeout=within, what=f"an activity task for {worker} on {queue}")
+
+
+def instant(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp of the target's, or None when it is missing or malformed."""
+    try:
+        return parse_rfc3339(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def lease_length(ctx: CheckContext, task: dict[str, Any], reply: Reply, kind: tuple[str, str, str]) -> float:
+    """The advertised lease, else ``lease_expires_at`` minus the reply's Date; not covered if too long."""
+    key, what, setting = kind
+    advertised = ctx.target.test_profile.get(key)
+    seconds: float | None = None
+    if isinstance(advertised, int | float) and not isinstance(advertised, bool) and advertised > 0:
+        seconds = float(advertised)
+    else:
+        expires, now = instant(task.get("lease_expires_at")), reply.server_date
+        if expires is not None and now is not None:
+            seconds = max(0.0, (expires - now).total_seconds())
+    return ctx.needs_short(seconds, what, setting)
 
 
 # -- a run that scheduled activities -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     messages,
     polling,
     queries,
+    read_back,
     robustness,
     sessions,
     versioning,

@@ -15,26 +15,31 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from suite.client import ProtocolClient, Reply
 from suite.context import CLOCK_SKEW, CheckContext
 from suite.protocol.commands import LEGACY_START_FIELDS
-from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import RUN_TERMINAL_EVENTS
 from suite.protocol.lifecycles import RUN_LIVE_STATUSES
 from suite.registry import check
-from suite.worlds import activity_call, next_activity, poll_activity, require_open
+from suite.worlds import (
+    ACT_LEASE,
+    WF_LEASE,
+    activity_call,
+    instant,
+    lease_length,
+    next_activity,
+    poll_activity,
+    require_open,
+)
 
 # Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
 SLACK = 10.0
 # The four workflow-task verbs fenced by §8.9.
 VERBS = ("heartbeat", "complete", "fail", "history")
 LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
-
-WF_LEASE = ("workflow_task_lease_seconds", "the workflow-task lease", "workflow_task_lease_seconds")
-ACT_LEASE = ("activity_task_lease_seconds", "the activity-task lease", "activity_task_lease_seconds")
 
 
 # -- commands and bodies -----------------------------------------------------------------------------------
@@ -94,27 +99,6 @@ async def _started_with_activities(
 # -- time --------------------------------------------------------------------------------------------------
 
 
-def _instant(value: Any) -> datetime | None:
-    try:
-        return parse_rfc3339(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _lease_length(ctx: CheckContext, task: dict[str, Any], reply: Reply, kind: tuple[str, str, str]) -> float:
-    """The advertised lease, else ``lease_expires_at`` minus the reply's Date; not covered if too long."""
-    key, what, setting = kind
-    advertised = ctx.target.test_profile.get(key)
-    seconds: float | None = None
-    if isinstance(advertised, int | float) and not isinstance(advertised, bool) and advertised > 0:
-        seconds = float(advertised)
-    else:
-        expires, now = _instant(task.get("lease_expires_at")), reply.server_date
-        if expires is not None and now is not None:
-            seconds = max(0.0, (expires - now).total_seconds())
-    return ctx.needs_short(seconds, what, setting)
-
-
 # -- judging -----------------------------------------------------------------------------------------------
 
 
@@ -155,7 +139,7 @@ def _expect_run_closed(
         requirement=requirement,
     )
     ctx.require(
-        _instant(body.get("run_closed_at")) is not None,
+        instant(body.get("run_closed_at")) is not None,
         f"{what}: run_closed carries the RFC 3339 instant the run closed in run_closed_at",
         expected="an RFC 3339 timestamp",
         received=body.get("run_closed_at", "<absent>"),
@@ -489,8 +473,8 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
     stranger = await ctx.register(queue)
     wid, run_id = await ctx.start(queue)
     task, reply = await _lease(ctx, holder, queue)
-    lease = _lease_length(ctx, task, reply, WF_LEASE)
-    expires = _instant(task.get("lease_expires_at"))
+    lease = lease_length(ctx, task, reply, WF_LEASE)
+    expires = instant(task.get("lease_expires_at"))
     ctx.require(
         expires is not None,
         "a leased task carries lease_expires_at (RFC 3339)",
@@ -566,7 +550,7 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
     successor = await ctx.register(queue)
     wid, run_id = await ctx.start(queue)
     task, reply = await _lease(ctx, crashed, queue)
-    lease = _lease_length(ctx, task, reply, WF_LEASE)
+    lease = lease_length(ctx, task, reply, WF_LEASE)
     # The crashed worker never calls again; the successor just keeps polling, as any worker would.
     new, _ = await _lease(ctx, successor, queue, within=lease + SLACK)
     previous = int(task.get("workflow_task_attempt") or 0)
@@ -644,14 +628,14 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
     third = await ctx.register(queue)
     await ctx.start(queue)
     task, reply = await _lease(ctx, first, queue)
-    lease = _lease_length(ctx, task, reply, WF_LEASE)
+    lease = lease_length(ctx, task, reply, WF_LEASE)
     ctx.needs_short(
         lease + SLACK,
         "a long poll spanning the workflow-task lease",
         "workflow_task_lease_seconds",
     )
     hold = min(60, math.ceil(lease + SLACK))
-    expires = _instant(task.get("lease_expires_at"))
+    expires = instant(task.get("lease_expires_at"))
     started = ctx.now()
     # With a test clock the hold is cut short at the lease's expiry: the poll must then answer at once.
     reply = await ctx.poll_wf(waiting, queue, hold, until=expires)
@@ -679,7 +663,7 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
         requirement="DISPATCH-LOST-NOTIFICATION",
     )
     # The second holder crashes too. Once the server's clock is past its lease, one short poll must get it.
-    expires = _instant(got.get("lease_expires_at"))
+    expires = instant(got.get("lease_expires_at"))
     ctx.require(
         expires is not None,
         "the redelivered task carries lease_expires_at",
@@ -791,7 +775,7 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         what="complete scheduling an activity",
     )
     old, reply = await next_activity(ctx, crashed, queue)
-    lease = _lease_length(ctx, old, reply, ACT_LEASE)
+    lease = lease_length(ctx, old, reply, ACT_LEASE)
     new, _ = await next_activity(ctx, successor, queue, within=lease + SLACK)
     req = "ACTIVITY-REDELIVERY-NEW-ATTEMPT"
     want = {
@@ -1010,11 +994,11 @@ async def cancel_no_redelivery_after_expiry(ctx: CheckContext) -> None:
     act, act_reply = await next_activity(ctx, holder, queue)
     ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/signal/wake", {}), 202, what="signal")
     wf, wf_reply = await _lease(ctx, holder, queue)
-    lease = max(_lease_length(ctx, wf, wf_reply, WF_LEASE), _lease_length(ctx, act, act_reply, ACT_LEASE))
+    lease = max(lease_length(ctx, wf, wf_reply, WF_LEASE), lease_length(ctx, act, act_reply, ACT_LEASE))
     ctx.expect(
         await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance"}), 200, what="cancel"
     )
-    instants = [i for i in (_instant(wf.get("lease_expires_at")), _instant(act.get("lease_expires_at"))) if i]
+    instants = [i for i in (instant(wf.get("lease_expires_at")), instant(act.get("lease_expires_at"))) if i]
     latest = max(instants) if instants else ctx.now() + timedelta(seconds=lease + CLOCK_SKEW)
     await ctx.wait_past(latest, within=lease + SLACK, what="both leases to expire")
     await _no_leases_after_close(ctx, queue, worker, {run_id}, "CANCEL-NO-NEW-LEASES")
