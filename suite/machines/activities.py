@@ -351,8 +351,16 @@ class ActivityMachine(MachineBase):
         self.races += 1
         ready = self.world.ready_work(self.now())
         polls = self.poll_race(len(workers), lambda i: self._poll(workers[i], 1), "activity")
-        self.granted_once(polls, lambda t: f"activity task {t.get('task_id')}", "DISPATCH-ONE-LEASE-PER-DELIVERY")
-        granted = [self.adopt(p, workers[i]) for i, p in polls if p.task is not None]
+        # One delivery is one attempt: two polls granted the same attempt break the rule at once; the same task
+        # as two attempts is a redelivery, judged by the model in grant order (legal once the first lease expired
+        # on the target's clock, which a race's held polls may move).
+        self.granted_once(
+            polls,
+            lambda t: f"activity task {t.get('task_id')} attempt {t.get('activity_attempt_id')}",
+            "DISPATCH-ONE-LEASE-PER-DELIVERY",
+        )
+        ordered = sorted((ip for ip in polls if ip[1].task is not None), key=lambda ip: _attempt_number(ip[1].task))
+        granted = [self.adopt(p, workers[i]) for i, p in ordered]
         if granted and len(workers) > ready:
             self.reached("duplicate_claim_raced")
 
@@ -613,3 +621,9 @@ class ActivityMachine(MachineBase):
         with self.judged():
             for state in oracle.check_run_history(run, events, self.now(), self.MARGIN):
                 self.reached(state)
+
+
+def _attempt_number(task: dict[str, Any] | None) -> int:
+    """A granted lease's attempt_number (0 when it names none: the model judges that)."""
+    number = (task or {}).get("attempt_number")
+    return number if isinstance(number, int) and not isinstance(number, bool) else 0
