@@ -36,7 +36,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -526,6 +526,11 @@ async def after_the_restart(
             assert body["activity_attempt_id"] == act.attempt_id, body
             if body["heartbeat_recorded"]:
                 ledger.renewed_until.setdefault(act.task_id, []).append(body["lease_expires_at"])
+            elif body["lease_expires_at"] is None:
+                # The restart took longer than the lease: the heartbeat closed the attempt as expired (a closed
+                # attempt holds no lease) — only once the acknowledged lease had run out (one host, one clock).
+                assert body["can_continue"] is False, body
+                assert datetime.now(UTC) >= parse_rfc3339(act.expires_at), (act, body)
             else:
                 assert body["lease_expires_at"] == act.expires_at, body
 
