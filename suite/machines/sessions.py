@@ -65,7 +65,9 @@ class SessionMachine(MachineBase):
         self.queue = self.ctx.uid("sq")
         self.workers: list[str] = []
         self.gone: set[str] = set()  # deregistered: never registered again, so staleness stays certain
-        self.sessions = [ShadowSession(self.ctx.uid("s")) for _ in range(SESSIONS)]
+        # One session of each example forbids reacquisition, the others allow it: losing a holder then reaches
+        # both outcomes of a reacquire in every run (reacquired, refused for good).
+        self.sessions = [ShadowSession(self.ctx.uid("s"), allow_reacquire=i > 0) for i in range(SESSIONS)]
 
     @initialize()
     def setup(self) -> None:
@@ -122,12 +124,13 @@ class SessionMachine(MachineBase):
         session = self.sessions[i % SESSIONS]
         return None if session.unsure else session
 
-    @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1), allow=st.booleans())
-    def create(self, w: int, s: int, allow: bool) -> None:
+    @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
+    def create(self, w: int, s: int) -> None:
         session, worker = self.pick(s), self.workers[w]
         if session is None:
             return
         self.settle(session)
+        allow = session.allow_reacquire  # the options of the call that creates it stay with the session
         options = SessionOptions(session.session_id, lease_seconds=LEASE, allow_reacquire_after_failure=allow)
         decision = model.admit(session.view(), options, self.facts(worker, session), explicit=True)
         body = {"worker_id": worker, **options.to_json()}
@@ -138,8 +141,6 @@ class SessionMachine(MachineBase):
             self.reached_refusal(decision)
             return
         if decision.event is not None:
-            if session.status is SessionStatus.NONE:
-                session.allow_reacquire = allow  # the options of the creating call stay with the session
             session.status, session.owner = advance(SESSION, session.status, decision.event), worker
         self.reached(str(decision.outcome))
 
@@ -184,7 +185,11 @@ class SessionMachine(MachineBase):
         contenders = [w for w in self.workers if w not in self.gone][:2]
         if len(contenders) < 2:
             return
-        body = {"session_id": session.session_id, "lease_seconds": LEASE}
+        body = {
+            "session_id": session.session_id,
+            "lease_seconds": LEASE,
+            "allow_reacquire_after_failure": session.allow_reacquire,
+        }
 
         async def one(i: int) -> Reply:
             return await self.ctx.client.worker("/sessions", {"worker_id": contenders[i], **body})
@@ -219,7 +224,8 @@ class SessionMachine(MachineBase):
     @precondition(lambda self: bool(self.held()))
     @rule(s=st.integers(0, SESSIONS - 1))
     def holder_leaves(self, s: int) -> None:
-        """The holder of a session deregisters; a fresh worker joins the pool in its place."""
+        """The holder of a session deregisters; a fresh worker joins the pool in its place and asks for the
+        holder's sessions."""
         held = self.held()
         if not held:
             return
@@ -232,7 +238,13 @@ class SessionMachine(MachineBase):
                 if x.owner == holder:
                     x.unsure = True
         self.gone.add(holder)
-        self.workers[self.workers.index(holder)] = self.run(self.ctx.register(self.queue))
+        slot = self.workers.index(holder)
+        self.workers[slot] = self.run(self.ctx.register(self.queue))
+        # The worker that took its place asks at once for each session the holder left behind: reacquired, or
+        # refused for good when it was created with allow_reacquire_after_failure false (the model judges both).
+        for i, x in enumerate(self.sessions):
+            if x.owner == holder and not x.unsure:
+                self.create(slot, i)
 
     def reached_refusal(self, decision: model.Admission) -> None:
         if decision.reason == "session_owned_by_another_worker":
