@@ -88,3 +88,12 @@ def run_suite(
     if found:
         results = json.loads(found[-1].read_text(encoding="utf-8"))
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, results)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: the whole-suite runs, then the other slow tests, then the rest (a stable sort), so that
+    under ``-n`` the workers start with the long tests and finish together instead of one running a long test
+    alone at the end."""
+    items.sort(
+        key=lambda item: 0 if item.get_closest_marker("whole_suite") else 1 if item.get_closest_marker("slow") else 2
+    )

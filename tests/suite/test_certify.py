@@ -1,8 +1,9 @@
 """Certification bundles: ``verify`` accepts a bundle of a complete CONFORMANT run and rejects every tampering.
 
 The bundles here are written by the same code a ``--certify`` run uses (:func:`suite.reports.write_reports`,
-:func:`suite.certify.write_manifest`) from a hand-built complete run; the slow test at the end makes one with
-a real ``pytest --target=embedded --certify -n 2`` run and verifies it with the console script.
+:func:`suite.certify.write_manifest`) from a hand-built complete run; ``tests/suite/test_server_ci_recipe.py``
+makes one with a real ``--certify`` run (through the server-CI recipe) and verifies it with the installed
+console script.
 """
 
 from __future__ import annotations
@@ -209,36 +210,3 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     proc = subprocess.run([str(script), "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stdout.strip() == f"REJECTED: {tmp_path}: no manifest: not a --certify bundle ({MANIFEST})"
-
-
-@pytest.mark.slow
-def test_a_real_certify_run_is_conformant_and_its_bundle_verifies(tmp_path: Path) -> None:
-    """The whole suite, as a vendor runs it: ``--certify -n 2`` against the embedded server, signed."""
-    private, public = keygen(tmp_path / "vendor.key")
-    reports = tmp_path / "reports"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--target=embedded",
-        "--certify",
-        "-n",
-        "2",
-        "-p",
-        "no:cacheprovider",
-        f"--report-dir={reports}",
-        f"--sign-key={private}",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=tmp_path)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert "\nCONFORMANT: embedded reference server" in proc.stdout
-    (folder,) = [p.parent for p in reports.glob(f"*/{MANIFEST}")]
-    ok, line = verify(folder, public)
-    assert ok, line
-    assert line.startswith(f"VERIFIED: {folder}: CONFORMANT")
-    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    assert results["completeness"]["not_run"] == []
-    assert results["summary"]["checked"] == results["summary"]["applicable"]
-    assert "[dw] machine workflow_leases:" in proc.stdout  # a progress line per machine…
-    assert "[dw] versioning:" in proc.stdout  # …and per area
-    assert "[dw]" not in (folder / "report.html").read_text(encoding="utf-8")  # …that never reaches a report

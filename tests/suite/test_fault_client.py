@@ -248,6 +248,7 @@ def test_a_duplicate_recorded_twice_is_reported(server_factory: Callable[..., Se
 
 
 @pytest.mark.slow
+@pytest.mark.whole_suite
 def test_the_whole_suite_through_every_fault_passes_against_the_reference_server(tmp_path: Path) -> None:
     """No false failure under `--faults standard`: every requirement passes, and the faults really fired.
 

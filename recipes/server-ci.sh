@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Server CI: run the Durable Workflow conformance suite against a server under test, on every change.
+#
+#   DW_SERVER_CMD="./my-server --port 8080 --test-profile" recipes/server-ci.sh [pytest options…]
+#
+# The steps, in order — the same as the GitHub Actions job in recipes/github-actions.yml:
+#   1. install the suite from its wheel into a virtualenv of its own (DW_SUITE: a wheel file or a pip
+#      requirement; by default the wheel is built from the checkout this script lives in);
+#   2. start the server under test (DW_SERVER_CMD, run by bash; its output goes to DW_REPORTS/server.log);
+#   3. wait until DW_TARGET answers GET /api/health (at most DW_START_TIMEOUT seconds; a server that exits
+#      first ends the job at once);
+#   4. run the suite against it, failures first, from an empty directory (no project configuration applies),
+#      one process so that a target's test clock can be used; the options given to this script go to pytest;
+#   5. leave the reports in DW_REPORTS (keep them as the job's artifacts) and stop the server.
+#
+# Settings (environment):
+#   DW_SERVER_CMD     the command that starts the server under test with its test profile (required)
+#   DW_TARGET         the URL it serves (default http://127.0.0.1:8080)
+#   DW_SUITE          what to install: a wheel file or a pip requirement (default: build this checkout's wheel)
+#   DW_SUITE_VENV     the suite's virtualenv (default .dw-suite-venv, created when missing)
+#   DW_REPORTS        where the reports go (default dw-reports)
+#   DW_START_TIMEOUT  seconds to wait for the server (default 60)
+#   DW_WORKER_TOKEN, DW_OPERATOR_TOKEN, DW_AUTH_TOKEN   the server's credentials (role tokens, full-access
+#                     token); the suite reads them from the environment, and without them the auth
+#                     requirements are not covered
+#
+# Exit status: the suite's own — 0 CONFORMANT (or INCOMPLETE without --certify), 1 NOT CONFORMANT, 4 a bad
+# option, 10 a harness error (the target could not be judged), 11 INCOMPLETE under --certify — so the job fails
+# on NOT CONFORMANT; 3 when the server under test did not start; 2 when this script's settings are wrong.
+set -euo pipefail
+
+die() {
+  echo "server-ci: $2" >&2
+  exit "$1"
+}
+
+[[ -n "${DW_SERVER_CMD:-}" ]] || die 2 "DW_SERVER_CMD is not set: the command that starts the server under test"
+target="${DW_TARGET:-http://127.0.0.1:8080}"
+[[ "$target" =~ ^https?://[^/]+ ]] || die 2 "DW_TARGET=$target is not an http(s) URL"
+timeout="${DW_START_TIMEOUT:-60}"
+[[ "$timeout" =~ ^[0-9]+$ && "$timeout" -ge 1 ]] || die 2 "DW_START_TIMEOUT=$timeout is not a whole number of seconds ≥ 1"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="${DW_SUITE_VENV:-.dw-suite-venv}"
+reports="${DW_REPORTS:-dw-reports}"
+mkdir -p "$reports"
+reports="$(cd "$reports" && pwd)"
+
+# 1. The suite, from its wheel.
+[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+python="$(cd "$(dirname "$venv/bin/python")" && pwd)/python"
+suite="${DW_SUITE:-}"
+if [[ -z "$suite" ]]; then
+  wheels="$(mktemp -d)"
+  "$python" -m pip wheel --quiet --no-deps --wheel-dir "$wheels" "$here/.."
+  suite="$(ls "$wheels"/*.whl)"
+fi
+"$python" -m pip install --quiet "$suite"
+
+# 2. The server under test, stopped whatever happens next.
+bash -c "$DW_SERVER_CMD" >"$reports/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+
+# 3. Wait until it answers.
+"$python" - "$target" "$timeout" "$server" <<'PY' || die 3 "the server under test did not answer GET $target/api/health (see $reports/server.log)"
+import os, sys, time, urllib.request
+
+url, timeout, pid = sys.argv[1].rstrip("/") + "/api/health", float(sys.argv[2]), int(sys.argv[3])
+deadline = time.monotonic() + timeout
+while time.monotonic() < deadline:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit(1)  # it exited before it answered
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            if answer.status == 200:
+                sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+PY
+
+# 4. The suite, failures first, from an empty directory; its exit status is the job's.
+run="$(mktemp -d)"
+status=0
+(cd "$run" && "$python" -m pytest -p no:cacheprovider --target="$target" --report-dir="$reports" "$@") || status=$?
+echo "server-ci: suite exit status $status; reports in $reports"
+exit "$status"

@@ -1,0 +1,116 @@
+"""``recipes/server-ci.sh``, the suite's third use, run the way a server's CI runs it: the suite installed from
+the wheel built from this checkout into a virtualenv of its own, the server under test (here the reference
+server from that wheel, with the embedded target's test profile and its test clock) started by the command the
+job names, waited for, and certified failures first — a whole ``--certify`` run whose signed bundle the
+installed ``dw-certify`` verifies. The same job fails on a NOT CONFORMANT server and on a server that never
+starts, and refuses its own bad settings. The recipe installs from the package index (as a CI job does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from suite.certify import MANIFEST, keygen
+from suite.target import EMBEDDED_ARGS
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "server-ci.sh"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _job(
+    tmp_path: Path, venv: Path, name: str, server_args: str, *pytest_args: str
+) -> subprocess.CompletedProcess[str]:
+    """One CI job: the recipe with its settings in the environment, from an empty working directory."""
+    port = _free_port()
+    work = tmp_path / name
+    work.mkdir()
+    tokens = {name: secrets.token_urlsafe(12) for name in ("worker", "operator", "auth")}
+    credentials = " ".join(f"--{name}-token={token}" for name, token in tokens.items())
+    server = f"{venv}/bin/python -m reference_server --port {port} --db {work}/dw.sqlite {credentials} {server_args}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DW_"))},
+        # The job's secrets: role tokens and the full-access token, so the auth requirements are covered too.
+        "DW_WORKER_TOKEN": tokens["worker"],
+        "DW_OPERATOR_TOKEN": tokens["operator"],
+        "DW_AUTH_TOKEN": tokens["auth"],
+        "DW_SERVER_CMD": server,
+        "DW_TARGET": f"http://127.0.0.1:{port}",
+        "DW_SUITE_VENV": str(venv),
+        "DW_REPORTS": str(work / "reports"),
+        "DW_START_TIMEOUT": "60",
+    }
+    return subprocess.run(
+        ["bash", str(RECIPE), *pytest_args], capture_output=True, text=True, timeout=1500, cwd=work, env=env
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.whole_suite
+def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path: Path) -> None:
+    venv = tmp_path / "suite-venv"
+    private, public = keygen(tmp_path / "vendor.key")
+    profile = " ".join(EMBEDDED_ARGS)
+
+    job = _job(tmp_path, venv, "certify", profile, "--certify", f"--sign-key={private}")
+    assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
+    assert "\nCONFORMANT: http://127.0.0.1:" in job.stdout
+    # The suite ran from the wheel in the job's own virtualenv, not from this checkout.
+    where = subprocess.run(
+        [f"{venv}/bin/python", "-c", "import suite; print(suite.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert where.stdout.startswith(str(venv)), where.stdout
+    reports = tmp_path / "certify" / "reports"
+    assert (reports / "server.log").exists()
+    (folder,) = [p.parent for p in reports.glob(f"*/{MANIFEST}")]
+    verified = subprocess.run(
+        [f"{venv}/bin/dw-certify", "verify", str(folder), "--public-key", str(public)], capture_output=True, text=True
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.startswith(f"VERIFIED: {folder}: CONFORMANT")
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    assert results["target"]["time"]["test_clock_used"] is True  # one process: the target's clock moved
+    assert results["completeness"]["not_run"] == []
+    assert results["summary"]["checked"] == results["summary"]["applicable"]
+    assert "[dw] machine workflow_leases:" in job.stdout  # a progress line per machine…
+    assert "[dw] versioning:" in job.stdout  # …and per area
+    assert "[dw]" not in (folder / "report.html").read_text(encoding="utf-8")  # …that never reaches a report
+
+    # A server broken in one rule fails the job (exit 1, NOT CONFORMANT); the venv is reused.
+    broken = _job(
+        tmp_path, venv, "broken", f"{profile} --fault ignore-version-header", "--requirement", "VERSION-MISSING"
+    )
+    assert broken.returncode == 1, (broken.stdout + broken.stderr)[-4000:]
+    assert "\nNOT CONFORMANT: " in broken.stdout
+    # A server that exits before it answers fails the job with the recipe's own status.
+    dead = _job(tmp_path, venv, "dead", "--no-such-option")
+    assert dead.returncode == 3, (dead.stdout + dead.stderr)[-4000:]
+    assert "did not answer GET" in dead.stderr
+
+
+def test_the_recipe_refuses_its_own_bad_settings_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DW_")}
+    for extra, message in (
+        ({}, "DW_SERVER_CMD is not set"),
+        ({"DW_SERVER_CMD": "true", "DW_TARGET": "ftp://x"}, "is not an http(s) URL"),
+        ({"DW_SERVER_CMD": "true", "DW_START_TIMEOUT": "0"}, "is not a whole number of seconds"),
+    ):
+        proc = subprocess.run(["bash", str(RECIPE)], capture_output=True, text=True, cwd=tmp_path, env={**env, **extra})
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+        assert message in proc.stderr
+        assert not (tmp_path / ".dw-suite-venv").exists()  # refused before anything was installed
