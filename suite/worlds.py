@@ -49,6 +49,7 @@ __all__ = [
     "schedule_activities",
     "settle",
     "start_query",
+    "wait_out_lease",
     "waiting_run",
 ]
 
@@ -131,6 +132,32 @@ def lease_length(ctx: CheckContext, task: dict[str, Any], reply: Reply, kind: tu
         if expires is not None and now is not None:
             seconds = max(0.0, (expires - now).total_seconds())
     return ctx.needs_short(seconds, what, setting)
+
+
+async def wait_out_lease(
+    ctx: CheckContext,
+    leased: dict[str, Any],
+    reply: Reply,
+    kind: tuple[str, str, str],
+    *,
+    what: str,
+    requirement: str | None = None,
+) -> float:
+    """Wait until the target's clock is past the ``lease_expires_at`` of ``leased`` (a poll's task or a
+    heartbeat's answer, ``reply`` the answer that carried it); returns the lease's length. Not covered when the
+    lease is longer than the run may wait; a missing or malformed instant fails ``requirement``."""
+    lease = lease_length(ctx, leased, reply, kind)
+    expires = instant(leased.get("lease_expires_at"))
+    if expires is None:
+        raise ctx.fail(
+            f"{what} carries lease_expires_at (RFC 3339)",
+            expected="a timestamp",
+            received=leased.get("lease_expires_at"),
+            replies=[reply],
+            requirement=requirement,
+        )
+    await ctx.wait_past(expires, within=lease + READY_WITHIN, what="the server clock to pass lease_expires_at")
+    return lease
 
 
 # -- a run that scheduled activities -----------------------------------------------------------------------

@@ -24,11 +24,10 @@ from suite.worlds import (
     READY_WITHIN,
     WF_LEASE,
     activity_call,
-    instant,
     lease_activity,
-    lease_length,
     leased_run,
     schedule_activities,
+    wait_out_lease,
 )
 
 PAGINATION = "HISTORY-PAGINATION-COMPLETE"
@@ -152,17 +151,7 @@ async def redelivery_reads_the_current_history(ctx: CheckContext) -> None:
     accepted = [Accepted(Kind.START), await _signal(ctx, run.workflow_id, ctx.uid("sig"), "a signal while leased")]
     reply = await ctx.wf_call(run.task, "heartbeat")
     body = ctx.expect(reply, 200, what="the holder's heartbeat (its lease's end, on the target's clock)")
-    lease = lease_length(ctx, body, reply, WF_LEASE)
-    expires = instant(body.get("lease_expires_at"))
-    ctx.require(
-        expires is not None,
-        "a heartbeat's answer carries lease_expires_at (RFC 3339)",
-        expected="a timestamp",
-        received=body.get("lease_expires_at"),
-        replies=[reply],
-    )
-    assert expires is not None
-    await ctx.wait_past(expires, within=lease + READY_WITHIN, what="the server clock to pass lease_expires_at")
+    lease = await wait_out_lease(ctx, body, reply, WF_LEASE, what="the holder's heartbeat answer")
     task = await ctx.lease_wf(run.worker, run.queue, within=lease + READY_WITHIN, history_page_size=2)
     ctx.require_equal(
         (task.get("task_id"), task.get("run_id")),
