@@ -43,8 +43,8 @@ from hypothesis.stateful import RuleBasedStateMachine
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
-from suite.protocol.errors import Rejection, Violation
-from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
+from suite.protocol.errors import Violation
+from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, judge_history, page_of
 
@@ -442,14 +442,10 @@ class MachineBase(RuleBasedStateMachine):
     def workflow_outcomes(self, view: WorkflowTaskView, owner: str, attempt: int, at: datetime) -> set[str]:
         """The outcomes §8.9 allows ('ok' or a reason) for ``owner``'s call with ``attempt`` at ``at`` ±
         :attr:`MARGIN` (an expiry that close may land on either side)."""
-        outs = set()
-        for moment in (at - timedelta(seconds=self.MARGIN), at + timedelta(seconds=self.MARGIN)):
-            try:
-                guard_workflow_task(view, task_id=view.task_id, lease_owner=owner, attempt=attempt, now=moment)
-                outs.add("ok")
-            except Rejection as rej:
-                outs.add(rej.reason)
-        return outs
+        return {
+            outcome(guard_workflow_task, view, task_id=view.task_id, lease_owner=owner, attempt=attempt, now=moment)
+            for moment in (at - timedelta(seconds=self.MARGIN), at + timedelta(seconds=self.MARGIN))
+        }
 
     # -- reading histories back ---------------------------------------------------------------------
 
