@@ -235,6 +235,18 @@ class MachineBase(RuleBasedStateMachine):
         FOUND.append(failure)
         return failure
 
+    def disallowed(self, requirement: str, what: str, allowed: set[str], reply: Reply) -> CheckFailure:
+        """The failure of ``requirement`` when ``reply`` is none of the outcomes (``ok`` or a reason) the model
+        allows ``what``."""
+        expected = sorted(allowed)
+        return self.violation(
+            requirement,
+            f"{what}: the model allows {expected}",
+            expected=" or ".join(expected),
+            received=f"{reply.status} {reply.reason}",
+            replies=[reply],
+        )
+
     def expect_status(self, reply: Reply, status: int, requirement: str, message: str, expected: Any = None) -> None:
         """``reply`` answers ``status``, or the machine fails ``requirement``."""
         if reply.status != status:

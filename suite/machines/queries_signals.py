@@ -286,13 +286,7 @@ class QuerySignalMachine(QueryWorker):
                 req = UPDATE_RECORDED if closes and got == "invalid_commands" else "FENCE-NO-STATE-CHANGE"
             else:
                 req = next((WF_REQUIREMENT_FOR[r] for r in rejections if r in WF_REQUIREMENT_FOR), "FENCE-ORDER")
-            raise self.violation(
-                req,
-                f"workflow-task complete ({label}): the model allows {sorted(allowed)}",
-                expected=" or ".join(sorted(allowed)),
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.disallowed(req, f"workflow-task complete ({label})", allowed, reply)
         unsure = task.uncertain or run.uncertain
         if got == "run_closed":
             task.step(TaskEvent.CANCEL, unsure=unsure)  # §9.1: the run's close cancelled it; stop offering it

@@ -148,13 +148,7 @@ class QueryWorker(MachineBase):
                 req = next(
                     (QUERY_REQUIREMENT_FOR[r] for r in rejections if r in QUERY_REQUIREMENT_FOR), "QUERY-FENCE-OWNER"
                 )
-            raise self.violation(
-                req,
-                f"query-task {verb} by {owner} attempt {attempt}: the model allows {sorted(allowed)}",
-                expected=" or ".join(sorted(allowed)),
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.disallowed(req, f"query-task {verb} by {owner} attempt {attempt}", allowed, reply)
         if got != "ok" and reply.json().get("outcome") != "rejected":
             raise self.violation(
                 QUERY_REQUIREMENT_FOR.get(got, "QUERY-FENCE-OWNER"),
