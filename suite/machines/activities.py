@@ -113,8 +113,6 @@ class ActivityMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("aq")
-        self.workers: list[str] = []
         self.world = ActivityWorld()
         self.lease_waits = 0
         self.timeout_waits = 0
@@ -281,9 +279,8 @@ class ActivityMachine(MachineBase):
     # -- rules ---------------------------------------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"aw{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @precondition(
         lambda self: (

@@ -9,6 +9,7 @@ before it looks at what the target answered.
 
 The shared world, for a machine that subclasses :class:`MachineBase`:
 
+- a task ``queue`` per example, and the ``workers`` :meth:`~MachineBase.register_workers` registers there;
 - :meth:`~MachineBase.call` one request (``None``: no answer, maybe applied); :meth:`~MachineBase.judged`
   turns a :class:`~suite.protocol.errors.Violation` a pure judge raised into the machine's failure;
 - :meth:`~MachineBase.poll_once` and :meth:`~MachineBase.poll_race` poll (one, or several released together),
@@ -161,6 +162,9 @@ class MachineBase(RuleBasedStateMachine):
             faults=self.target.fault_ledger,
         )
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
+        # Each example works a task queue of its own, with the workers it registers there.
+        self.queue = self.ctx.uid("q")
+        self.workers: list[str] = []
         self.ledger = LEDGER.setdefault(self.name, Counter())
         self.touched: set[str] = set()  # run ids whose history changed since the last history check
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
@@ -175,6 +179,10 @@ class MachineBase(RuleBasedStateMachine):
     def now(self) -> datetime:
         """The target's clock (``ctx.now()``): the local clock, or the target's test clock as moved so far."""
         return self.ctx.now()
+
+    def register_workers(self, n: int) -> None:
+        """Register ``n`` workers on the example's queue."""
+        self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(n)]
 
     # -- running requests ----------------------------------------------------------------------------
 

@@ -98,8 +98,6 @@ class QuerySignalMachine(QueryWorker):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("q")
-        self.workers: list[str] = []
         self.all_runs: list[RunM] = []
         self.run_by_id: dict[str, RunM] = {}
         self.task_by_id: dict[str, TaskM] = {}
@@ -333,9 +331,8 @@ class QuerySignalMachine(QueryWorker):
     # -- rules: runs and workflow tasks ----------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"w{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @rule(target=runs)
     def start(self) -> RunM:

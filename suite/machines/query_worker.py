@@ -5,7 +5,7 @@ task, lets intruders report first (a wrong ``lease_owner``, a wrong ``query_task
 its answer (a result, or a failure whose reason decides the caller's status, §10.4), reports once more late, and
 judges what the caller got. Around it, history and describe are read right before and right after the query:
 a query never changes either (§16.60). :class:`QueryWorker` is the base the machine builds on; what it needs of
-the machine is a ``queue`` with registered ``workers`` and its ``runs`` bundle of
+the machine is ``workers`` registered on its ``queue`` and its ``runs`` bundle of
 :class:`~suite.machines.messages.MessageRun`.
 """
 
@@ -45,8 +45,6 @@ class QueryWorker(MachineBase):
     """A machine that queries its runs and serves the queries as their worker, judged by the model."""
 
     runs = Bundle("runs")
-    queue: str
-    workers: list[str]
 
     def __init__(self) -> None:
         super().__init__()

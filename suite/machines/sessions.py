@@ -62,8 +62,6 @@ class SessionMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("sq")
-        self.workers: list[str] = []
         self.gone: set[str] = set()  # deregistered: never registered again, so staleness stays certain
         self.sessions = [ShadowSession(self.ctx.uid("s")) for _ in range(SESSIONS)]
 
@@ -71,7 +69,7 @@ class SessionMachine(MachineBase):
     def setup(self) -> None:
         if not self.target or not self.target.server_capabilities.get("worker_sessions"):
             raise NotCovered("the target does not advertise worker_sessions")
-        self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(WORKERS)]
+        self.register_workers(WORKERS)
 
     # -- the model ---------------------------------------------------------------------------------------
 

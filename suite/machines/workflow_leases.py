@@ -100,8 +100,6 @@ class WorkflowLeaseMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("q")
-        self.workers: list[str] = []
         self.task_by_id: dict[str, TaskM] = {}
         self.run_by_id: dict[str, RunShadow] = {}
         profile = self.target.test_profile if self.target else {}
@@ -290,9 +288,8 @@ class WorkflowLeaseMachine(MachineBase):
     # -- rules ---------------------------------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"w{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @rule(target=runs)
     def start(self) -> RunShadow:
