@@ -40,10 +40,12 @@ __all__ = [
     "poll_query",
     "query_call",
     "query_timeout",
+    "require_no_task",
     "require_open",
     "schedule_activities",
     "settle",
     "start_query",
+    "task_summary",
     "waiting_run",
 ]
 
@@ -159,6 +161,27 @@ async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
 
 async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
     return await ctx.poll_activity(worker, queue, timeout, **extra)
+
+
+def require_no_task(ctx: CheckContext, reply: Reply, *, what: str, requirement: str, why: str) -> None:
+    """``reply``, a poll (``what``), is 200 with no task, or the check fails ``requirement`` saying ``why``."""
+    task = ctx.expect(reply, 200, what=what, requirement=requirement).get("task")
+    ctx.require(
+        task is None,
+        why,
+        expected="task: null",
+        received=task_summary(task),
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+def task_summary(task: Any) -> str:
+    """The ids of a leased task, as a failure shows what it received."""
+    if not isinstance(task, dict):
+        return repr(task)
+    keys = ("task_id", "run_id", "activity_execution_id", "attempt_number", "workflow_task_attempt")
+    return "a task " + ", ".join(f"{k}={task[k]}" for k in keys if k in task)
 
 
 async def lease_activity_at(

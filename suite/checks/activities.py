@@ -12,7 +12,6 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
@@ -26,7 +25,9 @@ from suite.worlds import (
     lease_activity,
     lease_activity_at,
     poll_activity,
+    require_no_task,
     schedule_activities,
+    task_summary,
 )
 
 __all__ = ["expect_no_activity", "expect_no_workflow_task", "history_events", "lease_resume"]
@@ -41,24 +42,13 @@ BACKOFF_TOLERANCE = 0.5
 
 async def expect_no_activity(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
     """One short activity poll on the run's queue must come back without a task."""
-    _require_no_task(ctx, await poll_activity(ctx, run.worker, run.queue), "activity-task poll", requirement, why)
+    reply = await poll_activity(ctx, run.worker, run.queue)
+    require_no_task(ctx, reply, what="activity-task poll", requirement=requirement, why=why)
 
 
 async def expect_no_workflow_task(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
-    _require_no_task(ctx, await ctx.poll_wf(run.worker, run.queue, 1), "workflow-task poll", requirement, why)
-
-
-def _require_no_task(ctx: CheckContext, reply: Reply, what: str, requirement: str, why: str) -> None:
-    body = ctx.expect(reply, 200, what=what, requirement=requirement)
-    task = body.get("task")
-    ctx.require(
-        task is None,
-        why,
-        expected="task: null (poll_status empty)",
-        received=_task_summary(task),
-        replies=[reply],
-        requirement=requirement,
-    )
+    reply = await ctx.poll_wf(run.worker, run.queue, 1)
+    require_no_task(ctx, reply, what="workflow-task poll", requirement=requirement, why=why)
 
 
 async def lease_resume(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> dict[str, Any]:
@@ -88,13 +78,6 @@ def history_events(
             continue
         out.append(event)
     return out
-
-
-def _task_summary(task: Any) -> str:
-    if not isinstance(task, dict):
-        return repr(task)
-    keys = ("task_id", "run_id", "activity_execution_id", "attempt_number", "workflow_task_attempt")
-    return "a task " + ", ".join(f"{k}={task[k]}" for k in keys if k in task)
 
 
 def _payload(event: dict[str, Any]) -> dict[str, Any]:
@@ -643,14 +626,8 @@ async def _timed_out(ctx: CheckContext, run: ActivityRun, execution: str, second
 
     async def probe() -> dict[str, Any] | None:
         reply = await poll_activity(ctx, run.worker, run.queue)
-        task = ctx.expect(reply, 200, what="activity-task poll", requirement=req).get("task")
-        ctx.require(
-            task is None,
-            "a terminal timeout leaves no further attempt to lease",
-            expected="task: null",
-            received=_task_summary(task),
-            replies=[reply],
-            requirement=req,
+        require_no_task(
+            ctx, reply, what="activity-task poll", requirement=req, why="a terminal timeout leaves no further attempt"
         )
         found = history_events(await ctx.history(run.workflow_id, run.run_id), "ActivityTimedOut", execution)
         return found[0] if found else None
@@ -692,7 +669,7 @@ async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
         and second.get("task_id") != first.get("task_id"),
         "a timed-out attempt with attempts left is retried as attempt 2 of the same execution (new task)",
         expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
-        received=_task_summary(second),
+        received=task_summary(second),
     )
 
 

@@ -22,6 +22,7 @@ from suite.worlds import (
     poll_query,
     query_call,
     query_timeout,
+    require_no_task,
     settle,
     start_query,
     waiting_run,
@@ -94,17 +95,12 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
         requirement="QUERY-READ-ONLY",
     )
     ctx.require_equal(after[0], before[0], "a query changes nothing that describe shows", requirement="QUERY-READ-ONLY")
-    reply = await ctx.poll_wf(run.worker, run.queue, 1)
-    wf_task = ctx.expect(reply, 200, what="workflow-task poll after the query", requirement="QUERY-READ-ONLY").get(
-        "task"
-    )
-    ctx.require(
-        wf_task is None,
-        "a query creates no workflow task",
-        expected="task: null",
-        received=wf_task,
-        replies=[reply],
+    require_no_task(
+        ctx,
+        await ctx.poll_wf(run.worker, run.queue, 1),
+        what="workflow-task poll after the query",
         requirement="QUERY-READ-ONLY",
+        why="a query creates no workflow task",
     )
 
 
@@ -215,15 +211,12 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     ctx.expect(late, 409, "query_task_not_leased", what="query complete after the timeout", requirement=req)
     late = await query_call(ctx, task, "fail", {"failure": {"message": "too late"}})
     ctx.expect(late, 409, "query_task_not_leased", what="query fail after the timeout", requirement=req)
-    poll = await poll_query(ctx, run)
-    again = ctx.expect(poll, 200, what="query-task poll after the timeout", requirement="QUERY-READ-ONLY").get("task")
-    ctx.require(
-        again is None,
-        "a timed-out query task is not retried",
-        expected="task: null",
-        received=again,
-        replies=[poll],
+    require_no_task(
+        ctx,
+        await poll_query(ctx, run),
+        what="query-task poll after the timeout",
         requirement="QUERY-READ-ONLY",
+        why="a timed-out query task is not retried",
     )
     # A second report after a terminal one.
     call = start_query(ctx, run, "twice")
