@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
@@ -34,6 +34,15 @@ HELD_GRACE = 0.25
 CLOCK_SKEW = 2.0
 # The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
 TEST_CLOCK_MAX_WAIT = 366 * 86_400.0
+
+
+class Evidence(TypedDict, total=False):
+    """What a failure shows beside its message: see :meth:`CheckContext.fail`."""
+
+    expected: Any
+    received: Any
+    replies: Iterable[Reply]
+    requirement: str | None
 
 
 @dataclass
@@ -68,22 +77,24 @@ class TargetInfo:
             out["url"] = self.upstream_url
         return out
 
+    def _worker_protocol(self, key: str) -> Any:
+        """``worker_protocol.<key>`` of the cluster info; None where the target leaves it out."""
+        wp = self.cluster_info.get("worker_protocol")
+        return wp.get(key) if isinstance(wp, dict) else None
+
     @property
     def server_capabilities(self) -> dict[str, Any]:
-        wp = self.cluster_info.get("worker_protocol")
-        caps = wp.get("server_capabilities") if isinstance(wp, dict) else None
+        caps = self._worker_protocol("server_capabilities")
         return caps if isinstance(caps, dict) else {}
 
     @property
     def advertised_version(self) -> str | None:
-        wp = self.cluster_info.get("worker_protocol")
-        v = wp.get("version") if isinstance(wp, dict) else None
+        v = self._worker_protocol("version")
         return str(v) if v is not None else None
 
     @property
     def test_profile(self) -> dict[str, Any]:
-        wp = self.cluster_info.get("worker_protocol")
-        prof = wp.get("test_profile") if isinstance(wp, dict) else None
+        prof = self._worker_protocol("test_profile")
         return prof if isinstance(prof, dict) else {}
 
     @property
@@ -129,6 +140,8 @@ class CheckContext:
         replies: Iterable[Reply] = (),
         requirement: str | None = None,
     ) -> CheckFailure:
+        """The failure to raise: ``message``, what was ``expected`` and ``received``, the exchanges of
+        ``replies`` (or the latest three) and the ``requirement`` it breaks."""
         ex = [r.exchange for r in replies] or self.exchanges[-3:]
         return CheckFailure(message, expected=expected, received=received, exchanges=ex, requirement=requirement)
 
@@ -179,18 +192,10 @@ class CheckContext:
             )
         return reply.json()
 
-    def require(
-        self,
-        condition: bool,
-        message: str,
-        *,
-        expected: Any = None,
-        received: Any = None,
-        replies: Iterable[Reply] = (),
-        requirement: str | None = None,
-    ) -> None:
+    def require(self, condition: bool, message: str, **evidence: Unpack[Evidence]) -> None:
+        """Unless ``condition`` holds, fail with ``message`` and ``evidence`` (what :meth:`fail` takes)."""
         if not condition:
-            raise self.fail(message, expected=expected, received=received, replies=replies, requirement=requirement)
+            raise self.fail(message, **evidence)
 
     @property
     def max_wait(self) -> float:
@@ -345,21 +350,20 @@ class CheckContext:
         out = self.expect(reply, 201, what="workflow start")
         return wid, str(out.get("run_id"))
 
+    async def poll(
+        self, kind: str, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
+    ) -> Reply:
+        """A poll for a ``kind`` ("workflow", "activity" or "query") task; with a test clock its hold ends at
+        once, or at ``until`` (see :meth:`held`)."""
+        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
+        request = self.client.worker(f"/{kind}-tasks/poll", body, timeout=timeout + 15)
+        return await self.held(request, self.poll_hold(timeout), until=until)
+
     async def poll_wf(
         self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
     ) -> Reply:
-        """A workflow-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
-        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
-        request = self.client.worker("/workflow-tasks/poll", body, timeout=timeout + 15)
-        return await self.held(request, self.poll_hold(timeout), until=until)
-
-    async def poll_activity(
-        self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
-    ) -> Reply:
-        """An activity-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
-        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
-        request = self.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
-        return await self.held(request, self.poll_hold(timeout), until=until)
+        """A workflow-task :meth:`poll`."""
+        return await self.poll("workflow", worker_id, queue, timeout, until=until, **extra)
 
     def poll_hold(self, timeout: int) -> float:
         """How long the target holds an empty poll with ``timeout_seconds`` (§7.2: clamped into [1, max])."""

@@ -160,7 +160,7 @@ async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
 
 
 async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
-    return await ctx.poll_activity(worker, queue, timeout, **extra)
+    return await ctx.poll("activity", worker, queue, timeout, **extra)
 
 
 def require_no_task(ctx: CheckContext, reply: Reply, *, what: str, requirement: str, why: str) -> None:
@@ -297,8 +297,7 @@ def require_open(ctx: CheckContext, call: asyncio.Task[Reply], requirement: str 
 
 async def poll_query(ctx: CheckContext, run: QueryRun) -> Reply:
     """A one-second query-task poll as the run's worker (with a test clock, an empty one ends at once)."""
-    body = {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1}
-    return await ctx.held(ctx.client.worker("/query-tasks/poll", body, timeout=16), ctx.poll_hold(1))
+    return await ctx.poll("query", run.worker, run.queue)
 
 
 async def lease_query(

@@ -1365,8 +1365,7 @@ async def _foreign_query_calls(ctx: CheckContext, wid: str, worker: str, queue: 
     try:
 
         async def probe() -> dict[str, Any] | None:
-            body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": 1}
-            reply = await ctx.held(ctx.client.worker("/query-tasks/poll", body, timeout=16), ctx.poll_hold(1))
+            reply = await ctx.poll("query", worker, queue)
             qt = ctx.expect(reply, 200, what="query-task poll").get("task")
             if not isinstance(qt, dict):
                 require_open(ctx, query)

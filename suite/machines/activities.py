@@ -149,7 +149,7 @@ class ActivityMachine(MachineBase):
     # -- polling -------------------------------------------------------------------------------------------
 
     async def _poll(self, worker: str, timeout: int, until: datetime | None = None) -> Reply:
-        return await self.ctx.poll_activity(worker, self.queue, timeout, until=until)
+        return await self.ctx.poll("activity", worker, self.queue, timeout, until=until)
 
     def poll_activity(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
         return self.poll_once(self._poll(worker, timeout, until), "activity")

@@ -82,9 +82,7 @@ class QueryWorker(MachineBase):
                     received=f"{early.status} {early.reason}",
                     replies=[early],
                 )
-            body = {"worker_id": worker, "task_queue": self.queue, "timeout_seconds": 1}
-            poll = self.ctx.client.worker("/query-tasks/poll", body, timeout=16)
-            reply = self.call(self.ctx.held(poll, self.ctx.poll_hold(1)))
+            reply = self.call(self.ctx.poll("query", worker, self.queue))
             if reply is None:
                 return None
             task = self.check_poll_shape(reply, "query-task").get("task")
