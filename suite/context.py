@@ -422,6 +422,33 @@ class CheckContext:
     def envelope(value: Any) -> dict[str, str]:
         return {"codec": "avro", "blob": encode_blob(value)}
 
+    def lease_expiry(self, body: dict[str, Any], reply: Reply, requirement: str | None = None) -> datetime:
+        """The ``lease_expires_at`` of a lease or heartbeat answer (``body`` of ``reply``); the check fails
+        ``requirement`` unless it is an RFC 3339 instant."""
+        try:
+            return parse_rfc3339(body.get("lease_expires_at"))
+        except ValueError as exc:
+            raise self.fail(
+                "lease_expires_at is an RFC 3339 timestamp",
+                expected="e.g. 2026-04-18T12:05:00.000000Z",
+                received=f"{body.get('lease_expires_at')!r} ({exc})",
+                replies=[reply],
+                requirement=requirement,
+            ) from None
+
+    def renewed_lease(self, body: dict[str, Any], reply: Reply, previous: datetime) -> datetime:
+        """The ``lease_expires_at`` a heartbeat answered (``body`` of ``reply``), which never moves back from
+        ``previous``, the lease's expiry before it."""
+        expires = self.lease_expiry(body, reply)
+        self.require(
+            expires >= previous,
+            "a heartbeat never moves lease_expires_at backwards",
+            expected=f"≥ {previous.isoformat()}",
+            received=body.get("lease_expires_at"),
+            replies=[reply],
+        )
+        return expires
+
     @staticmethod
     def lease_seconds(task: dict[str, Any], sent_at_server: str | None = None) -> float | None:
         """Seconds from ``sent_at_server`` (an RFC 3339 instant) to the task's ``lease_expires_at``."""

@@ -22,6 +22,7 @@ from suite.worlds import (
     ActivityRun,
     activity_call,
     attributed,
+    expect_recorded,
     lease_activity,
     lease_activity_at,
     poll_activity,
@@ -150,28 +151,21 @@ async def activity_complete_recorded_once(ctx: CheckContext) -> None:
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     result = {"result": ctx.envelope({"answer": 42})}
-    first = await activity_call(ctx, task, "complete", result)
-    body = ctx.expect(first, 200, what="activity complete by the owner", requirement="ACTIVITY-COMPLETE-RECORDED")
-    ctx.require_equal(
-        body.get("recorded"),
-        True,
-        "an accepted activity complete says recorded:true",
-        replies=[first],
+    expect_recorded(
+        ctx,
+        await activity_call(ctx, task, "complete", result),
+        200,
+        recorded=True,
+        what="activity complete by the owner",
         requirement="ACTIVITY-COMPLETE-RECORDED",
     )
-    again = await activity_call(ctx, task, "complete", result)
-    body = ctx.expect(
-        again,
+    expect_recorded(
+        ctx,
+        await activity_call(ctx, task, "complete", result),
         409,
         "stale_attempt",
+        recorded=False,
         what="a duplicate activity complete",
-        requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
-    )
-    ctx.require_equal(
-        body.get("recorded"),
-        False,
-        "a duplicate activity complete says recorded:false",
-        replies=[again],
         requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
     )
     done = history_events(
@@ -235,23 +229,7 @@ async def activity_heartbeat_renews(ctx: CheckContext) -> None:
         ctx.require_equal(
             body.get("can_continue"), True, "a live attempt's heartbeat says can_continue:true", replies=[reply]
         )
-        try:
-            renewed = parse_rfc3339(body.get("lease_expires_at"))
-        except (TypeError, ValueError):
-            raise ctx.fail(
-                "the heartbeat answer carries the renewed lease_expires_at (RFC 3339)",
-                expected="an RFC 3339 instant",
-                received=body.get("lease_expires_at"),
-                replies=[reply],
-            ) from None
-        ctx.require(
-            renewed >= previous,
-            "a heartbeat never shortens the lease",
-            expected=f">= {previous.isoformat()}",
-            received=body.get("lease_expires_at"),
-            replies=[reply],
-        )
-        previous = renewed
+        previous = ctx.renewed_lease(body, reply, previous)
 
 
 @check("ACTIVITY-HEARTBEAT-STOP-200")
@@ -308,8 +286,7 @@ async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
         reply = await activity_call(ctx, task, verb, stolen, owner=intruder)
         ctx.expect(reply, 409, "lease_owner_mismatch", what=f"activity {verb} by a worker that is not the owner")
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("mine")})
-    body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts")
-    ctx.require_equal(body.get("recorded"), True, "fenced calls left the owner's lease intact", replies=[reply])
+    expect_recorded(ctx, reply, 200, recorded=True, what="the owner's complete after the fenced attempts")
 
 
 @check("ACTIVITY-ATTEMPT-NOT-FOUND")

@@ -25,7 +25,7 @@ from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import RUN_TERMINAL_EVENTS
 from suite.protocol.lifecycles import RUN_LIVE_STATUSES
 from suite.registry import check
-from suite.worlds import activity_call, next_activity, poll_activity, require_open
+from suite.worlds import activity_call, expect_recorded, next_activity, poll_activity, require_open
 
 # Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
 SLACK = 10.0
@@ -813,25 +813,10 @@ async def expiry_activity_redelivery(ctx: CheckContext) -> None:
         requirement=req,
     )
     reply = await activity_call(ctx, old, "complete", {"result": CheckContext.envelope("late")})
-    body = ctx.expect(reply, 409, "stale_attempt", what="the expired attempt's late complete", requirement=req)
-    ctx.require(
-        body.get("recorded") is False,
-        "a stale completion is not recorded",
-        expected="recorded: false",
-        received=body.get("recorded"),
-        replies=[reply],
-        requirement=req,
-    )
+    what = "the expired attempt's late complete"
+    expect_recorded(ctx, reply, 409, "stale_attempt", recorded=False, what=what, requirement=req)
     reply = await activity_call(ctx, new, "complete", {"result": CheckContext.envelope("winner")})
-    body = ctx.expect(reply, 200, what="the new attempt's complete", requirement=req)
-    ctx.require(
-        body.get("recorded") is True,
-        "the new attempt's completion is recorded",
-        expected="recorded: true",
-        received=body.get("recorded"),
-        replies=[reply],
-        requirement=req,
-    )
+    expect_recorded(ctx, reply, 200, recorded=True, what="the new attempt's complete", requirement=req)
     events = await _events(ctx, wid, run_id)
     done = [e for e in events if e.get("event_type") == "ActivityCompleted"]
     ctx.require(

@@ -217,19 +217,6 @@ def _judge_poll_status(ctx: CheckContext, reply: Reply, kind: str) -> str:
     return status
 
 
-def _expires(ctx: CheckContext, body: dict[str, Any], reply: Reply, requirement: str) -> datetime:
-    try:
-        return parse_rfc3339(body.get("lease_expires_at"))
-    except ValueError as exc:
-        raise ctx.fail(
-            "lease_expires_at is an RFC 3339 timestamp",
-            expected="e.g. 2026-04-18T12:05:00.000000Z",
-            received=f"{body.get('lease_expires_at')!r} ({exc})",
-            replies=[reply],
-            requirement=requirement,
-        ) from None
-
-
 def _advertised_lease(ctx: CheckContext) -> float | None:
     value = ctx.target.test_profile.get("workflow_task_lease_seconds")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
@@ -981,7 +968,7 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
             replies=[reply],
             requirement="LEASE-OWNER-IS-POLLER",
         )
-        expires = _expires(ctx, task, reply, "LEASE-EXPIRY-IN-FUTURE")
+        expires = ctx.lease_expiry(task, reply, "LEASE-EXPIRY-IN-FUTURE")
         date = reply.server_date
         # The server's Date (floored to the second) is at or after it received the poll; without one, allow
         # a minute of clock skew against the local send time.
@@ -1023,7 +1010,7 @@ async def lease_default_duration(ctx: CheckContext) -> None:
             "the target sends no Date header, so the lease length cannot be read off its own clock",
             "a Date response header",
         )
-    length = (_expires(ctx, task, reply, "LEASE-DEFAULT-DURATION") - date).total_seconds()
+    length = (ctx.lease_expiry(task, reply, "LEASE-DEFAULT-DURATION") - date).total_seconds()
     # Date is floored to the second: the measured length is the lease plus up to 1 s.
     ctx.require(
         expected - tolerance <= length <= expected + 1 + tolerance,
@@ -1043,8 +1030,7 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
     _, task = await _lease(ctx, "workflow", owner, queue)
     for _ in range(3):
         hb = await ctx.wf_call(task, "heartbeat")
-        expires = _expires(
-            ctx,
+        expires = ctx.lease_expiry(
             ctx.expect(hb, 200, what="owner heartbeat", requirement="LEASE-HEARTBEAT-RENEWS"),
             hb,
             "LEASE-HEARTBEAT-RENEWS",
@@ -1080,7 +1066,7 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     await ctx.start(queue)
     poll, task = await _lease(ctx, "workflow", wid, queue)
-    first = _expires(ctx, task, poll, "LEASE-EXPIRY-IN-FUTURE")
+    first = ctx.lease_expiry(task, poll, "LEASE-EXPIRY-IN-FUTURE")
     previous = first
 
     async def probe() -> datetime | None:
@@ -1088,15 +1074,7 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
         reply = await ctx.wf_call(task, "heartbeat")
         body = ctx.expect(reply, 200, what="owner heartbeat")
         ctx.require_equal(body.get("renewed"), True, "an owner heartbeat answers renewed: true", replies=[reply])
-        expires = _expires(ctx, body, reply, "LEASE-HEARTBEAT-RENEWS")
-        ctx.require(
-            expires >= previous,
-            "a heartbeat never moves lease_expires_at backwards",
-            expected=f"≥ {previous.isoformat()}",
-            received=body.get("lease_expires_at"),
-            replies=[reply],
-        )
-        previous = expires
+        expires = previous = ctx.renewed_lease(body, reply, previous)
         return expires if expires > first else None
 
     # Heartbeats keep the lease live; as time passes a renewal (now + lease) must move past the first expiry.
@@ -1112,7 +1090,7 @@ async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
     _, task = await _lease(ctx, "workflow", wid, queue)
     reply = await ctx.wf_call(task, "heartbeat")
     body = ctx.expect(reply, 200, what="owner heartbeat")
-    _expires(ctx, body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
+    ctx.lease_expiry(body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
     status = (await ctx.describe(workflow_id)).get("status")
     ctx.require(
         body.get("run_status") == status,
@@ -1209,7 +1187,7 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     await ctx.start(queue)
     prid = ctx.uid("poll")
     poll, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
-    expires = _expires(ctx, task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
+    expires = ctx.lease_expiry(task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
     date = poll.server_date
     lease = (expires - date).total_seconds() if date is not None else _advertised_lease(ctx)
     ctx.needs_short(
