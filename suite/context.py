@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -162,6 +162,22 @@ class CheckContext:
             expected=expected,
             received=received,
             replies=replies,
+            requirement=requirement,
+        )
+
+    def require_counts(
+        self, events: list[dict[str, Any]], counts: Mapping[str, int], message: str, requirement: str | None = None
+    ) -> None:
+        """Fail unless the history ``events`` hold each event type of ``counts`` exactly that many times."""
+        found = dict.fromkeys(counts, 0)
+        for event in events:
+            if event.get("event_type") in found:
+                found[event["event_type"]] += 1
+        self.require(
+            found == dict(counts),
+            message,
+            expected=dict(counts),
+            received=[e.get("event_type") for e in events],
             requirement=requirement,
         )
 

@@ -252,12 +252,11 @@ async def fence_wrong_owner(ctx: CheckContext) -> None:
     reply = await ctx.complete(task, [_complete_cmd()])
     ctx.expect(reply, 200, what="the owner's complete after fenced calls", requirement="FENCE-NO-STATE-CHANGE")
     events = await _events(ctx, wid, run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1 and _count(events, "WorkflowFailed") == 0,
+    ctx.require_counts(
+        events,
+        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
         "history holds exactly the owner's completion",
-        expected="one WorkflowCompleted, no WorkflowFailed",
-        received=_types(events),
-        requirement="FENCE-NO-STATE-CHANGE",
+        "FENCE-NO-STATE-CHANGE",
     )
 
 
@@ -301,12 +300,11 @@ async def fence_stale_attempt(ctx: CheckContext) -> None:
         reply, 200, what="complete with the current attempt after fenced calls", requirement="FENCE-NO-STATE-CHANGE"
     )
     events = await _events(ctx, wid, run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1 and _count(events, "WorkflowFailed") == 0,
+    ctx.require_counts(
+        events,
+        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
         "history holds exactly the current attempt's completion",
-        expected="one WorkflowCompleted, no WorkflowFailed",
-        received=_types(events),
-        requirement="FENCE-NO-STATE-CHANGE",
+        "FENCE-NO-STATE-CHANGE",
     )
 
 
@@ -369,12 +367,7 @@ async def fence_after_complete(ctx: CheckContext) -> None:
     fail = await ctx.wf_call(task, "fail", _verb_body("fail"))
     _expect_run_closed(ctx, fail, what="a fail after complete_workflow", **closed_by_batch)
     events = await _events(ctx, wid, run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1,
-        "history shows exactly one WorkflowCompleted",
-        expected=1,
-        received=_types(events),
-    )
+    ctx.require_counts(events, {"WorkflowCompleted": 1}, "history shows exactly one WorkflowCompleted")
     # The batch leaves the run open.
     wid2, _ = await ctx.start(queue)
     task2, _ = await _lease(ctx, worker, queue)
@@ -538,12 +531,8 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
         requirement="EXPIRY-REDELIVER-SAME-TASK",
     )
     events = await _events(ctx, wid, run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1,
-        "only the new attempt completed the run",
-        expected="one WorkflowCompleted",
-        received=_types(events),
-        requirement="EXPIRY-HOLDER-FENCED",
+    ctx.require_counts(
+        events, {"WorkflowCompleted": 1}, "only the new attempt completed the run", "EXPIRY-HOLDER-FENCED"
     )
 
 
@@ -618,12 +607,11 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
         received=_types(events),
         requirement="DISPATCH-LATE-EVENT-FENCED",
     )
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1 and _count(events, "WorkflowFailed") == 0,
+    ctx.require_counts(
+        events,
+        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
         "only the new lease committed",
-        expected="one WorkflowCompleted, no WorkflowFailed",
-        received=_types(events),
-        requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
+        "EXPIRY-ONLY-NEW-LEASE-COMMITS",
     )
     described = await _run_status(ctx, wid)
     ctx.require_equal(
@@ -1058,11 +1046,10 @@ async def cancel_activity_outcome_ignored(ctx: CheckContext) -> None:
                 replies=[reply],
             )
         events = await _events(ctx, wid, run_id)
-        ctx.require(
-            _count(events, "ActivityCompleted") == 0 and _count(events, "ActivityFailed") == 0,
+        ctx.require_counts(
+            events,
+            {"ActivityCompleted": 0, "ActivityFailed": 0},
             f"activity outcomes reported after {op} are not recorded",
-            expected="no ActivityCompleted / ActivityFailed",
-            received=_types(events),
         )
 
 
