@@ -569,12 +569,12 @@ class ActivityMachine(MachineBase):
                 self.empty_probes += 1
                 self.reached("no_resume_between_retries")
             elif not pending and all(e.final != "timeout" for e in run.execs):
-                raise self.violation(
+                raise self.unexpected(
+                    reply,
                     "RETRY-FINAL-RESUMES-WORKFLOW",
                     f"run {run.run_id} had a final activity outcome but its queue holds no workflow task",
-                    expected="a workflow task resuming the run",
-                    received=f"{reply.status} poll_status {reply.json().get('poll_status')}",
-                    replies=[reply],
+                    "a workflow task resuming the run",
+                    f"poll_status {reply.json().get('poll_status')}",
                 )
             return
         run.resume_leased = True

@@ -243,39 +243,33 @@ class MachineBase(RuleBasedStateMachine):
         FOUND.append(failure)
         return failure
 
+    def unexpected(self, reply: Reply, requirement: str, message: str, expected: Any, shown: str = "") -> CheckFailure:
+        """The failure of ``requirement`` when ``reply`` is not what was ``expected``: it shows the answer's status
+        and reason, then ``shown`` (what else of the answer matters)."""
+        received = f"{reply.status} {reply.reason}" + (f" {shown}" if shown else "")
+        return self.violation(requirement, message, expected=expected, received=received, replies=[reply])
+
     def disallowed(self, requirement: str, what: str, allowed: set[str], reply: Reply) -> CheckFailure:
         """The failure of ``requirement`` when ``reply`` is none of the outcomes (``ok`` or a reason) the model
         allows ``what``."""
         expected = sorted(allowed)
-        return self.violation(
-            requirement,
-            f"{what}: the model allows {expected}",
-            expected=" or ".join(expected),
-            received=f"{reply.status} {reply.reason}",
-            replies=[reply],
-        )
+        return self.unexpected(reply, requirement, f"{what}: the model allows {expected}", " or ".join(expected))
 
     def expect_status(self, reply: Reply, status: int, requirement: str, message: str, expected: Any = None) -> None:
         """``reply`` answers ``status``, or the machine fails ``requirement``."""
         if reply.status != status:
-            raise self.violation(
-                requirement,
-                message,
-                expected=status if expected is None else expected,
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.unexpected(reply, requirement, message, status if expected is None else expected)
 
     def expect_signal_received(self, reply: Reply, run: RunShadow) -> None:
         """§12.2: a signal to an open run answers 202 ``outcome: "signal_received"``."""
         outcome = reply.json().get("outcome")
         if reply.status != 202 or outcome != "signal_received":
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "SIGNAL-RECORDED-AND-WAKES",
                 f"a signal to open run {run.run_id} is accepted",
-                expected='202 outcome "signal_received"',
-                received=f"{reply.status} {reply.reason} outcome={outcome!r}",
-                replies=[reply],
+                '202 outcome "signal_received"',
+                f"outcome={outcome!r}",
             )
 
     @contextlib.contextmanager
@@ -301,20 +295,20 @@ class MachineBase(RuleBasedStateMachine):
         non-null exactly when ``poll_status`` is ``leased``. Returns the body."""
         body = reply.json()
         if reply.status != 200 or "poll_status" not in body:
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "POLL-STATUS-PRESENT",
                 f"a {what} poll of a registered worker answers 200 with poll_status",
-                expected="200 with poll_status",
-                received=f"{reply.status} {reply.reason} keys={sorted(body)}",
-                replies=[reply],
+                "200 with poll_status",
+                f"keys={sorted(body)}",
             )
         if (body.get("task") is not None) != (body.get("poll_status") == "leased"):
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "POLL-STATUS-TASK-IFF-LEASED",
                 "task != null iff poll_status == leased",
-                expected="consistent",
-                received=body.get("poll_status"),
-                replies=[reply],
+                "consistent",
+                f"poll_status={body.get('poll_status')!r} with task {'null' if body.get('task') is None else 'set'}",
             )
         return body
 
@@ -388,21 +382,12 @@ class MachineBase(RuleBasedStateMachine):
         the poller (§16.22 "lease_owner == the poller's worker_id")."""
         run = runs.get(str(task.get("run_id")))
         if run is None:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "leased a task of a run this queue never started",
-                expected="a run started on this example's queue",
-                received=task.get("run_id"),
-                replies=[reply],
-            )
+            expected = "a run started on this example's queue"
+            message = "leased a task of a run this queue never started"
+            raise self.unexpected(reply, "LEASE-OWNER-IS-POLLER", message, expected, f"run_id={task.get('run_id')!r}")
         if task.get("lease_owner") != worker:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "lease_owner is the poller",
-                expected=worker,
-                received=task.get("lease_owner"),
-                replies=[reply],
-            )
+            owner = f"lease_owner={task.get('lease_owner')!r}"
+            raise self.unexpected(reply, "LEASE-OWNER-IS-POLLER", "lease_owner is the poller", worker, owner)
         return run
 
     # -- runs ----------------------------------------------------------------------------------------

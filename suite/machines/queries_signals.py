@@ -523,12 +523,12 @@ class QuerySignalMachine(QueryWorker):
             self.reached("closed_run_command_refused")
             return
         if reply.status != 202 or body.get("update_status") != "accepted" or not isinstance(uid, str) or not uid:
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 UPDATE_RECORDED,
                 f"an update with wait_for accepted on open run {run.run_id}",
-                expected='202 update_status "accepted" with an update_id',
-                received=f"{reply.status} {reply.reason} {body.get('update_status')!r} {uid!r}",
-                replies=[reply],
+                '202 update_status "accepted" with an update_id',
+                f"{body.get('update_status')!r} {uid!r}",
             )
         self.accepted_update(run, uid, name)
         self.reached("update_accepted")

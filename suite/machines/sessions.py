@@ -106,13 +106,8 @@ class SessionMachine(MachineBase):
             ok = reply.status == decision.status and reply.reason == decision.reason
             expected = f"{decision.status} {decision.reason}"
         if not ok:
-            raise self.violation(
-                requirement,
-                f"session {verb}: the answer the session rules allow",
-                expected=expected,
-                received=f"{reply.status} {reply.reason or body.get('outcome')}",
-                replies=[reply],
-            )
+            message = f"session {verb}: the answer the session rules allow"
+            raise self.unexpected(reply, requirement, message, expected, f"outcome={body.get('outcome')!r}")
 
     # -- rules -------------------------------------------------------------------------------------------
 
