@@ -248,12 +248,10 @@ def test_a_timer_fires_only_after_its_delay_with_the_timer_resume_context(make: 
     [scheduled] = h.events("wf-1", "TimerScheduled")
     assert (scheduled["payload"]["timer_id"], scheduled["payload"]["delay_seconds"]) == (timer_id, 10)
     assert h.maintain() == pytest.approx(10.0)  # the scheduler sleeps exactly until the timer is due
-    h.clock.advance(10 - 0.000001)
-    h.maintain()
+    h.elapse(10 - 0.000001)
     assert h.events("wf-1", "TimerFired") == []
     h.assert_empty()
-    h.clock.advance(0.000001)
-    h.maintain()
+    h.elapse(0.000001)
     fired = seq_of(h, "wf-1", "TimerFired")
     task = h.lease()
     assert resume(task) == {
@@ -281,8 +279,7 @@ def test_a_timer_of_a_closed_run_never_fires(h: Harness) -> None:
     h.start("wf-1")
     h.completed(h.lease(), {"type": "start_timer", "delay_seconds": 5})
     h.close("wf-1", "cancel")
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert h.events("wf-1", "TimerFired") == []
     h.assert_empty()
 
@@ -302,8 +299,7 @@ def test_a_condition_wait_timeout_wakes_the_run_with_the_condition_context(h: Ha
     task = h.lease()
     h.completed(task, wait)  # re-emitted with the same key and fingerprint: the same wait stays open
     assert len(h.events("wf-1", "ConditionWaitOpened")) == 1
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert [e["payload"]["condition_wait_id"] for e in h.events("wf-1", "ConditionWaitTimedOut")] == [wait_id]
     assert resume(h.lease()) == {
         "workflow_wait_kind": "condition",
@@ -327,8 +323,7 @@ def test_a_condition_wait_the_worker_moves_past_is_satisfied_and_its_timer_cance
     h.completed(h.lease(), WAIT)  # not re-emitted: the replay got past it
     # Satisfied first, then the batch's own commands (SDK-INTEROP §6.4).
     assert h.event_types("wf-1")[-3:] == ["SignalReceived", "ConditionWaitSatisfied", "TimerScheduled"]
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert h.events("wf-1", "ConditionWaitTimedOut") == []
     h.assert_empty()
 
@@ -590,11 +585,9 @@ def test_a_failed_child_is_retried_after_its_backoff_up_to_max_attempts(make: Ha
         assert h.events("parent", "ChildRunFailed") == []  # §14.2: no resume for an intermediate failure
         assert h.open_tasks(h.describe("parent")["run_id"]) == []
         assert h.maintain() == pytest.approx(backoff)
-        h.clock.advance(backoff - 0.000001)
-        h.maintain()
+        h.elapse(backoff - 0.000001)
         assert len(h.control("GET", f"/workflows/{child_wid}/runs")[1]["runs"]) == len(runs)
-        h.clock.advance(0.000001)
-        h.maintain()
+        h.elapse(0.000001)
         current = h.describe(child_wid)
         assert current["run_id"] not in runs
         runs.append(current["run_id"])
