@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -189,8 +190,10 @@ class CheckContext:
         *,
         what: str = "",
         requirement: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Fail unless ``reply`` has the status (and ``reason``); return its JSON body."""
+        """Fail unless ``reply`` has the status (and ``reason``) and each body field of ``fields`` has the value
+        given there (compared as :meth:`require_equal` does); return its JSON body."""
         statuses = {status} if isinstance(status, int) else set(status)
         reasons = None if reason is None else ({reason} if isinstance(reason, str) else set(reason))
         got_reason = reply.reason
@@ -206,7 +209,11 @@ class CheckContext:
                 replies=[reply],
                 requirement=requirement,
             )
-        return reply.json()
+        body = reply.json()
+        for name, value in (fields or {}).items():
+            message = f"{what or 'the answer'}: {name} is {json.dumps(value)}"
+            self.require_equal(body.get(name), value, message, replies=[reply], requirement=requirement)
+        return body
 
     def require(self, condition: bool, message: str, **evidence: Unpack[Evidence]) -> None:
         """Unless ``condition`` holds, fail with ``message`` and ``evidence`` (what :meth:`fail` takes)."""

@@ -30,7 +30,6 @@ __all__ = [
     "QueryRun",
     "activity_call",
     "attributed",
-    "expect_recorded",
     "lease_activity",
     "lease_activity_at",
     "lease_query",
@@ -229,29 +228,6 @@ async def activity_call(
     payload = fenced_body(task, body, activity_attempt_id=attempt_id, lease_owner=owner)
     path = f"/activity-tasks/{task_id or task['task_id']}/{verb}"
     return await ctx.client.worker(path, payload, namespace=namespace)
-
-
-def expect_recorded(
-    ctx: CheckContext,
-    reply: Reply,
-    status: int,
-    reason: str | None = None,
-    *,
-    recorded: bool,
-    what: str,
-    requirement: str | None = None,
-) -> dict[str, Any]:
-    """``reply`` to an activity report is ``status`` (and ``reason``) and says whether the report was
-    ``recorded`` (§11.3); returns its body."""
-    body = ctx.expect(reply, status, reason, what=what, requirement=requirement)
-    ctx.require_equal(
-        body.get("recorded"),
-        recorded,
-        f"{what}: recorded {str(recorded).lower()}",
-        replies=[reply],
-        requirement=requirement,
-    )
-    return body
 
 
 # -- a run parked on a timer, to be queried ----------------------------------------------------------------

@@ -359,8 +359,8 @@ async def register_fingerprint_conflict(ctx: CheckContext) -> None:
         requirement="REGISTER-IDEMPOTENT",
     )
     reply = await ctx.client.worker("/register", body("fp-b"))
-    got = ctx.expect(reply, 409, "workflow_definition_changed", what="re-register with another fingerprint")
-    ctx.require_equal(got.get("workflow_type"), wf_type, "the conflict names the workflow type", replies=[reply])
+    what = "re-register with another fingerprint"
+    ctx.expect(reply, 409, "workflow_definition_changed", what=what, fields={"workflow_type": wf_type})
 
 
 @check("WORKER-HEARTBEAT-ACK")
@@ -368,8 +368,7 @@ async def worker_heartbeat_ack(ctx: CheckContext) -> None:
     """POST /worker/heartbeat is 200 acknowledged: true for a registered worker, 404 for an unknown one."""
     wid = await ctx.register(ctx.uid("q"))
     reply = await ctx.client.worker("/heartbeat", {"worker_id": wid, "task_slots": {"workflow": {"available": 1}}})
-    body = ctx.expect(reply, 200, what="worker heartbeat")
-    ctx.require_equal(body.get("acknowledged"), True, "a worker heartbeat answers acknowledged: true", replies=[reply])
+    ctx.expect(reply, 200, what="worker heartbeat", fields={"acknowledged": True})
     reply = await ctx.client.worker("/heartbeat", {"worker_id": ctx.uid("nobody")})
     ctx.expect(reply, 404, "worker_not_registered", what="heartbeat of an unknown worker")
 
@@ -394,13 +393,12 @@ async def poll_queue_mismatch(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     for kind in KINDS:
         reply = await _poll(ctx, kind, wid, other)
-        body = ctx.expect(reply, 409, "task_queue_mismatch", what=f"{kind} poll of an unregistered queue")
-        got = {k: body.get(k) for k in ("registered_task_queue", "requested_task_queue")}
-        ctx.require_equal(
-            got,
-            {"registered_task_queue": queue, "requested_task_queue": other},
-            "task_queue_mismatch names the registered and the requested queue",
-            replies=[reply],
+        ctx.expect(
+            reply,
+            409,
+            "task_queue_mismatch",
+            what=f"{kind} poll of an unregistered queue",
+            fields={"registered_task_queue": queue, "requested_task_queue": other},
         )
 
 
@@ -1072,8 +1070,7 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
     async def probe() -> datetime | None:
         nonlocal previous
         reply = await ctx.wf_call(task, "heartbeat")
-        body = ctx.expect(reply, 200, what="owner heartbeat")
-        ctx.require_equal(body.get("renewed"), True, "an owner heartbeat answers renewed: true", replies=[reply])
+        body = ctx.expect(reply, 200, what="owner heartbeat", fields={"renewed": True})
         expires = previous = ctx.renewed_lease(body, reply, previous)
         return expires if expires > first else None
 

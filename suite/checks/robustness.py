@@ -23,7 +23,6 @@ from suite.registry import check
 from suite.worlds import (
     ActivityRun,
     activity_call,
-    expect_recorded,
     lease_activity,
     lease_query,
     schedule_activities,
@@ -681,7 +680,8 @@ async def unknown_fields_ignored(ctx: CheckContext) -> None:
     )
     ctx.require_equal(body.get("can_continue"), True, "unknown fields do not stop a heartbeat", requirement=req)
     reply = await activity_call(ctx, act, "complete", {"result": ctx.envelope("ok"), **UNKNOWN})
-    expect_recorded(ctx, reply, 200, recorded=True, what="activity complete with unknown fields", requirement=req)
+    what = "activity complete with unknown fields"
+    ctx.expect(reply, 200, what=what, requirement=req, fields={"recorded": True})
     task = await ctx.lease_wf(worker, queue)
     reply = await ctx.wf_call(task, "complete", {"commands": [{"type": "complete_workflow"}], **UNKNOWN})
     ctx.expect(reply, 200, what="workflow-task complete_workflow with unknown fields", requirement=req)
@@ -798,7 +798,7 @@ async def hooks_observe_only(ctx: CheckContext) -> None:
         ctx, task, "complete", {"result": result, "progress": "garbage", "process_metrics": [1, {}]}
     )
     what = "activity complete after malformed progress reports"
-    expect_recorded(ctx, reply, 200, recorded=True, what=what, requirement=req)
+    ctx.expect(reply, 200, what=what, requirement=req, fields={"recorded": True})
     resume = await ctx.lease_wf(run.worker, run.queue)
     output = ctx.envelope("workflow output")
     ctx.expect(
