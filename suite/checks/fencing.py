@@ -212,6 +212,21 @@ async def _other_client(ctx: CheckContext) -> AsyncIterator[ProtocolClient]:
 # =========================================================================================================
 
 
+async def _fenced_calls_changed_nothing(
+    ctx: CheckContext, task: dict[str, Any], wid: str, run_id: str, holder: str
+) -> None:
+    """FENCE-NO-STATE-CHANGE: after the fenced calls the lease ``holder``'s complete still succeeds, and the
+    history holds exactly that completion."""
+    reply = await ctx.complete(task, [_complete_cmd()])
+    ctx.expect(reply, 200, what=f"{holder}'s complete after fenced calls", requirement="FENCE-NO-STATE-CHANGE")
+    ctx.require_counts(
+        await _events(ctx, wid, run_id),
+        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
+        f"history holds exactly {holder}'s completion",
+        "FENCE-NO-STATE-CHANGE",
+    )
+
+
 @check("FENCE-OWNER", "FENCE-NO-STATE-CHANGE")
 async def fence_wrong_owner(ctx: CheckContext) -> None:
     """A wrong lease_owner on heartbeat, complete, fail and history is 409 lease_owner_mismatch naming the
@@ -241,15 +256,7 @@ async def fence_wrong_owner(ctx: CheckContext) -> None:
         received=described.get("status"),
         requirement="FENCE-NO-STATE-CHANGE",
     )
-    reply = await ctx.complete(task, [_complete_cmd()])
-    ctx.expect(reply, 200, what="the owner's complete after fenced calls", requirement="FENCE-NO-STATE-CHANGE")
-    events = await _events(ctx, wid, run_id)
-    ctx.require_counts(
-        events,
-        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
-        "history holds exactly the owner's completion",
-        "FENCE-NO-STATE-CHANGE",
-    )
+    await _fenced_calls_changed_nothing(ctx, task, wid, run_id, "the owner")
 
 
 @check("FENCE-ATTEMPT", "FENCE-NO-STATE-CHANGE")
@@ -287,17 +294,7 @@ async def fence_stale_attempt(ctx: CheckContext) -> None:
             requirement="FENCE-ATTEMPT",
         )
         await _renew(ctx, task, f"after the fenced {verb}", "FENCE-NO-STATE-CHANGE")
-    reply = await ctx.complete(task, [_complete_cmd()])
-    ctx.expect(
-        reply, 200, what="complete with the current attempt after fenced calls", requirement="FENCE-NO-STATE-CHANGE"
-    )
-    events = await _events(ctx, wid, run_id)
-    ctx.require_counts(
-        events,
-        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
-        "history holds exactly the current attempt's completion",
-        "FENCE-NO-STATE-CHANGE",
-    )
+    await _fenced_calls_changed_nothing(ctx, task, wid, run_id, "the current attempt")
 
 
 @check("FENCE-UNKNOWN-TASK")
@@ -614,6 +611,32 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
     )
 
 
+async def _waiting_poll(
+    ctx: CheckContext, kind: str, worker: str, queue: str, hold: int, due: datetime | None, what: str
+) -> tuple[Reply, dict[str, Any], float]:
+    """A long poll of ``hold`` seconds, already waiting when work becomes ``due``: its answer, the answer's body
+    and the seconds it took (a test clock cuts the hold short at ``due``: the poll must then answer at once)."""
+    started = ctx.now()
+    reply = await ctx.poll(kind, worker, queue, hold, until=due)
+    elapsed = (ctx.now() - started).total_seconds()
+    return reply, ctx.expect(reply, 200, what=what, requirement="DISPATCH-LOST-NOTIFICATION"), elapsed
+
+
+def _require_woken(
+    ctx: CheckContext, reply: Reply, body: dict[str, Any], elapsed: float, woken: bool, message: str, expected: str
+) -> None:
+    """DISPATCH-LOST-NOTIFICATION: the waiting poll got the work that became due (``woken``), with no other
+    request to prompt the server."""
+    ctx.require(
+        woken,
+        f"{message}, without any other request",
+        expected=expected,
+        received=f"poll_status {body.get('poll_status')!r} after {elapsed:.1f}s",
+        replies=[reply],
+        requirement="DISPATCH-LOST-NOTIFICATION",
+    )
+
+
 @check("DISPATCH-LOST-NOTIFICATION", "EXPIRY-SELF-RECOVERY", slow=True)
 async def dispatch_lost_notification(ctx: CheckContext) -> None:
     """An expired lease needs no stimulus: a long poll started before expiry receives the task when the lease
@@ -632,22 +655,17 @@ async def dispatch_lost_notification(ctx: CheckContext) -> None:
     )
     hold = min(60, math.ceil(lease + SLACK))
     expires = _instant(task.get("lease_expires_at"))
-    started = ctx.now()
-    # With a test clock the hold is cut short at the lease's expiry: the poll must then answer at once.
-    reply = await ctx.poll_wf(waiting, queue, hold, until=expires)
-    elapsed = (ctx.now() - started).total_seconds()
-    body = ctx.expect(
-        reply, 200, what="a long poll started while the task was leased", requirement="DISPATCH-LOST-NOTIFICATION"
-    )
+    what = "a long poll started while the task was leased"
+    reply, body, elapsed = await _waiting_poll(ctx, "workflow", waiting, queue, hold, expires, what)
     got = _task_of(body)
-    ctx.require(
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
         got is not None and got.get("task_id") == task["task_id"],
-        f"a long poll (timeout_seconds {hold}) started before lease expiry receives the task when "
-        "the lease expires, without any other request",
-        expected=f"task {task['task_id']} leased",
-        received=f"poll_status {body.get('poll_status')!r} after {elapsed:.1f}s",
-        replies=[reply],
-        requirement="DISPATCH-LOST-NOTIFICATION",
+        f"a long poll (timeout_seconds {hold}) started before lease expiry receives the task when the lease expires",
+        f"task {task['task_id']} leased",
     )
     assert got is not None
     ctx.require(
@@ -707,21 +725,17 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
         200,
         what="complete with start_timer",
     )
-    started = ctx.now()
-    due = started + timedelta(seconds=delay)
-    reply = await ctx.poll_wf(worker, queue, hold, until=due)
-    elapsed = (ctx.now() - started).total_seconds()
-    body = ctx.expect(reply, 200, what="a long poll waiting for the timer", requirement="DISPATCH-LOST-NOTIFICATION")
+    due = ctx.now() + timedelta(seconds=delay)
+    reply, body, elapsed = await _waiting_poll(ctx, "workflow", worker, queue, hold, due, "a long poll for the timer")
     fired = _task_of(body)
-    on_time = elapsed <= delay + SLACK / 2
-    ctx.require(
-        fired is not None and fired.get("run_id") == task.get("run_id") and on_time,
-        f"a long poll (timeout_seconds {hold}) receives the workflow task of a {delay}s timer once "
-        "it is due, without any other request",
-        expected=f"the run's task within about {delay}s",
-        received=f"poll_status {body.get('poll_status')!r} after {elapsed:.1f}s",
-        replies=[reply],
-        requirement="DISPATCH-LOST-NOTIFICATION",
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
+        fired is not None and fired.get("run_id") == task.get("run_id") and elapsed <= delay + SLACK / 2,
+        f"a long poll (timeout_seconds {hold}) receives the workflow task of a {delay}s timer once it is due",
+        f"the run's task within about {delay}s",
     )
     assert fired is not None
     # A retry becomes available while the poll waits.
@@ -735,20 +749,17 @@ async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
     transient = {"message": "conformance: transient", "type": "Transient"}
     reply = await activity_call(ctx, act, "fail", {"failure": transient})
     ctx.expect(reply, 200, what="a retryable activity failure")
-    started = ctx.now()
-    reply = await poll_activity(ctx, worker, queue, hold, until=started + timedelta(seconds=delay))
-    elapsed = (ctx.now() - started).total_seconds()
-    body = ctx.expect(reply, 200, what="a long poll waiting for the retry", requirement="DISPATCH-LOST-NOTIFICATION")
+    due = ctx.now() + timedelta(seconds=delay)
+    reply, body, elapsed = await _waiting_poll(ctx, "activity", worker, queue, hold, due, "a long poll for the retry")
     retry = _task_of(body) or {}
-    on_time = elapsed <= delay + SLACK / 2
-    ctx.require(
-        retry.get("activity_execution_id") == act.get("activity_execution_id") and on_time,
-        f"a long poll (timeout_seconds {hold}) receives the retry once its {delay}s backoff passed, "
-        "without any other request",
-        expected=f"attempt 2 of the activity within about {delay}s",
-        received=f"poll_status {body.get('poll_status')!r} after {elapsed:.1f}s",
-        replies=[reply],
-        requirement="DISPATCH-LOST-NOTIFICATION",
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
+        retry.get("activity_execution_id") == act.get("activity_execution_id") and elapsed <= delay + SLACK / 2,
+        f"a long poll (timeout_seconds {hold}) receives the retry once its {delay}s backoff passed",
+        f"attempt 2 of the activity within about {delay}s",
     )
 
 
