@@ -839,6 +839,12 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
 # -- leasing (§7.5, §9, §14.1, invariants 20-23, 25, 32) ------------------------------------------------------
 
 
+def _require_poller_owns(ctx: CheckContext, task: dict[str, Any], worker: str, reply: Reply, what: str) -> None:
+    """LEASE-OWNER-IS-POLLER: ``task``, leased by ``reply`` to a poll of ``worker``, names that worker as owner."""
+    message = f"{what}'s lease_owner is the poller's worker_id"
+    ctx.require_equal(task.get("lease_owner"), worker, message, replies=[reply], requirement="LEASE-OWNER-IS-POLLER")
+
+
 def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], requirement: str) -> list[dict[str, Any]]:
     """The leased tasks of concurrent polls; each 200, each lease owned by its poller, no (task, attempt) twice."""
     tasks: list[dict[str, Any]] = []
@@ -848,13 +854,7 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
         task = _task(reply)
         if task is None:
             continue
-        ctx.require_equal(
-            task.get("lease_owner"),
-            worker,
-            "a leased task's lease_owner is the poller's worker_id",
-            replies=[reply],
-            requirement="LEASE-OWNER-IS-POLLER",
-        )
+        _require_poller_owns(ctx, task, worker, reply, "a leased task")
         key = _key(task)
         ctx.require(
             key not in seen,
@@ -959,13 +959,7 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
     for kind, (worker, reply, sent) in (await _leased_of_every_kind(ctx)).items():
         task = _task(reply)
         assert task is not None
-        ctx.require_equal(
-            task.get("lease_owner"),
-            worker,
-            f"a leased {kind} task's lease_owner is the poller",
-            replies=[reply],
-            requirement="LEASE-OWNER-IS-POLLER",
-        )
+        _require_poller_owns(ctx, task, worker, reply, f"a leased {kind} task")
         expires = ctx.lease_expiry(task, reply, "LEASE-EXPIRY-IN-FUTURE")
         date = reply.server_date
         # The server's Date (floored to the second) is at or after it received the poll; without one, allow
