@@ -42,27 +42,28 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
     call = start_query(ctx, run, "status")
     try:
         task = await lease_query(ctx, run, call, requirement="QUERY-TASK-CREATED")
-        problems = []
-        for key, want in (
-            ("query_task_attempt", 1),
-            ("query_name", "status"),
-            ("lease_owner", run.worker),
-            ("workflow_id", run.workflow_id),
-        ):
-            if task.get(key) != want:
-                problems.append(f"{key}={task.get(key)!r}, expected {want!r}")
+        want = {
+            "query_task_attempt": 1,
+            "query_name": "status",
+            "lease_owner": run.worker,
+            "workflow_id": run.workflow_id,
+        }
+        ctx.require_equal(
+            {key: task.get(key) for key in want},
+            want,
+            "the leased query task names the query that was sent, its run, and the poller as lease_owner",
+            requirement="QUERY-TASK-CREATED",
+        )
         args = task.get("query_arguments")
         try:
             decoded = value_to_json(decode_blob(args["blob"])) if isinstance(args, dict) else None
         except Exception:  # any decode problem is the target's malformed blob
             decoded = "<undecodable>"
-        if not isinstance(args, dict) or args.get("codec") != "avro" or decoded != QUERY_ARGS:
-            problems.append(f"query_arguments={args!r} (decodes to {decoded!r}), expected avro {QUERY_ARGS!r}")
         ctx.require(
-            not problems,
-            "the leased query task describes the query that was sent",
-            expected="query_task_attempt 1, the query name, the poller as lease_owner, the arguments",
-            received=problems,
+            isinstance(args, dict) and args.get("codec") == "avro" and decoded == QUERY_ARGS,
+            "the leased query task carries the query's arguments",
+            expected=f"avro {QUERY_ARGS!r}",
+            received=f"query_arguments={args!r} (decodes to {decoded!r})",
             requirement="QUERY-TASK-CREATED",
         )
         result = ctx.envelope({"state": "parked", "count": 3})
