@@ -47,11 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="How long a child asked to cancel cooperatively (parent_close_policy request_cancellation) may "
         "clean up before the server closes it (default 60).",
     )
-    p.add_argument(
+    _env_token(
+        p,
         "--auth-token",
-        default=os.environ.get("DW_AUTH_TOKEN"),
-        help="Full-access bearer token (env DW_AUTH_TOKEN): every role on both planes, beside any role tokens "
-        "(PROTOCOL.md §4.1).",
+        "DW_AUTH_TOKEN",
+        "Full-access bearer token",
+        " Every role on both planes, beside any role tokens (PROTOCOL.md §4.1).",
     )
     p.add_argument(
         "--test-clock",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
@@ -34,6 +35,15 @@ HELD_GRACE = 0.25
 CLOCK_SKEW = 2.0
 # The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
 TEST_CLOCK_MAX_WAIT = 366 * 86_400.0
+
+
+class Evidence(TypedDict, total=False):
+    """What a failure shows beside its message: see :meth:`CheckContext.fail`."""
+
+    expected: Any
+    received: Any
+    replies: Iterable[Reply]
+    requirement: str | None
 
 
 @dataclass
@@ -68,22 +78,24 @@ class TargetInfo:
             out["url"] = self.upstream_url
         return out
 
+    def _worker_protocol(self, key: str) -> Any:
+        """``worker_protocol.<key>`` of the cluster info; None where the target leaves it out."""
+        wp = self.cluster_info.get("worker_protocol")
+        return wp.get(key) if isinstance(wp, dict) else None
+
     @property
     def server_capabilities(self) -> dict[str, Any]:
-        wp = self.cluster_info.get("worker_protocol")
-        caps = wp.get("server_capabilities") if isinstance(wp, dict) else None
+        caps = self._worker_protocol("server_capabilities")
         return caps if isinstance(caps, dict) else {}
 
     @property
     def advertised_version(self) -> str | None:
-        wp = self.cluster_info.get("worker_protocol")
-        v = wp.get("version") if isinstance(wp, dict) else None
+        v = self._worker_protocol("version")
         return str(v) if v is not None else None
 
     @property
     def test_profile(self) -> dict[str, Any]:
-        wp = self.cluster_info.get("worker_protocol")
-        prof = wp.get("test_profile") if isinstance(wp, dict) else None
+        prof = self._worker_protocol("test_profile")
         return prof if isinstance(prof, dict) else {}
 
     @property
@@ -129,6 +141,8 @@ class CheckContext:
         replies: Iterable[Reply] = (),
         requirement: str | None = None,
     ) -> CheckFailure:
+        """The failure to raise: ``message``, what was ``expected`` and ``received``, the exchanges of
+        ``replies`` (or the latest three) and the ``requirement`` it breaks."""
         ex = [r.exchange for r in replies] or self.exchanges[-3:]
         return CheckFailure(message, expected=expected, received=received, exchanges=ex, requirement=requirement)
 
@@ -152,6 +166,22 @@ class CheckContext:
             requirement=requirement,
         )
 
+    def require_counts(
+        self, events: list[dict[str, Any]], counts: Mapping[str, int], message: str, requirement: str | None = None
+    ) -> None:
+        """Fail unless the history ``events`` hold each event type of ``counts`` exactly that many times."""
+        found = dict.fromkeys(counts, 0)
+        for event in events:
+            if event.get("event_type") in found:
+                found[event["event_type"]] += 1
+        self.require(
+            found == dict(counts),
+            message,
+            expected=dict(counts),
+            received=[e.get("event_type") for e in events],
+            requirement=requirement,
+        )
+
     def expect(
         self,
         reply: Reply,
@@ -160,8 +190,10 @@ class CheckContext:
         *,
         what: str = "",
         requirement: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Fail unless ``reply`` has the status (and ``reason``); return its JSON body."""
+        """Fail unless ``reply`` has the status (and ``reason``) and each body field of ``fields`` has the value
+        given there (compared as :meth:`require_equal` does); return its JSON body."""
         statuses = {status} if isinstance(status, int) else set(status)
         reasons = None if reason is None else ({reason} if isinstance(reason, str) else set(reason))
         got_reason = reply.reason
@@ -177,20 +209,16 @@ class CheckContext:
                 replies=[reply],
                 requirement=requirement,
             )
-        return reply.json()
+        body = reply.json()
+        for name, value in (fields or {}).items():
+            message = f"{what or 'the answer'}: {name} is {json.dumps(value)}"
+            self.require_equal(body.get(name), value, message, replies=[reply], requirement=requirement)
+        return body
 
-    def require(
-        self,
-        condition: bool,
-        message: str,
-        *,
-        expected: Any = None,
-        received: Any = None,
-        replies: Iterable[Reply] = (),
-        requirement: str | None = None,
-    ) -> None:
+    def require(self, condition: bool, message: str, **evidence: Unpack[Evidence]) -> None:
+        """Unless ``condition`` holds, fail with ``message`` and ``evidence`` (what :meth:`fail` takes)."""
         if not condition:
-            raise self.fail(message, expected=expected, received=received, replies=replies, requirement=requirement)
+            raise self.fail(message, **evidence)
 
     @property
     def max_wait(self) -> float:
@@ -345,21 +373,20 @@ class CheckContext:
         out = self.expect(reply, 201, what="workflow start")
         return wid, str(out.get("run_id"))
 
+    async def poll(
+        self, kind: str, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
+    ) -> Reply:
+        """A poll for a ``kind`` ("workflow", "activity" or "query") task; with a test clock its hold ends at
+        once, or at ``until`` (see :meth:`held`)."""
+        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
+        request = self.client.worker(f"/{kind}-tasks/poll", body, timeout=timeout + 15)
+        return await self.held(request, self.poll_hold(timeout), until=until)
+
     async def poll_wf(
         self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
     ) -> Reply:
-        """A workflow-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
-        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
-        request = self.client.worker("/workflow-tasks/poll", body, timeout=timeout + 15)
-        return await self.held(request, self.poll_hold(timeout), until=until)
-
-    async def poll_activity(
-        self, worker_id: str, queue: str, timeout: int = 1, *, until: datetime | None = None, **extra: Any
-    ) -> Reply:
-        """An activity-task poll; with a test clock its hold ends at once, or at ``until`` (see :meth:`held`)."""
-        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": timeout, **extra}
-        request = self.client.worker("/activity-tasks/poll", body, timeout=timeout + 15)
-        return await self.held(request, self.poll_hold(timeout), until=until)
+        """A workflow-task :meth:`poll`."""
+        return await self.poll("workflow", worker_id, queue, timeout, until=until, **extra)
 
     def poll_hold(self, timeout: int) -> float:
         """How long the target holds an empty poll with ``timeout_seconds`` (§7.2: clamped into [1, max])."""
@@ -417,6 +444,33 @@ class CheckContext:
     @staticmethod
     def envelope(value: Any) -> dict[str, str]:
         return {"codec": "avro", "blob": encode_blob(value)}
+
+    def lease_expiry(self, body: dict[str, Any], reply: Reply, requirement: str | None = None) -> datetime:
+        """The ``lease_expires_at`` of a lease or heartbeat answer (``body`` of ``reply``); the check fails
+        ``requirement`` unless it is an RFC 3339 instant."""
+        try:
+            return parse_rfc3339(body.get("lease_expires_at"))
+        except ValueError as exc:
+            raise self.fail(
+                "lease_expires_at is an RFC 3339 timestamp",
+                expected="e.g. 2026-04-18T12:05:00.000000Z",
+                received=f"{body.get('lease_expires_at')!r} ({exc})",
+                replies=[reply],
+                requirement=requirement,
+            ) from None
+
+    def renewed_lease(self, body: dict[str, Any], reply: Reply, previous: datetime) -> datetime:
+        """The ``lease_expires_at`` a heartbeat answered (``body`` of ``reply``), which never moves back from
+        ``previous``, the lease's expiry before it."""
+        expires = self.lease_expiry(body, reply)
+        self.require(
+            expires >= previous,
+            "a heartbeat never moves lease_expires_at backwards",
+            expected=f"≥ {previous.isoformat()}",
+            received=body.get("lease_expires_at"),
+            replies=[reply],
+        )
+        return expires
 
     @staticmethod
     def lease_seconds(task: dict[str, Any], sent_at_server: str | None = None) -> float | None:

@@ -45,10 +45,12 @@ __all__ = [
     "poll_query",
     "query_call",
     "query_timeout",
+    "require_no_task",
     "require_open",
     "schedule_activities",
     "settle",
     "start_query",
+    "task_summary",
     "wait_out_lease",
     "waiting_run",
 ]
@@ -215,7 +217,28 @@ async def attributed(awaitable: Awaitable[T], requirement: str) -> T:
 
 
 async def poll_activity(ctx: CheckContext, worker: str, queue: str, timeout: int = 1, **extra: Any) -> Reply:
-    return await ctx.poll_activity(worker, queue, timeout, **extra)
+    return await ctx.poll("activity", worker, queue, timeout, **extra)
+
+
+def require_no_task(ctx: CheckContext, reply: Reply, *, what: str, requirement: str, why: str) -> None:
+    """``reply``, a poll (``what``), is 200 with no task, or the check fails ``requirement`` saying ``why``."""
+    task = ctx.expect(reply, 200, what=what, requirement=requirement).get("task")
+    ctx.require(
+        task is None,
+        why,
+        expected="task: null",
+        received=task_summary(task),
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+def task_summary(task: Any) -> str:
+    """The ids of a leased task, as a failure shows what it received."""
+    if not isinstance(task, dict):
+        return repr(task)
+    keys = ("task_id", "run_id", "activity_execution_id", "attempt_number", "workflow_task_attempt")
+    return "a task " + ", ".join(f"{k}={task[k]}" for k in keys if k in task)
 
 
 async def lease_activity_at(
@@ -331,8 +354,7 @@ def require_open(ctx: CheckContext, call: asyncio.Task[Reply], requirement: str 
 
 async def poll_query(ctx: CheckContext, run: QueryRun) -> Reply:
     """A one-second query-task poll as the run's worker (with a test clock, an empty one ends at once)."""
-    body = {"worker_id": run.worker, "task_queue": run.queue, "timeout_seconds": 1}
-    return await ctx.held(ctx.client.worker("/query-tasks/poll", body, timeout=16), ctx.poll_hold(1))
+    return await ctx.poll("query", run.worker, run.queue)
 
 
 async def lease_query(

@@ -12,7 +12,6 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
@@ -26,7 +25,9 @@ from suite.worlds import (
     lease_activity,
     lease_activity_at,
     poll_activity,
+    require_no_task,
     schedule_activities,
+    task_summary,
 )
 
 __all__ = ["expect_no_activity", "expect_no_workflow_task", "history_events", "lease_resume"]
@@ -41,24 +42,13 @@ BACKOFF_TOLERANCE = 0.5
 
 async def expect_no_activity(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
     """One short activity poll on the run's queue must come back without a task."""
-    _require_no_task(ctx, await poll_activity(ctx, run.worker, run.queue), "activity-task poll", requirement, why)
+    reply = await poll_activity(ctx, run.worker, run.queue)
+    require_no_task(ctx, reply, what="activity-task poll", requirement=requirement, why=why)
 
 
 async def expect_no_workflow_task(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> None:
-    _require_no_task(ctx, await ctx.poll_wf(run.worker, run.queue, 1), "workflow-task poll", requirement, why)
-
-
-def _require_no_task(ctx: CheckContext, reply: Reply, what: str, requirement: str, why: str) -> None:
-    body = ctx.expect(reply, 200, what=what, requirement=requirement)
-    task = body.get("task")
-    ctx.require(
-        task is None,
-        why,
-        expected="task: null (poll_status empty)",
-        received=_task_summary(task),
-        replies=[reply],
-        requirement=requirement,
-    )
+    reply = await ctx.poll_wf(run.worker, run.queue, 1)
+    require_no_task(ctx, reply, what="workflow-task poll", requirement=requirement, why=why)
 
 
 async def lease_resume(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> dict[str, Any]:
@@ -88,13 +78,6 @@ def history_events(
             continue
         out.append(event)
     return out
-
-
-def _task_summary(task: Any) -> str:
-    if not isinstance(task, dict):
-        return repr(task)
-    keys = ("task_id", "run_id", "activity_execution_id", "attempt_number", "workflow_task_attempt")
-    return "a task " + ", ".join(f"{k}={task[k]}" for k in keys if k in task)
 
 
 def _payload(event: dict[str, Any]) -> dict[str, Any]:
@@ -167,29 +150,20 @@ async def activity_complete_recorded_once(ctx: CheckContext) -> None:
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     result = {"result": ctx.envelope({"answer": 42})}
-    first = await activity_call(ctx, task, "complete", result)
-    body = ctx.expect(first, 200, what="activity complete by the owner", requirement="ACTIVITY-COMPLETE-RECORDED")
-    ctx.require_equal(
-        body.get("recorded"),
-        True,
-        "an accepted activity complete says recorded:true",
-        replies=[first],
+    ctx.expect(
+        await activity_call(ctx, task, "complete", result),
+        200,
+        what="activity complete by the owner",
         requirement="ACTIVITY-COMPLETE-RECORDED",
+        fields={"recorded": True},
     )
-    again = await activity_call(ctx, task, "complete", result)
-    body = ctx.expect(
-        again,
+    ctx.expect(
+        await activity_call(ctx, task, "complete", result),
         409,
         "stale_attempt",
         what="a duplicate activity complete",
         requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
-    )
-    ctx.require_equal(
-        body.get("recorded"),
-        False,
-        "a duplicate activity complete says recorded:false",
-        replies=[again],
-        requirement="ACTIVITY-DUPLICATE-COMPLETE-STALE",
+        fields={"recorded": False},
     )
     done = history_events(
         await ctx.history(run.workflow_id, run.run_id), "ActivityCompleted", task.get("activity_execution_id")
@@ -248,27 +222,8 @@ async def activity_heartbeat_renews(ctx: CheckContext) -> None:
     previous = parse_rfc3339(task.get("lease_expires_at"))
     for n in (1, 2):
         reply = await activity_call(ctx, task, "heartbeat", {"message": f"beat {n}", "current": n, "total": 2})
-        body = ctx.expect(reply, 200, what="activity heartbeat by the owner")
-        ctx.require_equal(
-            body.get("can_continue"), True, "a live attempt's heartbeat says can_continue:true", replies=[reply]
-        )
-        try:
-            renewed = parse_rfc3339(body.get("lease_expires_at"))
-        except (TypeError, ValueError):
-            raise ctx.fail(
-                "the heartbeat answer carries the renewed lease_expires_at (RFC 3339)",
-                expected="an RFC 3339 instant",
-                received=body.get("lease_expires_at"),
-                replies=[reply],
-            ) from None
-        ctx.require(
-            renewed >= previous,
-            "a heartbeat never shortens the lease",
-            expected=f">= {previous.isoformat()}",
-            received=body.get("lease_expires_at"),
-            replies=[reply],
-        )
-        previous = renewed
+        body = ctx.expect(reply, 200, what="activity heartbeat by the owner", fields={"can_continue": True})
+        previous = ctx.renewed_lease(body, reply, previous)
 
 
 @check("ACTIVITY-HEARTBEAT-STOP-200")
@@ -325,8 +280,7 @@ async def activity_wrong_owner_fenced(ctx: CheckContext) -> None:
         reply = await activity_call(ctx, task, verb, stolen, owner=intruder)
         ctx.expect(reply, 409, "lease_owner_mismatch", what=f"activity {verb} by a worker that is not the owner")
     reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("mine")})
-    body = ctx.expect(reply, 200, what="the owner's complete after the fenced attempts")
-    ctx.require_equal(body.get("recorded"), True, "fenced calls left the owner's lease intact", replies=[reply])
+    ctx.expect(reply, 200, what="the owner's complete after the fenced attempts", fields={"recorded": True})
 
 
 @check("ACTIVITY-ATTEMPT-NOT-FOUND")
@@ -643,14 +597,8 @@ async def _timed_out(ctx: CheckContext, run: ActivityRun, execution: str, second
 
     async def probe() -> dict[str, Any] | None:
         reply = await poll_activity(ctx, run.worker, run.queue)
-        task = ctx.expect(reply, 200, what="activity-task poll", requirement=req).get("task")
-        ctx.require(
-            task is None,
-            "a terminal timeout leaves no further attempt to lease",
-            expected="task: null",
-            received=_task_summary(task),
-            replies=[reply],
-            requirement=req,
+        require_no_task(
+            ctx, reply, what="activity-task poll", requirement=req, why="a terminal timeout leaves no further attempt"
         )
         found = history_events(await ctx.history(run.workflow_id, run.run_id), "ActivityTimedOut", execution)
         return found[0] if found else None
@@ -692,7 +640,7 @@ async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
         and second.get("task_id") != first.get("task_id"),
         "a timed-out attempt with attempts left is retried as attempt 2 of the same execution (new task)",
         expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
-        received=_task_summary(second),
+        received=task_summary(second),
     )
 
 

@@ -188,10 +188,6 @@ def _codec_error_named(ctx: CheckContext, reply: Reply, what: str, requirement: 
     )
 
 
-def _count(events: list[dict[str, Any]], event_type: str) -> int:
-    return sum(1 for e in events if e.get("event_type") == event_type)
-
-
 # -- COMMANDS: batch validation (invariants 33-35) ---------------------------------------------------------
 
 
@@ -309,12 +305,7 @@ async def commands_retry_after_reject(ctx: CheckContext) -> None:
         replies=[retry],
     )
     events = await ctx.history(run.workflow_id, run.run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1,
-        "the retried batch closes the run exactly once",
-        expected="one WorkflowCompleted",
-        received=_count(events, "WorkflowCompleted"),
-    )
+    ctx.require_counts(events, {"WorkflowCompleted": 1}, "the retried batch closes the run exactly once")
 
 
 @check("COMMANDS-ATOMIC")
@@ -462,12 +453,11 @@ async def complete_workflow_closes_run(ctx: CheckContext) -> None:
         requirement="COMMANDS-COMPLETE-WORKFLOW",
     )
     events = await ctx.history(run.workflow_id, run.run_id)
-    ctx.require(
-        _count(events, "WorkflowCompleted") == 1,
+    ctx.require_counts(
+        events,
+        {"WorkflowCompleted": 1},
         "complete_workflow records WorkflowCompleted once",
-        expected="one WorkflowCompleted",
-        received=[e.get("event_type") for e in events],
-        requirement="COMMANDS-COMPLETE-WORKFLOW",
+        "COMMANDS-COMPLETE-WORKFLOW",
     )
     got = (desc.get("output_envelope") or {}).get("blob") if isinstance(desc.get("output_envelope"), dict) else None
     ctx.require(
@@ -508,11 +498,8 @@ async def fail_workflow_fails_run(ctx: CheckContext) -> None:
     desc = await ctx.describe(run.workflow_id)
     ctx.require_equal(desc.get("status"), "failed", "after fail_workflow the run is failed")
     events = await ctx.history(run.workflow_id, run.run_id)
-    ctx.require(
-        _count(events, "WorkflowFailed") == 1 and _count(events, "WorkflowCompleted") == 0,
-        "fail_workflow records WorkflowFailed once",
-        expected="one WorkflowFailed",
-        received=[e.get("event_type") for e in events],
+    ctx.require_counts(
+        events, {"WorkflowFailed": 1, "WorkflowCompleted": 0}, "fail_workflow records WorkflowFailed once"
     )
 
 
@@ -574,12 +561,7 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
         received=(old.get("status"), old.get("closed_reason")),
     )
     events = await ctx.history(run.workflow_id, run.run_id)
-    ctx.require(
-        _count(events, "WorkflowContinuedAsNew") == 1,
-        "the continued run records WorkflowContinuedAsNew",
-        expected="one WorkflowContinuedAsNew",
-        received=[e.get("event_type") for e in events],
-    )
+    ctx.require_counts(events, {"WorkflowContinuedAsNew": 1}, "the continued run records WorkflowContinuedAsNew")
     task = await ctx.lease_wf(run.worker, run.queue)
     ctx.require(
         task.get("run_id") == new_run and task.get("workflow_id") == run.workflow_id,
@@ -678,19 +660,24 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
 # -- Payload shape (invariants 40-43) ---------------------------------------------------------------------
 
 
+def _require_resume_keys(ctx: CheckContext, task: dict[str, Any], which: str) -> None:
+    """``task`` (``which`` workflow task) carries all 20 resume-context keys, null where they do not apply."""
+    missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
+    ctx.require(
+        not missing,
+        f"{which} workflow task carries all 20 resume-context keys",
+        expected="all 20 keys (null when they do not apply)",
+        received=f"missing {missing}",
+        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
+    )
+
+
 @check("PAYLOAD-RESUME-CONTEXT-KEYS", "PAYLOAD-RESUME-CONTEXT-NULL-ON-START", "PAYLOAD-CODEC-AVRO")
 async def first_task_payload_shape(ctx: CheckContext) -> None:
     """The first task after start has payload_codec avro and all 20 resume-context keys, every one null."""
     run = await leased_run(ctx, input=["x"])
     task = run.task
-    missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
-    ctx.require(
-        not missing,
-        "every leased workflow task carries all 20 resume-context keys",
-        expected="all 20 keys (null when they do not apply)",
-        received=f"missing {missing}",
-        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
-    )
+    _require_resume_keys(ctx, task, "every leased")
     set_keys = {k: task[k] for k in RESUME_CONTEXT_KEYS if task[k] is not None}
     ctx.require(
         not set_keys,
@@ -718,14 +705,7 @@ async def resumed_task_payload_shape(ctx: CheckContext) -> None:
         requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
     )
     task = await ctx.lease_wf(run.worker, run.queue, within=15)
-    missing = [k for k in RESUME_CONTEXT_KEYS if k not in task]
-    ctx.require(
-        not missing,
-        "a resumed workflow task carries all 20 resume-context keys",
-        expected="all 20 keys (null when they do not apply)",
-        received=f"missing {missing}",
-        requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
-    )
+    _require_resume_keys(ctx, task, "a resumed")
     ctx.require_equal(
         task.get("payload_codec"),
         "avro",
@@ -1012,19 +992,9 @@ async def signal_with_malformed_frame(ctx: CheckContext) -> None:
         )
         ctx.expect(reply, 422, what=f"signal with malformed frame {frame['name']} ({frame['error']})")
     events = await ctx.history(wid, rid)
-    ctx.require(
-        _count(events, "SignalReceived") == 0,
-        "a rejected signal records no SignalReceived",
-        expected="no SignalReceived",
-        received=[e.get("event_type") for e in events],
-    )
+    ctx.require_counts(events, {"SignalReceived": 0}, "a rejected signal records no SignalReceived")
     # The control: a well-formed signal is recorded, so the history above could have shown one.
     ok = await ctx.client.control("POST", f"/workflows/{wid}/signal/conformance", {"input": ctx.envelope(["ok"])})
     ctx.expect(ok, 202, what="a well-formed signal")
     events = await ctx.history(wid, rid)
-    ctx.require(
-        _count(events, "SignalReceived") == 1,
-        "the well-formed signal is recorded exactly once",
-        expected="one SignalReceived",
-        received=[e.get("event_type") for e in events],
-    )
+    ctx.require_counts(events, {"SignalReceived": 1}, "the well-formed signal is recorded exactly once")

@@ -217,19 +217,6 @@ def _judge_poll_status(ctx: CheckContext, reply: Reply, kind: str) -> str:
     return status
 
 
-def _expires(ctx: CheckContext, body: dict[str, Any], reply: Reply, requirement: str) -> datetime:
-    try:
-        return parse_rfc3339(body.get("lease_expires_at"))
-    except ValueError as exc:
-        raise ctx.fail(
-            "lease_expires_at is an RFC 3339 timestamp",
-            expected="e.g. 2026-04-18T12:05:00.000000Z",
-            received=f"{body.get('lease_expires_at')!r} ({exc})",
-            replies=[reply],
-            requirement=requirement,
-        ) from None
-
-
 def _advertised_lease(ctx: CheckContext) -> float | None:
     value = ctx.target.test_profile.get("workflow_task_lease_seconds")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
@@ -372,8 +359,8 @@ async def register_fingerprint_conflict(ctx: CheckContext) -> None:
         requirement="REGISTER-IDEMPOTENT",
     )
     reply = await ctx.client.worker("/register", body("fp-b"))
-    got = ctx.expect(reply, 409, "workflow_definition_changed", what="re-register with another fingerprint")
-    ctx.require_equal(got.get("workflow_type"), wf_type, "the conflict names the workflow type", replies=[reply])
+    what = "re-register with another fingerprint"
+    ctx.expect(reply, 409, "workflow_definition_changed", what=what, fields={"workflow_type": wf_type})
 
 
 @check("WORKER-HEARTBEAT-ACK")
@@ -381,8 +368,7 @@ async def worker_heartbeat_ack(ctx: CheckContext) -> None:
     """POST /worker/heartbeat is 200 acknowledged: true for a registered worker, 404 for an unknown one."""
     wid = await ctx.register(ctx.uid("q"))
     reply = await ctx.client.worker("/heartbeat", {"worker_id": wid, "task_slots": {"workflow": {"available": 1}}})
-    body = ctx.expect(reply, 200, what="worker heartbeat")
-    ctx.require_equal(body.get("acknowledged"), True, "a worker heartbeat answers acknowledged: true", replies=[reply])
+    ctx.expect(reply, 200, what="worker heartbeat", fields={"acknowledged": True})
     reply = await ctx.client.worker("/heartbeat", {"worker_id": ctx.uid("nobody")})
     ctx.expect(reply, 404, "worker_not_registered", what="heartbeat of an unknown worker")
 
@@ -407,13 +393,12 @@ async def poll_queue_mismatch(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     for kind in KINDS:
         reply = await _poll(ctx, kind, wid, other)
-        body = ctx.expect(reply, 409, "task_queue_mismatch", what=f"{kind} poll of an unregistered queue")
-        got = {k: body.get(k) for k in ("registered_task_queue", "requested_task_queue")}
-        ctx.require_equal(
-            got,
-            {"registered_task_queue": queue, "requested_task_queue": other},
-            "task_queue_mismatch names the registered and the requested queue",
-            replies=[reply],
+        ctx.expect(
+            reply,
+            409,
+            "task_queue_mismatch",
+            what=f"{kind} poll of an unregistered queue",
+            fields={"registered_task_queue": queue, "requested_task_queue": other},
         )
 
 
@@ -854,6 +839,12 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
 # -- leasing (§7.5, §9, §14.1, invariants 20-23, 25, 32) ------------------------------------------------------
 
 
+def _require_poller_owns(ctx: CheckContext, task: dict[str, Any], worker: str, reply: Reply, what: str) -> None:
+    """LEASE-OWNER-IS-POLLER: ``task``, leased by ``reply`` to a poll of ``worker``, names that worker as owner."""
+    message = f"{what}'s lease_owner is the poller's worker_id"
+    ctx.require_equal(task.get("lease_owner"), worker, message, replies=[reply], requirement="LEASE-OWNER-IS-POLLER")
+
+
 def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], requirement: str) -> list[dict[str, Any]]:
     """The leased tasks of concurrent polls; each 200, each lease owned by its poller, no (task, attempt) twice."""
     tasks: list[dict[str, Any]] = []
@@ -863,13 +854,7 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
         task = _task(reply)
         if task is None:
             continue
-        ctx.require_equal(
-            task.get("lease_owner"),
-            worker,
-            "a leased task's lease_owner is the poller's worker_id",
-            replies=[reply],
-            requirement="LEASE-OWNER-IS-POLLER",
-        )
+        _require_poller_owns(ctx, task, worker, reply, "a leased task")
         key = _key(task)
         ctx.require(
             key not in seen,
@@ -974,14 +959,8 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
     for kind, (worker, reply, sent) in (await _leased_of_every_kind(ctx)).items():
         task = _task(reply)
         assert task is not None
-        ctx.require_equal(
-            task.get("lease_owner"),
-            worker,
-            f"a leased {kind} task's lease_owner is the poller",
-            replies=[reply],
-            requirement="LEASE-OWNER-IS-POLLER",
-        )
-        expires = _expires(ctx, task, reply, "LEASE-EXPIRY-IN-FUTURE")
+        _require_poller_owns(ctx, task, worker, reply, f"a leased {kind} task")
+        expires = ctx.lease_expiry(task, reply, "LEASE-EXPIRY-IN-FUTURE")
         date = reply.server_date
         # The server's Date (floored to the second) is at or after it received the poll; without one, allow
         # a minute of clock skew against the local send time.
@@ -1023,7 +1002,7 @@ async def lease_default_duration(ctx: CheckContext) -> None:
             "the target sends no Date header, so the lease length cannot be read off its own clock",
             "a Date response header",
         )
-    length = (_expires(ctx, task, reply, "LEASE-DEFAULT-DURATION") - date).total_seconds()
+    length = (ctx.lease_expiry(task, reply, "LEASE-DEFAULT-DURATION") - date).total_seconds()
     # Date is floored to the second: the measured length is the lease plus up to 1 s.
     ctx.require(
         expected - tolerance <= length <= expected + 1 + tolerance,
@@ -1043,8 +1022,7 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
     _, task = await _lease(ctx, "workflow", owner, queue)
     for _ in range(3):
         hb = await ctx.wf_call(task, "heartbeat")
-        expires = _expires(
-            ctx,
+        expires = ctx.lease_expiry(
             ctx.expect(hb, 200, what="owner heartbeat", requirement="LEASE-HEARTBEAT-RENEWS"),
             hb,
             "LEASE-HEARTBEAT-RENEWS",
@@ -1080,23 +1058,14 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     await ctx.start(queue)
     poll, task = await _lease(ctx, "workflow", wid, queue)
-    first = _expires(ctx, task, poll, "LEASE-EXPIRY-IN-FUTURE")
+    first = ctx.lease_expiry(task, poll, "LEASE-EXPIRY-IN-FUTURE")
     previous = first
 
     async def probe() -> datetime | None:
         nonlocal previous
         reply = await ctx.wf_call(task, "heartbeat")
-        body = ctx.expect(reply, 200, what="owner heartbeat")
-        ctx.require_equal(body.get("renewed"), True, "an owner heartbeat answers renewed: true", replies=[reply])
-        expires = _expires(ctx, body, reply, "LEASE-HEARTBEAT-RENEWS")
-        ctx.require(
-            expires >= previous,
-            "a heartbeat never moves lease_expires_at backwards",
-            expected=f"≥ {previous.isoformat()}",
-            received=body.get("lease_expires_at"),
-            replies=[reply],
-        )
-        previous = expires
+        body = ctx.expect(reply, 200, what="owner heartbeat", fields={"renewed": True})
+        expires = previous = ctx.renewed_lease(body, reply, previous)
         return expires if expires > first else None
 
     # Heartbeats keep the lease live; as time passes a renewal (now + lease) must move past the first expiry.
@@ -1112,7 +1081,7 @@ async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
     _, task = await _lease(ctx, "workflow", wid, queue)
     reply = await ctx.wf_call(task, "heartbeat")
     body = ctx.expect(reply, 200, what="owner heartbeat")
-    _expires(ctx, body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
+    ctx.lease_expiry(body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
     status = (await ctx.describe(workflow_id)).get("status")
     ctx.require(
         body.get("run_status") == status,
@@ -1209,7 +1178,7 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     await ctx.start(queue)
     prid = ctx.uid("poll")
     poll, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
-    expires = _expires(ctx, task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
+    expires = ctx.lease_expiry(task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
     date = poll.server_date
     lease = (expires - date).total_seconds() if date is not None else _advertised_lease(ctx)
     ctx.needs_short(

@@ -22,6 +22,7 @@ from suite.worlds import (
     poll_query,
     query_call,
     query_timeout,
+    require_no_task,
     settle,
     start_query,
     waiting_run,
@@ -41,27 +42,28 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
     call = start_query(ctx, run, "status")
     try:
         task = await lease_query(ctx, run, call, requirement="QUERY-TASK-CREATED")
-        problems = []
-        for key, want in (
-            ("query_task_attempt", 1),
-            ("query_name", "status"),
-            ("lease_owner", run.worker),
-            ("workflow_id", run.workflow_id),
-        ):
-            if task.get(key) != want:
-                problems.append(f"{key}={task.get(key)!r}, expected {want!r}")
+        want = {
+            "query_task_attempt": 1,
+            "query_name": "status",
+            "lease_owner": run.worker,
+            "workflow_id": run.workflow_id,
+        }
+        ctx.require_equal(
+            {key: task.get(key) for key in want},
+            want,
+            "the leased query task names the query that was sent, its run, and the poller as lease_owner",
+            requirement="QUERY-TASK-CREATED",
+        )
         args = task.get("query_arguments")
         try:
             decoded = value_to_json(decode_blob(args["blob"])) if isinstance(args, dict) else None
         except Exception:  # any decode problem is the target's malformed blob
             decoded = "<undecodable>"
-        if not isinstance(args, dict) or args.get("codec") != "avro" or decoded != QUERY_ARGS:
-            problems.append(f"query_arguments={args!r} (decodes to {decoded!r}), expected avro {QUERY_ARGS!r}")
         ctx.require(
-            not problems,
-            "the leased query task describes the query that was sent",
-            expected="query_task_attempt 1, the query name, the poller as lease_owner, the arguments",
-            received=problems,
+            isinstance(args, dict) and args.get("codec") == "avro" and decoded == QUERY_ARGS,
+            "the leased query task carries the query's arguments",
+            expected=f"avro {QUERY_ARGS!r}",
+            received=f"query_arguments={args!r} (decodes to {decoded!r})",
             requirement="QUERY-TASK-CREATED",
         )
         result = ctx.envelope({"state": "parked", "count": 3})
@@ -94,17 +96,12 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
         requirement="QUERY-READ-ONLY",
     )
     ctx.require_equal(after[0], before[0], "a query changes nothing that describe shows", requirement="QUERY-READ-ONLY")
-    reply = await ctx.poll_wf(run.worker, run.queue, 1)
-    wf_task = ctx.expect(reply, 200, what="workflow-task poll after the query", requirement="QUERY-READ-ONLY").get(
-        "task"
-    )
-    ctx.require(
-        wf_task is None,
-        "a query creates no workflow task",
-        expected="task: null",
-        received=wf_task,
-        replies=[reply],
+    require_no_task(
+        ctx,
+        await ctx.poll_wf(run.worker, run.queue, 1),
+        what="workflow-task poll after the query",
         requirement="QUERY-READ-ONLY",
+        why="a query creates no workflow task",
     )
 
 
@@ -215,15 +212,12 @@ async def query_late_complete_not_leased(ctx: CheckContext) -> None:
     ctx.expect(late, 409, "query_task_not_leased", what="query complete after the timeout", requirement=req)
     late = await query_call(ctx, task, "fail", {"failure": {"message": "too late"}})
     ctx.expect(late, 409, "query_task_not_leased", what="query fail after the timeout", requirement=req)
-    poll = await poll_query(ctx, run)
-    again = ctx.expect(poll, 200, what="query-task poll after the timeout", requirement="QUERY-READ-ONLY").get("task")
-    ctx.require(
-        again is None,
-        "a timed-out query task is not retried",
-        expected="task: null",
-        received=again,
-        replies=[poll],
+    require_no_task(
+        ctx,
+        await poll_query(ctx, run),
+        what="query-task poll after the timeout",
         requirement="QUERY-READ-ONLY",
+        why="a timed-out query task is not retried",
     )
     # A second report after a terminal one.
     call = start_query(ctx, run, "twice")

@@ -8,6 +8,7 @@ builds its own world: session ids, queues and workers from ``ctx.uid``. Sessions
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,9 @@ async def heartbeat(ctx: CheckContext, worker: str, session_id: str, **body: Any
 
 async def close(ctx: CheckContext, worker: str, session_id: str) -> Reply:
     return await session_call(ctx, "DELETE", f"/{session_id}", {"worker_id": worker, "reason": "worker_shutdown"})
+
+
+SessionCall = Callable[[CheckContext, str, str], Awaitable[Reply]]
 
 
 def status_of(body: dict[str, Any]) -> Any:
@@ -131,35 +135,25 @@ async def session_create_heartbeat_close(ctx: CheckContext) -> None:
     """Create (201 created, then 200 reused), heartbeat, close (closed, then already_closed); only the holder."""
     _, [holder, other] = await workers(ctx, [], [])
     sid = ctx.uid("s")
-    body = ctx.expect(await create(ctx, holder, sid), 201, what="first create")
-    ctx.require(body.get("outcome") == "created" and status_of(body) == "active", "created and active", received=body)
-    body = ctx.expect(await create(ctx, holder, sid), 200, what="create again by the holder")
-    ctx.require(body.get("outcome") == "reused", "a second create by the holder reuses", received=body.get("outcome"))
-    body = ctx.expect(await heartbeat(ctx, holder, sid), 200, what="session heartbeat")
-    ctx.require(body.get("outcome") == "heartbeat_recorded", "heartbeat recorded", received=body.get("outcome"))
-    ctx.expect(
-        await close(ctx, other, sid),
-        409,
-        "session_owner_mismatch",
-        what="close by a worker that does not hold the session",
-        requirement="SESSION-CLOSE-TERMINAL",
-    )
-    body = ctx.expect(await close(ctx, holder, sid), 200, what="close by the holder")
-    ctx.require(body.get("outcome") == "closed" and status_of(body) == "closed", "closed", received=body)
-    body = ctx.expect(await close(ctx, holder, sid), 200, what="second close", requirement="SESSION-CLOSE-TERMINAL")
-    ctx.require(
-        body.get("outcome") == "already_closed",
-        "a second close answers already_closed",
-        received=body.get("outcome"),
-        requirement="SESSION-CLOSE-TERMINAL",
-    )
-    ctx.expect(
-        await create(ctx, holder, sid),
-        409,
-        "session_closed",
-        what="create of a closed session id",
-        requirement="SESSION-CLOSE-TERMINAL",
-    )
+    terminal = "SESSION-CLOSE-TERMINAL"
+    # The call, by whom, the status, reason and body fields it must answer, what it is, the requirement it judges.
+    steps: list[tuple[SessionCall, str, int, str | None, dict[str, Any], str, str | None]] = [
+        (create, holder, 201, None, {"outcome": "created"}, "first create", None),
+        (create, holder, 200, None, {"outcome": "reused"}, "create again by the holder", None),
+        (heartbeat, holder, 200, None, {"outcome": "heartbeat_recorded"}, "session heartbeat", None),
+        (close, other, 409, "session_owner_mismatch", {}, "close by a worker that does not hold the session", terminal),
+        (close, holder, 200, None, {"outcome": "closed"}, "close by the holder", None),
+        (close, holder, 200, None, {"outcome": "already_closed"}, "second close", terminal),
+        (create, holder, 409, "session_closed", {}, "create of a closed session id", terminal),
+    ]
+    # The outcomes that change the session's status, and the status each leaves in the answer's session.
+    leaves = {"created": "active", "closed": "closed"}
+    for call, worker, status, reason, fields, what, requirement in steps:
+        reply = await call(ctx, worker, sid)
+        body = ctx.expect(reply, status, reason, what=what, requirement=requirement, fields=fields)
+        if fields.get("outcome") in leaves:
+            want = leaves[fields["outcome"]]
+            ctx.require_equal(status_of(body), want, f"{what}: the session is {want}", requirement=requirement)
     ctx.expect(await heartbeat(ctx, holder, ctx.uid("absent")), 404, "session_not_found", what="unknown session")
 
 

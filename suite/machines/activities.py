@@ -113,8 +113,6 @@ class ActivityMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("aq")
-        self.workers: list[str] = []
         self.world = ActivityWorld()
         self.lease_waits = 0
         self.timeout_waits = 0
@@ -151,7 +149,7 @@ class ActivityMachine(MachineBase):
     # -- polling -------------------------------------------------------------------------------------------
 
     async def _poll(self, worker: str, timeout: int, until: datetime | None = None) -> Reply:
-        return await self.ctx.poll_activity(worker, self.queue, timeout, until=until)
+        return await self.ctx.poll("activity", worker, self.queue, timeout, until=until)
 
     def poll_activity(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
         return self.poll_once(self._poll(worker, timeout, until), "activity")
@@ -281,9 +279,8 @@ class ActivityMachine(MachineBase):
     # -- rules ---------------------------------------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"aw{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @precondition(
         lambda self: (
@@ -580,12 +577,12 @@ class ActivityMachine(MachineBase):
                 self.empty_probes += 1
                 self.reached("no_resume_between_retries")
             elif not pending and all(e.final != "timeout" for e in run.execs):
-                raise self.violation(
+                raise self.unexpected(
+                    reply,
                     "RETRY-FINAL-RESUMES-WORKFLOW",
                     f"run {run.run_id} had a final activity outcome but its queue holds no workflow task",
-                    expected="a workflow task resuming the run",
-                    received=f"{reply.status} poll_status {reply.json().get('poll_status')}",
-                    replies=[reply],
+                    "a workflow task resuming the run",
+                    f"poll_status {reply.json().get('poll_status')}",
                 )
             return
         run.resume_leased = True

@@ -9,6 +9,7 @@ before it looks at what the target answered.
 
 The shared world, for a machine that subclasses :class:`MachineBase`:
 
+- a task ``queue`` per example, and the ``workers`` :meth:`~MachineBase.register_workers` registers there;
 - :meth:`~MachineBase.call` one request (``None``: no answer, maybe applied); :meth:`~MachineBase.judged`
   turns a :class:`~suite.protocol.errors.Violation` a pure judge raised into the machine's failure;
 - :meth:`~MachineBase.poll_once` and :meth:`~MachineBase.poll_race` poll (one, or several released together),
@@ -43,8 +44,8 @@ from hypothesis.stateful import RuleBasedStateMachine
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
-from suite.protocol.errors import Rejection, Violation
-from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task
+from suite.protocol.errors import Violation
+from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, judge_history, page_of
 
@@ -161,6 +162,9 @@ class MachineBase(RuleBasedStateMachine):
             faults=self.target.fault_ledger,
         )
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
+        # Each example works a task queue of its own, with the workers it registers there.
+        self.queue = self.ctx.uid("q")
+        self.workers: list[str] = []
         self.ledger = LEDGER.setdefault(self.name, Counter())
         self.touched: set[str] = set()  # run ids whose history changed since the last history check
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
@@ -175,6 +179,10 @@ class MachineBase(RuleBasedStateMachine):
     def now(self) -> datetime:
         """The target's clock (``ctx.now()``): the local clock, or the target's test clock as moved so far."""
         return self.ctx.now()
+
+    def register_workers(self, n: int) -> None:
+        """Register ``n`` workers on the example's queue."""
+        self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(n)]
 
     # -- running requests ----------------------------------------------------------------------------
 
@@ -235,27 +243,33 @@ class MachineBase(RuleBasedStateMachine):
         FOUND.append(failure)
         return failure
 
+    def unexpected(self, reply: Reply, requirement: str, message: str, expected: Any, shown: str = "") -> CheckFailure:
+        """The failure of ``requirement`` when ``reply`` is not what was ``expected``: it shows the answer's status
+        and reason, then ``shown`` (what else of the answer matters)."""
+        received = f"{reply.status} {reply.reason}" + (f" {shown}" if shown else "")
+        return self.violation(requirement, message, expected=expected, received=received, replies=[reply])
+
+    def disallowed(self, requirement: str, what: str, allowed: set[str], reply: Reply) -> CheckFailure:
+        """The failure of ``requirement`` when ``reply`` is none of the outcomes (``ok`` or a reason) the model
+        allows ``what``."""
+        expected = sorted(allowed)
+        return self.unexpected(reply, requirement, f"{what}: the model allows {expected}", " or ".join(expected))
+
     def expect_status(self, reply: Reply, status: int, requirement: str, message: str, expected: Any = None) -> None:
         """``reply`` answers ``status``, or the machine fails ``requirement``."""
         if reply.status != status:
-            raise self.violation(
-                requirement,
-                message,
-                expected=status if expected is None else expected,
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.unexpected(reply, requirement, message, status if expected is None else expected)
 
     def expect_signal_received(self, reply: Reply, run: RunShadow) -> None:
         """§12.2: a signal to an open run answers 202 ``outcome: "signal_received"``."""
         outcome = reply.json().get("outcome")
         if reply.status != 202 or outcome != "signal_received":
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "SIGNAL-RECORDED-AND-WAKES",
                 f"a signal to open run {run.run_id} is accepted",
-                expected='202 outcome "signal_received"',
-                received=f"{reply.status} {reply.reason} outcome={outcome!r}",
-                replies=[reply],
+                '202 outcome "signal_received"',
+                f"outcome={outcome!r}",
             )
 
     @contextlib.contextmanager
@@ -281,20 +295,20 @@ class MachineBase(RuleBasedStateMachine):
         non-null exactly when ``poll_status`` is ``leased``. Returns the body."""
         body = reply.json()
         if reply.status != 200 or "poll_status" not in body:
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "POLL-STATUS-PRESENT",
                 f"a {what} poll of a registered worker answers 200 with poll_status",
-                expected="200 with poll_status",
-                received=f"{reply.status} {reply.reason} keys={sorted(body)}",
-                replies=[reply],
+                "200 with poll_status",
+                f"keys={sorted(body)}",
             )
         if (body.get("task") is not None) != (body.get("poll_status") == "leased"):
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 "POLL-STATUS-TASK-IFF-LEASED",
                 "task != null iff poll_status == leased",
-                expected="consistent",
-                received=body.get("poll_status"),
-                replies=[reply],
+                "consistent",
+                f"poll_status={body.get('poll_status')!r} with task {'null' if body.get('task') is None else 'set'}",
             )
         return body
 
@@ -368,21 +382,12 @@ class MachineBase(RuleBasedStateMachine):
         the poller (§16.22 "lease_owner == the poller's worker_id")."""
         run = runs.get(str(task.get("run_id")))
         if run is None:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "leased a task of a run this queue never started",
-                expected="a run started on this example's queue",
-                received=task.get("run_id"),
-                replies=[reply],
-            )
+            expected = "a run started on this example's queue"
+            message = "leased a task of a run this queue never started"
+            raise self.unexpected(reply, "LEASE-OWNER-IS-POLLER", message, expected, f"run_id={task.get('run_id')!r}")
         if task.get("lease_owner") != worker:
-            raise self.violation(
-                "LEASE-OWNER-IS-POLLER",
-                "lease_owner is the poller",
-                expected=worker,
-                received=task.get("lease_owner"),
-                replies=[reply],
-            )
+            owner = f"lease_owner={task.get('lease_owner')!r}"
+            raise self.unexpected(reply, "LEASE-OWNER-IS-POLLER", "lease_owner is the poller", worker, owner)
         return run
 
     # -- runs ----------------------------------------------------------------------------------------
@@ -442,14 +447,10 @@ class MachineBase(RuleBasedStateMachine):
     def workflow_outcomes(self, view: WorkflowTaskView, owner: str, attempt: int, at: datetime) -> set[str]:
         """The outcomes §8.9 allows ('ok' or a reason) for ``owner``'s call with ``attempt`` at ``at`` ±
         :attr:`MARGIN` (an expiry that close may land on either side)."""
-        outs = set()
-        for moment in (at - timedelta(seconds=self.MARGIN), at + timedelta(seconds=self.MARGIN)):
-            try:
-                guard_workflow_task(view, task_id=view.task_id, lease_owner=owner, attempt=attempt, now=moment)
-                outs.add("ok")
-            except Rejection as rej:
-                outs.add(rej.reason)
-        return outs
+        return {
+            outcome(guard_workflow_task, view, task_id=view.task_id, lease_owner=owner, attempt=attempt, now=moment)
+            for moment in (at - timedelta(seconds=self.MARGIN), at + timedelta(seconds=self.MARGIN))
+        }
 
     # -- reading histories back ---------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from enum import Enum
 from typing import Any
 
 from suite.protocol.codec import encode_blob
-from suite.protocol.errors import Rejection, Violation
-from suite.protocol.fencing import QueryTaskView, guard_query_task
+from suite.protocol.errors import Violation
+from suite.protocol.fencing import QueryTaskView, guard_query_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS
 from suite.protocol.lifecycles import QueryTaskStatus
 from suite.protocol.requirements import REGISTRY
@@ -262,11 +262,11 @@ def query_outcomes(
     for moment, due in ((at - timedelta(seconds=margin), latest), (at + timedelta(seconds=margin), earliest)):
         status = QueryTaskStatus.TIMED_OUT if live and moment >= due else view.status
         seen = QueryTaskView(view.query_task_id, status, view.attempt, view.lease_owner, view.lease_expires_at)
-        try:
-            guard_query_task(seen, query_task_id=view.query_task_id, lease_owner=owner, attempt=attempt, now=moment)
-            outs.add("ok")
-        except Rejection as rej:
-            outs.add(rej.reason)
+        outs.add(
+            outcome(
+                guard_query_task, seen, query_task_id=view.query_task_id, lease_owner=owner, attempt=attempt, now=moment
+            )
+        )
     return outs
 
 

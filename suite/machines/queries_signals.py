@@ -98,8 +98,6 @@ class QuerySignalMachine(QueryWorker):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("q")
-        self.workers: list[str] = []
         self.all_runs: list[RunM] = []
         self.run_by_id: dict[str, RunM] = {}
         self.task_by_id: dict[str, TaskM] = {}
@@ -286,13 +284,7 @@ class QuerySignalMachine(QueryWorker):
                 req = UPDATE_RECORDED if closes and got == "invalid_commands" else "FENCE-NO-STATE-CHANGE"
             else:
                 req = next((WF_REQUIREMENT_FOR[r] for r in rejections if r in WF_REQUIREMENT_FOR), "FENCE-ORDER")
-            raise self.violation(
-                req,
-                f"workflow-task complete ({label}): the model allows {sorted(allowed)}",
-                expected=" or ".join(sorted(allowed)),
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.disallowed(req, f"workflow-task complete ({label})", allowed, reply)
         unsure = task.uncertain or run.uncertain
         if got == "run_closed":
             task.step(TaskEvent.CANCEL, unsure=unsure)  # §9.1: the run's close cancelled it; stop offering it
@@ -339,9 +331,8 @@ class QuerySignalMachine(QueryWorker):
     # -- rules: runs and workflow tasks ----------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"w{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @rule(target=runs)
     def start(self) -> RunM:
@@ -532,12 +523,12 @@ class QuerySignalMachine(QueryWorker):
             self.reached("closed_run_command_refused")
             return
         if reply.status != 202 or body.get("update_status") != "accepted" or not isinstance(uid, str) or not uid:
-            raise self.violation(
+            raise self.unexpected(
+                reply,
                 UPDATE_RECORDED,
                 f"an update with wait_for accepted on open run {run.run_id}",
-                expected='202 update_status "accepted" with an update_id',
-                received=f"{reply.status} {reply.reason} {body.get('update_status')!r} {uid!r}",
-                replies=[reply],
+                '202 update_status "accepted" with an update_id',
+                f"{body.get('update_status')!r} {uid!r}",
             )
         self.accepted_update(run, uid, name)
         self.reached("update_accepted")

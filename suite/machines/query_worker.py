@@ -5,7 +5,7 @@ task, lets intruders report first (a wrong ``lease_owner``, a wrong ``query_task
 its answer (a result, or a failure whose reason decides the caller's status, §10.4), reports once more late, and
 judges what the caller got. Around it, history and describe are read right before and right after the query:
 a query never changes either (§16.60). :class:`QueryWorker` is the base the machine builds on; what it needs of
-the machine is a ``queue`` with registered ``workers`` and its ``runs`` bundle of
+the machine is ``workers`` registered on its ``queue`` and its ``runs`` bundle of
 :class:`~suite.machines.messages.MessageRun`.
 """
 
@@ -45,8 +45,6 @@ class QueryWorker(MachineBase):
     """A machine that queries its runs and serves the queries as their worker, judged by the model."""
 
     runs = Bundle("runs")
-    queue: str
-    workers: list[str]
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,9 +82,7 @@ class QueryWorker(MachineBase):
                     received=f"{early.status} {early.reason}",
                     replies=[early],
                 )
-            body = {"worker_id": worker, "task_queue": self.queue, "timeout_seconds": 1}
-            poll = self.ctx.client.worker("/query-tasks/poll", body, timeout=16)
-            reply = self.call(self.ctx.held(poll, self.ctx.poll_hold(1)))
+            reply = self.call(self.ctx.poll("query", worker, self.queue))
             if reply is None:
                 return None
             task = self.check_poll_shape(reply, "query-task").get("task")
@@ -148,13 +144,7 @@ class QueryWorker(MachineBase):
                 req = next(
                     (QUERY_REQUIREMENT_FOR[r] for r in rejections if r in QUERY_REQUIREMENT_FOR), "QUERY-FENCE-OWNER"
                 )
-            raise self.violation(
-                req,
-                f"query-task {verb} by {owner} attempt {attempt}: the model allows {sorted(allowed)}",
-                expected=" or ".join(sorted(allowed)),
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.disallowed(req, f"query-task {verb} by {owner} attempt {attempt}", allowed, reply)
         if got != "ok" and reply.json().get("outcome") != "rejected":
             raise self.violation(
                 QUERY_REQUIREMENT_FOR.get(got, "QUERY-FENCE-OWNER"),

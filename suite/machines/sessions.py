@@ -62,8 +62,6 @@ class SessionMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("sq")
-        self.workers: list[str] = []
         self.gone: set[str] = set()  # deregistered: never registered again, so staleness stays certain
         # One session of each example forbids reacquisition, the others allow it: losing a holder then reaches
         # both outcomes of a reacquire in every run (reacquired, refused for good).
@@ -73,7 +71,7 @@ class SessionMachine(MachineBase):
     def setup(self) -> None:
         if not self.target or not self.target.server_capabilities.get("worker_sessions"):
             raise NotCovered("the target does not advertise worker_sessions")
-        self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(WORKERS)]
+        self.register_workers(WORKERS)
 
     # -- the model ---------------------------------------------------------------------------------------
 
@@ -110,13 +108,8 @@ class SessionMachine(MachineBase):
             ok = reply.status == decision.status and reply.reason == decision.reason
             expected = f"{decision.status} {decision.reason}"
         if not ok:
-            raise self.violation(
-                requirement,
-                f"session {verb}: the answer the session rules allow",
-                expected=expected,
-                received=f"{reply.status} {reply.reason or body.get('outcome')}",
-                replies=[reply],
-            )
+            message = f"session {verb}: the answer the session rules allow"
+            raise self.unexpected(reply, requirement, message, expected, f"outcome={body.get('outcome')!r}")
 
     # -- rules -------------------------------------------------------------------------------------------
 

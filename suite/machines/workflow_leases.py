@@ -100,8 +100,6 @@ class WorkflowLeaseMachine(MachineBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = self.ctx.uid("q")
-        self.workers: list[str] = []
         self.task_by_id: dict[str, TaskM] = {}
         self.run_by_id: dict[str, RunShadow] = {}
         profile = self.target.test_profile if self.target else {}
@@ -145,21 +143,14 @@ class WorkflowLeaseMachine(MachineBase):
         if task.uncertain or task.run.uncertain:
             return got  # maybe applied earlier: the model cannot say which answer is right
         if got not in allowed:
-            expected = sorted(allowed)
-            rejections = [r for r in expected if r != "ok"]
+            rejections = sorted(allowed - {"ok"})
             if rejections and (got == "ok" or "ok" not in allowed):
                 # The target answered differently where the protocol demands a rejection.
                 req = next((REQUIREMENT_FOR[r] for r in rejections if r in REQUIREMENT_FOR), "FENCE-NO-STATE-CHANGE")
             else:
                 # The target refused a call the live lease entitles.
                 req = "LEASE-HEARTBEAT-RENEWS" if verb == "heartbeat" else "FENCE-NO-STATE-CHANGE"
-            raise self.violation(
-                req,
-                f"workflow-task {verb}: the model allows {expected}",
-                expected=" or ".join(expected),
-                received=f"{reply.status} {reply.reason}",
-                replies=[reply],
-            )
+            raise self.disallowed(req, f"workflow-task {verb}", allowed, reply)
         if got == "run_closed":
             body = reply.json()
             want_cancel = task.run.status in (RunStatus.CANCELLED, RunStatus.TERMINATED)
@@ -297,9 +288,8 @@ class WorkflowLeaseMachine(MachineBase):
     # -- rules ---------------------------------------------------------------------------------------
 
     @initialize()
-    def register_workers(self) -> None:
-        for i in range(WORKERS):
-            self.workers.append(self.run(self.ctx.register(self.queue, worker_id=self.ctx.uid(f"w{i}"))))
+    def setup(self) -> None:
+        self.register_workers(WORKERS)
 
     @rule(target=runs)
     def start(self) -> RunShadow:

@@ -13,6 +13,8 @@ Guards:
 - :func:`activity_heartbeat_outcome` — the HTTP 200 heartbeat decision (§11.5), never a rejection.
 - :func:`guard_query_task` — query-task complete and fail (§10.6).
 
+:func:`outcome` says what a guard answers a call: ``"ok"`` or the reason of its rejection.
+
 Timestamps: the spec says "Timestamps are RFC 3339 UTC strings" and "the suite must parse any RFC 3339 string"
 (§0), so :func:`rfc3339` writes the upstream lease form and :func:`parse_rfc3339` reads every RFC 3339 form.
 All datetimes here must be timezone-aware.
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec
 
 from suite.protocol.errors import Rejection
 from suite.protocol.lifecycles import (
@@ -47,10 +50,13 @@ __all__ = [
     "guard_activity_report",
     "guard_query_task",
     "guard_workflow_task",
+    "outcome",
     "parse_rfc3339",
     "rfc3339",
     "stop_reason",
 ]
+
+P = ParamSpec("P")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,6 +261,16 @@ def guard_workflow_task(
             "this lease is stale, poll again.",
             {"task_id": view.task_id, "current_attempt": view.attempt},
         )
+
+
+def outcome(guard: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> str:
+    """What ``guard(*args, **kwargs)`` answers: ``"ok"`` when it lets the call proceed, else the ``reason`` of
+    the :class:`Rejection` it raises."""
+    try:
+        guard(*args, **kwargs)
+    except Rejection as rej:
+        return rej.reason
+    return "ok"
 
 
 # ---------------------------------------------------------------------------------------------------------

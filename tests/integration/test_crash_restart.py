@@ -202,17 +202,31 @@ class Api:
             if not token:
                 return events
 
+    # -- tasks
+
+    async def poll(self, kind: str, worker_id: str, queue: str) -> Any:
+        """A one-second poll for a ``kind`` ("workflow" or "activity") task: the task leased, or None."""
+        body = {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": 1}
+        status, answer = await self.call(f"{kind}-poll", "POST", f"/api/worker/{kind}-tasks/poll", body)
+        assert status == 200, answer
+        return answer["task"]
+
+    async def report(
+        self, verb: str, lease: WorkflowLease | ActivityLease, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """A ``verb`` (complete or heartbeat) of ``lease``'s task, with the fields that prove the lease (§8.9)."""
+        if isinstance(lease, WorkflowLease):
+            kind, fence = "workflow", {"lease_owner": lease.owner, "workflow_task_attempt": lease.attempt}
+        else:
+            kind, fence = "activity", {"lease_owner": lease.owner, "activity_attempt_id": lease.attempt_id}
+        path = f"/api/worker/{kind}-tasks/{lease.task_id}/{verb}"
+        status, answer = await self.call(f"{kind}-{verb}", "POST", path, {**fence, **(body or {})})
+        return int(status), answer
+
     # -- workflow tasks
 
     async def poll_workflow(self, worker_id: str, queue: str) -> tuple[WorkflowLease, dict[str, Any]] | None:
-        status, body = await self.call(
-            "workflow-poll",
-            "POST",
-            "/api/worker/workflow-tasks/poll",
-            {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": 1},
-        )
-        assert status == 200, body
-        task = body["task"]
+        task = await self.poll("workflow", worker_id, queue)
         if task is None:
             return None
         assert not task["has_more"], "the test's histories fit in the first page"
@@ -228,40 +242,19 @@ class Api:
         return lease, task
 
     async def complete_workflow_task(self, lease: WorkflowLease, commands: list[dict[str, Any]]) -> int:
-        status, body = await self.call(
-            "workflow-complete",
-            "POST",
-            f"/api/worker/workflow-tasks/{lease.task_id}/complete",
-            {"lease_owner": lease.owner, "workflow_task_attempt": lease.attempt, "commands": commands},
-        )
+        status, body = await self.report("complete", lease, {"commands": commands})
         assert status in (200, 409), body  # 409: the lease ran out under a slow machine; it will be redelivered
         if status == 200:
             for command in commands:
                 if command["type"] == "complete_workflow":
                     self.ledger.completed[lease.workflow_id] = command["result"]["blob"]
             self.ledger.acked()
-        return int(status)
-
-    async def heartbeat_workflow_task(self, lease: WorkflowLease) -> tuple[int, dict[str, Any]]:
-        status, body = await self.call(
-            "workflow-heartbeat",
-            "POST",
-            f"/api/worker/workflow-tasks/{lease.task_id}/heartbeat",
-            {"lease_owner": lease.owner, "workflow_task_attempt": lease.attempt},
-        )
-        return int(status), body
+        return status
 
     # -- activity tasks
 
     async def poll_activity(self, worker_id: str, queue: str) -> ActivityLease | None:
-        status, body = await self.call(
-            "activity-poll",
-            "POST",
-            "/api/worker/activity-tasks/poll",
-            {"worker_id": worker_id, "task_queue": queue, "timeout_seconds": 1},
-        )
-        assert status == 200, body
-        task = body["task"]
+        task = await self.poll("activity", worker_id, queue)
         if task is None:
             return None
         lease = ActivityLease(
@@ -278,30 +271,13 @@ class Api:
         return lease
 
     async def complete_activity(self, lease: ActivityLease) -> int:
-        status, body = await self.call(
-            "activity-complete",
-            "POST",
-            f"/api/worker/activity-tasks/{lease.task_id}/complete",
-            {
-                "lease_owner": lease.owner,
-                "activity_attempt_id": lease.attempt_id,
-                "result": {"codec": "avro", "blob": activity_result(lease.workflow_id)},
-            },
-        )
+        result = {"codec": "avro", "blob": activity_result(lease.workflow_id)}
+        status, body = await self.report("complete", lease, {"result": result})
         assert status in (200, 409), body
         if status == 200:
             self.ledger.activity_completed[lease.attempt_id] = lease
             self.ledger.acked()
-        return int(status)
-
-    async def heartbeat_activity(self, lease: ActivityLease) -> tuple[int, dict[str, Any]]:
-        status, body = await self.call(
-            "activity-heartbeat",
-            "POST",
-            f"/api/worker/activity-tasks/{lease.task_id}/heartbeat",
-            {"lease_owner": lease.owner, "activity_attempt_id": lease.attempt_id},
-        )
-        return int(status), body
+        return status
 
 
 def next_commands(task: dict[str, Any]) -> list[dict[str, Any]]:
@@ -513,7 +489,7 @@ async def after_the_restart(
         # An acknowledged lease still belongs to its owner until it expires: the owner's heartbeat renews it,
         # or — when the restart took longer than the lease — is refused for expiry at exactly that instant.
         for lease in held_wf:
-            status, body = await api.heartbeat_workflow_task(lease)
+            status, body = await api.report("heartbeat", lease)
             if status == 200:
                 assert (body["workflow_task_attempt"], body["lease_owner"]) == (lease.attempt, lease.owner), body
                 ledger.renewed_until.setdefault(lease.task_id, []).append(body["lease_expires_at"])
@@ -521,7 +497,7 @@ async def after_the_restart(
                 assert (status, body["reason"]) == (409, "lease_expired"), body
                 assert (body["lease_owner"], body["lease_expires_at"]) == (lease.owner, lease.expires_at), body
         for act in held_act:
-            status, body = await api.heartbeat_activity(act)
+            status, body = await api.report("heartbeat", act)
             assert status == 200, body
             assert body["activity_attempt_id"] == act.attempt_id, body
             if body["heartbeat_recorded"]:

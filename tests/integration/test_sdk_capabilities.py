@@ -26,8 +26,11 @@ from durable_workflow.worker_session import WorkerSessionOptions  # noqa: E402
 
 from tests.integration.test_sdk_interop import (  # noqa: E402
     WAIT_DEADLINE,
+    CancellableWorkflow,
+    active_worker_ids,
     history_events,
     no_sdk_complaints,
+    poll_until,
     reference_server_process,
     run,
     running_worker,
@@ -93,15 +96,8 @@ class ParentWorkflow:
 
 
 @workflow.defn(name="caps.cooperative-kid")
-class CooperativeKidWorkflow:
+class CooperativeKidWorkflow(CancellableWorkflow):
     """Waits for a signal that never comes; asked to cancel, it cleans up with an activity and completes."""
-
-    def __init__(self) -> None:
-        self.released = False
-
-    @workflow.signal("release")
-    def release(self) -> None:
-        self.released = True
 
     def run(self, ctx: Any) -> Any:
         try:
@@ -138,18 +134,12 @@ class SessionWorkflow:
 
 async def registered(client: Client, worker_id: str, worker_task: asyncio.Task[None]) -> None:
     """Wait until the Worker's registration is visible (``run()`` registers before it polls)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_DEADLINE
-    while True:
-        if worker_task.done():
-            worker_task.result()
-            pytest.fail("the worker stopped on its own")
-        info = await client.get_cluster_info()
-        if worker_id in {w["worker_id"] for w in info["worker_fleet"]["workers"]}:
-            return
-        if loop.time() > deadline:
-            pytest.fail(f"worker {worker_id} did not register within {WAIT_DEADLINE}s")
-        await asyncio.sleep(0.05)
+    await poll_until(
+        worker_task,
+        lambda: active_worker_ids(client),
+        lambda active: worker_id in active,
+        lambda _: f"worker {worker_id} did not register",
+    )
 
 
 def one_token_client(server: AuthServer) -> Client:

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -344,6 +344,29 @@ async def running_worker(
         await asyncio.wait_for(task, WAIT_DEADLINE)
 
 
+@contextlib.asynccontextmanager
+async def started(
+    url: str,
+    workflow: type,
+    workflow_type: str,
+    input: list[Any],
+    *,
+    workflow_id: str,
+    activities: tuple[Callable[..., Any], ...] = (),
+) -> AsyncIterator[tuple[WorkflowHandle, asyncio.Task[None]]]:
+    """A run of ``workflow`` (registered as ``workflow_type``) started with ``input``, served by a worker of its
+    own on a fresh task queue; yields the run's handle and the worker's task."""
+    queue = unique(f"{workflow_id}-q")
+    async with (
+        Client(url, namespace="default") as client,
+        running_worker(client, queue, workflows=[workflow], activities=list(activities)) as (_, task),
+    ):
+        handle = await client.start_workflow(
+            workflow_type=workflow_type, task_queue=queue, workflow_id=workflow_id, input=input
+        )
+        yield handle, task
+
+
 async def history_events(handle: WorkflowHandle) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     token: str | None = None
@@ -355,39 +378,51 @@ async def history_events(handle: WorkflowHandle) -> list[dict[str, Any]]:
             return events
 
 
-async def wait_for_event(
-    handle: WorkflowHandle, worker_task: asyncio.Task[None], event_type: str
-) -> list[dict[str, Any]]:
-    """Poll the run's history until ``event_type`` appears (or the worker dies, or the deadline passes)."""
+async def poll_until(
+    worker_task: asyncio.Task[None],
+    probe: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    missing: Callable[[T], str],
+) -> T:
+    """``probe()`` again until ``done`` holds of its answer, which is returned; fails when the worker stops on
+    its own, or after :data:`WAIT_DEADLINE` (``missing(answer)`` says what never came)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WAIT_DEADLINE
     while True:
         if worker_task.done():
             worker_task.result()  # surface the worker's error
             pytest.fail("the worker stopped on its own")
-        events = await history_events(handle)
-        if any(e["event_type"] == event_type for e in events):
-            return events
+        answer = await probe()
+        if done(answer):
+            return answer
         if loop.time() > deadline:
-            pytest.fail(f"no {event_type} within {WAIT_DEADLINE}s; history: {[e['event_type'] for e in events]}")
+            pytest.fail(f"after {WAIT_DEADLINE}s: {missing(answer)}")
         await asyncio.sleep(0.05)
+
+
+async def wait_for_event(
+    handle: WorkflowHandle, worker_task: asyncio.Task[None], event_type: str
+) -> list[dict[str, Any]]:
+    """Poll the run's history until ``event_type`` appears (or the worker dies, or the deadline passes)."""
+    return await poll_until(
+        worker_task,
+        lambda: history_events(handle),
+        lambda events: event_type in event_types(events),
+        lambda events: f"no {event_type}; history: {event_types(events)}",
+    )
 
 
 async def wait_for_workflow_task_failure(server: ReferenceServer, run_id: str, worker_task: asyncio.Task[None]) -> None:
     """Poll the server's event log until a workflow task of ``run_id`` moved to ``failed``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_DEADLINE
-    while True:
-        if worker_task.done():
-            worker_task.result()
-            pytest.fail("the worker stopped on its own")
-        transitions = server.transitions()
+
+    async def transitions() -> list[dict[str, Any]]:
+        return server.transitions()
+
+    def failed(transitions: list[dict[str, Any]]) -> bool:
         tasks = {t["id"] for t in transitions if t["entity"] == "workflow_task" and t.get("run_id") == run_id}
-        if any(t["entity"] == "workflow_task" and t["id"] in tasks and t["to"] == "failed" for t in transitions):
-            return
-        if loop.time() > deadline:
-            pytest.fail(f"no workflow task of run {run_id} was reported failed within {WAIT_DEADLINE}s")
-        await asyncio.sleep(0.05)
+        return any(t["entity"] == "workflow_task" and t["id"] in tasks and t["to"] == "failed" for t in transitions)
+
+    await poll_until(worker_task, transitions, failed, lambda _: f"no workflow task of run {run_id} failed")
 
 
 async def active_worker_ids(client: Client) -> set[str]:
@@ -408,14 +443,10 @@ def test_sdk_version_is_the_one_the_interop_spec_describes() -> None:
 
 def test_activity_signal_query_and_timer_workflow(server_url: str) -> None:
     async def scenario() -> None:
-        queue, wid = unique("interop-approval-q"), unique("interop-approval")
-        async with (
-            Client(server_url, namespace="default") as client,
-            running_worker(client, queue, workflows=[ApprovalWorkflow], activities=[greet]) as (_, task),
-        ):
-            handle = await client.start_workflow(
-                workflow_type="interop.approval", task_queue=queue, workflow_id=wid, input=["world"]
-            )
+        wid = unique("interop-approval")
+        async with started(
+            server_url, ApprovalWorkflow, "interop.approval", ["world"], workflow_id=wid, activities=(greet,)
+        ) as (handle, task):
             await wait_for_event(handle, task, "ConditionWaitOpened")
 
             answer = await handle.query("stage")
@@ -442,60 +473,40 @@ def test_activity_signal_query_and_timer_workflow(server_url: str) -> None:
     run(scenario())
 
 
-def test_activity_retried_by_the_server_until_it_succeeds(server_url: str) -> None:
+@pytest.mark.parametrize(
+    ("failures", "outcome", "final"),
+    [
+        pytest.param(
+            2, {"outcome": "completed", "result": "succeeded on attempt 3"}, "ActivityCompleted", id="until-it-succeeds"
+        ),
+        pytest.param(
+            99,
+            {"outcome": "failed", "message": "flaky failure on attempt 3", "exception_type": "RuntimeError"},
+            "ActivityFailed",
+            id="exhausted-surface-as-activity-failed",
+        ),
+    ],
+)
+def test_activity_retried_by_the_server(server_url: str, failures: int, outcome: dict[str, Any], final: str) -> None:
     async def scenario() -> None:
-        queue, wid = unique("interop-retry-q"), unique("interop-retry")
-        async with (
-            Client(server_url, namespace="default") as client,
-            running_worker(client, queue, workflows=[RetryWorkflow], activities=[flaky]),
-        ):
-            handle = await client.start_workflow(
-                workflow_type="interop.retry", task_queue=queue, workflow_id=wid, input=[wid, 2]
-            )
-            result = await handle.result(timeout=WAIT_DEADLINE)
-            assert result == {"outcome": "completed", "result": "succeeded on attempt 3"}
+        wid = unique("interop-retry")
+        async with started(
+            server_url, RetryWorkflow, "interop.retry", [wid, failures], workflow_id=wid, activities=(flaky,)
+        ) as (handle, _):
+            assert await handle.result(timeout=WAIT_DEADLINE) == outcome
             assert ATTEMPTS[wid] == [1, 2, 3]
             types = event_types(await history_events(handle))
-            # Intermediate attempts leave no ActivityFailed (SDK-INTEROP §5): replay would throw it.
-            assert "ActivityFailed" not in types
-            assert types.count("ActivityCompleted") == 1
-
-    run(scenario())
-
-
-def test_activity_retries_exhausted_surface_as_activity_failed(server_url: str) -> None:
-    async def scenario() -> None:
-        queue, wid = unique("interop-exhausted-q"), unique("interop-exhausted")
-        async with (
-            Client(server_url, namespace="default") as client,
-            running_worker(client, queue, workflows=[RetryWorkflow], activities=[flaky]),
-        ):
-            handle = await client.start_workflow(
-                workflow_type="interop.retry", task_queue=queue, workflow_id=wid, input=[wid, 99]
-            )
-            result = await handle.result(timeout=WAIT_DEADLINE)
-            assert result == {
-                "outcome": "failed",
-                "message": "flaky failure on attempt 3",
-                "exception_type": "RuntimeError",
-            }
-            assert ATTEMPTS[wid] == [1, 2, 3]
-            types = event_types(await history_events(handle))
-            assert types.count("ActivityFailed") == 1, types
+            # Only the final attempt's outcome is in the history: an intermediate attempt leaves no
+            # ActivityFailed (SDK-INTEROP §5), replay would throw it.
+            assert [t for t in types if t in ("ActivityCompleted", "ActivityFailed")] == [final], types
 
     run(scenario())
 
 
 def test_condition_wait_reopened_then_timed_out(server_url: str) -> None:
     async def scenario() -> None:
-        queue, wid = unique("interop-counter-q"), unique("interop-counter")
-        async with (
-            Client(server_url, namespace="default") as client,
-            running_worker(client, queue, workflows=[CounterWorkflow], activities=[]) as (_, task),
-        ):
-            handle = await client.start_workflow(
-                workflow_type="interop.counter", task_queue=queue, workflow_id=wid, input=[]
-            )
+        wid = unique("interop-counter")
+        async with started(server_url, CounterWorkflow, "interop.counter", [], workflow_id=wid) as (handle, task):
             await wait_for_event(handle, task, "ConditionWaitOpened")
             # Either order of "first signal processed" and "second signal sent" is correct; neither is forced.
             await handle.signal("bump")
@@ -520,16 +531,12 @@ def test_condition_wait_reopened_then_timed_out(server_url: str) -> None:
 
 def test_signal_while_activity_pending_is_a_normal_waiting_for_history_finish(server: ReferenceServer) -> None:
     async def scenario() -> None:
-        queue, wid = unique("interop-gated-q"), unique("interop-gated")
+        wid = unique("interop-gated")
         STARTED[wid], GATES[wid] = threading.Event(), threading.Event()
         try:
-            async with (
-                Client(server.url, namespace="default") as client,
-                running_worker(client, queue, workflows=[GatedWorkflow], activities=[gated]) as (_, task),
-            ):
-                handle = await client.start_workflow(
-                    workflow_type="interop.gated", task_queue=queue, workflow_id=wid, input=[wid]
-                )
+            async with started(
+                server.url, GatedWorkflow, "interop.gated", [wid], workflow_id=wid, activities=(gated,)
+            ) as (handle, task):
                 assert await asyncio.to_thread(STARTED[wid].wait, WAIT_DEADLINE), "the activity never started"
                 await handle.signal("note", ["sent while the activity ran"])
                 # Replay of that wake-up yields no new command, so the SDK reports the task as failed with
@@ -552,14 +559,11 @@ def test_signal_while_activity_pending_is_a_normal_waiting_for_history_finish(se
 
 def test_cancelled_while_waiting(server_url: str) -> None:
     async def scenario() -> None:
-        queue, wid = unique("interop-cancel-q"), unique("interop-cancel")
-        async with (
-            Client(server_url, namespace="default") as client,
-            running_worker(client, queue, workflows=[CancellableWorkflow], activities=[]) as (_, task),
+        wid = unique("interop-cancel")
+        async with started(server_url, CancellableWorkflow, "interop.cancellable", [], workflow_id=wid) as (
+            handle,
+            task,
         ):
-            handle = await client.start_workflow(
-                workflow_type="interop.cancellable", task_queue=queue, workflow_id=wid, input=[]
-            )
             await wait_for_event(handle, task, "ConditionWaitOpened")
             await handle.cancel(reason="no longer needed")
             with pytest.raises(WorkflowCancelled, match="no longer needed"):

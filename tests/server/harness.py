@@ -130,6 +130,12 @@ class Clocked:
         assert isinstance(delay, float)
         return delay
 
+    def elapse(self, seconds: float) -> float:
+        """``seconds`` pass on the server's clock, then one scheduler pass (:meth:`maintain`) does what became
+        due; returns the seconds until the scheduler's next due work."""
+        self.clock.advance(seconds)
+        return self.maintain()
+
 
 class Harness(Clocked):
     """One server, a fake clock, and the calls a worker and an operator make."""

@@ -683,11 +683,9 @@ def test_schedule_to_start_timeout_is_terminal(h: Harness) -> None:
     assert h.server.run_tx(enforce_activity_timeouts) == pytest.approx(5.0)
     h.clock.advance(4)
     assert h.server.run_tx(enforce_activity_timeouts) == pytest.approx(1.0)
-    h.clock.advance(0.999)
-    h.maintain()
+    h.elapse(0.999)
     assert h.events("wf-1", "ActivityTimedOut") == []
-    h.clock.advance(0.001)
-    h.maintain()
+    h.elapse(0.001)
     [timed_out] = h.events("wf-1", "ActivityTimedOut")
     assert (timed_out["timeout_type"], timed_out["failure_category"]) == ("schedule_to_start", "timeout")
     assert timed_out["activity_attempt_id"] is None
@@ -699,8 +697,7 @@ def test_schedule_to_start_timeout_is_terminal(h: Harness) -> None:
 def test_start_to_close_timeout_retries_while_attempts_remain(h: Harness) -> None:
     h.schedule(a={"start_to_close_timeout": 10, "retry_policy": {"max_attempts": 2, "backoff_seconds": [3]}})
     first = h.lease()
-    h.clock.advance(10)
-    h.maintain()
+    h.elapse(10)
     [retry] = h.events("wf-1", "ActivityRetryScheduled")
     assert (retry["timeout_type"], retry["retry_after_attempt"], retry["retry_backoff_seconds"]) == (
         "start_to_close",
@@ -713,8 +710,7 @@ def test_start_to_close_timeout_retries_while_attempts_remain(h: Harness) -> Non
     second = h.lease()
     assert second["attempt_number"] == 2
     assert second["task_id"] != first["task_id"]
-    h.clock.advance(10)
-    h.maintain()
+    h.elapse(10)
     [timed_out] = h.events("wf-1", "ActivityTimedOut")
     assert (timed_out["timeout_type"], timed_out["activity_attempt_id"]) == (
         "start_to_close",
@@ -729,11 +725,9 @@ def test_heartbeat_timeout_measures_the_gap_between_heartbeats(h: Harness) -> No
     task = h.lease()
     h.clock.advance(2)
     assert h.report("heartbeat", task)[1]["can_continue"] is True
-    h.clock.advance(2.5)  # 4.5 s after the claim, 2.5 s after the heartbeat
-    h.maintain()
+    h.elapse(2.5)  # 4.5 s after the claim, 2.5 s after the heartbeat
     assert h.events("wf-1", "ActivityTimedOut") == []
-    h.clock.advance(0.5)
-    h.maintain()
+    h.elapse(0.5)
     [timed_out] = h.events("wf-1", "ActivityTimedOut")
     assert timed_out["timeout_type"] == "heartbeat"
     status, body = h.report("heartbeat", task)
@@ -743,8 +737,7 @@ def test_heartbeat_timeout_measures_the_gap_between_heartbeats(h: Harness) -> No
 def test_schedule_to_close_is_terminal_even_with_attempts_left(h: Harness) -> None:
     h.schedule(a={"schedule_to_close_timeout": 20, "retry_policy": {"max_attempts": 5, "backoff_seconds": [1]}})
     task = h.lease()
-    h.clock.advance(20)
-    h.maintain()
+    h.elapse(20)
     [timed_out] = h.events("wf-1", "ActivityTimedOut")
     assert timed_out["timeout_type"] == "schedule_to_close"
     assert h.events("wf-1", "ActivityRetryScheduled") == []

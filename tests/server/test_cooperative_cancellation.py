@@ -64,8 +64,7 @@ def test_the_child_cleans_up_and_closes_itself(make: HarnessFactory) -> None:
     assert (again["sequence"], again["call_kind"]) == (1, "condition")  # the committed delivery, once
     assert len(h.events(child_wid, "CooperativeCancellationDelivered")) == 1
     h.completed(task, {"type": "start_timer", "delay_seconds": 1})  # cleanup work before closing
-    h.clock.advance(2)
-    h.maintain()
+    h.elapse(2)
     h.completed(h.lease("cw"), COMPLETE)
     assert h.describe(child_wid)["status"] == "completed"
     out = resolved(h)
@@ -75,11 +74,9 @@ def test_the_child_cleans_up_and_closes_itself(make: HarnessFactory) -> None:
 def test_past_the_deadline_the_server_closes_the_child(make: HarnessFactory) -> None:
     h = make(cancellation_cleanup_seconds=5)
     child_wid, _ = parent_closes_with_cooperative_child(h)
-    h.clock.advance(4)
-    h.maintain()
+    h.elapse(4)
     assert h.describe(child_wid)["status"] == "pending"
-    h.clock.advance(2)
-    h.maintain()
+    h.elapse(2)
     assert h.describe(child_wid)["status"] == "cancelled"
     [closed] = h.events(child_wid, "WorkflowCancelled")
     assert closed["payload"]["reason"] == "cleanup_deadline_exceeded"

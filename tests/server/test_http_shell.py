@@ -119,6 +119,16 @@ async def read_eof(reader: asyncio.StreamReader) -> bytes:
     return await within(reader.read())
 
 
+async def answer_then_close(request: bytes, app: Handler | None = None, **options: Any) -> RawResponse:
+    """The answer to ``request`` sent on a fresh connection to a fresh server, which must then close the
+    connection without another byte."""
+    async with serving(app or App(), **options) as server, connect(server) as (reader, writer):
+        writer.write(request)
+        response = await read_response(reader)
+        assert await read_eof(reader) == b""
+    return response
+
+
 def get(path: str, *extra: str, version: str = "HTTP/1.1") -> bytes:
     return "\r\n".join([f"GET {path} {version}", "Host: test", *extra, "", ""]).encode()
 
@@ -219,12 +229,8 @@ async def test_query_string_percent_encoding_and_repeated_keys() -> None:
 
 @scenario
 async def test_invalid_percent_encoding_is_400() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(get("/%FF"))
-        response = await read_response(reader)
-        assert response.status == 400
-        assert response.json()["reason"] == "bad_request"
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(get("/%FF"))
+    assert (response.status, response.json()["reason"]) == (400, "bad_request")
 
 
 # --------------------------------------------------------------------------------------------- framing
@@ -271,23 +277,17 @@ async def test_chunked_request_body() -> None:
 
 @scenario
 async def test_http_10_client_gets_content_length_and_close() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(b"GET /echo HTTP/1.0\r\n\r\n")
-        response = await read_response(reader)
-        assert response.status == 200
-        assert int(response.headers["content-length"]) == len(response.body)
-        assert response.headers["connection"] == "close"
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(b"GET /echo HTTP/1.0\r\n\r\n")
+    assert response.status == 200
+    assert int(response.headers["content-length"]) == len(response.body)
+    assert response.headers["connection"] == "close"
 
 
 @scenario
 async def test_connection_close_is_honoured() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(get("/echo", "Connection: close"))
-        response = await read_response(reader)
-        assert response.status == 200
-        assert response.headers["connection"] == "close"
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(get("/echo", "Connection: close"))
+    assert response.status == 200
+    assert response.headers["connection"] == "close"
 
 
 @scenario
@@ -330,51 +330,36 @@ async def test_expect_100_continue() -> None:
 @scenario
 async def test_413_on_big_content_length_without_reading_the_body() -> None:
     app = App()
-    async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
-        # No body is ever sent: the answer must come from the head alone, before 100 Continue.
-        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n")
-        response = await read_response(reader)
-        assert response.status == 413
-        assert response.json()["reason"] == "payload_too_large"
-        assert response.headers["connection"] == "close"
-        assert await read_eof(reader) == b""
+    # No body is ever sent: the answer must come from the head alone, before 100 Continue.
+    head = b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n"
+    response = await answer_then_close(head, app, max_body_bytes=1024)
+    assert (response.status, response.json()["reason"]) == (413, "payload_too_large")
+    assert response.headers["connection"] == "close"
     assert app.calls == []
 
 
 @scenario
 async def test_413_on_too_long_chunked_body() -> None:
     app = App()
-    async with serving(app, max_body_bytes=1024) as server, connect(server) as (reader, writer):
-        chunk = b"x" * 512
-        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n")
-        writer.write(b"".join(b"200\r\n" + chunk + b"\r\n" for _ in range(8)) + b"0\r\n\r\n")
-        response = await read_response(reader)
-        assert response.status == 413
-        assert response.json()["reason"] == "payload_too_large"
-        assert await read_eof(reader) == b""
+    head = b"POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunks = b"".join(b"200\r\n" + b"x" * 512 + b"\r\n" for _ in range(8)) + b"0\r\n\r\n"
+    response = await answer_then_close(head + chunks, app, max_body_bytes=1024)
+    assert (response.status, response.json()["reason"]) == (413, "payload_too_large")
     assert app.calls == []
 
 
 @scenario
 async def test_431_on_huge_header() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(get("/echo", "X-Huge: " + "a" * (32 * 1024)))
-        response = await read_response(reader)
-        assert response.status == 431
-        assert response.json()["reason"] == "headers_too_large"
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(get("/echo", "X-Huge: " + "a" * (32 * 1024)))
+    assert (response.status, response.json()["reason"]) == (431, "headers_too_large")
 
 
 @scenario
 async def test_400_on_garbage_request_line() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(b"THIS IS NOT HTTP\r\n\r\n")
-        response = await read_response(reader)
-        assert response.status == 400
-        body = response.json()
-        assert body["reason"] == "bad_request"
-        assert body["error"] == body["message"]
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(b"THIS IS NOT HTTP\r\n\r\n")
+    body = response.json()
+    assert (response.status, body["reason"]) == (400, "bad_request")
+    assert body["error"] == body["message"]
 
 
 def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
@@ -463,11 +448,8 @@ def test_broken_error_responder_falls_back_to_default(caplog: pytest.LogCaptureF
 
 @scenario
 async def test_connect_is_501() -> None:
-    async with serving(App()) as server, connect(server) as (reader, writer):
-        writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-        response = await read_response(reader)
-        assert response.status == 501
-        assert response.json()["reason"] == "not_implemented"
+    response = await answer_then_close(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+    assert (response.status, response.json()["reason"]) == (501, "not_implemented")
 
 
 # ------------------------------------------------------------------------------------------- timeouts
@@ -475,21 +457,16 @@ async def test_connect_is_501() -> None:
 
 @scenario
 async def test_partial_head_times_out_with_408() -> None:
-    async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
-        writer.write(b"GET /echo HTTP/1.1\r\nHost: test\r\n")  # never finished
-        response = await read_response(reader)
-        assert response.status == 408
-        assert response.json()["reason"] == "request_timeout"
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(b"GET /echo HTTP/1.1\r\nHost: test\r\n", read_timeout=0.2)  # never finished
+    assert (response.status, response.json()["reason"]) == (408, "request_timeout")
 
 
 @scenario
 async def test_partial_body_times_out_with_408() -> None:
-    async with serving(App(), read_timeout=0.2) as server, connect(server) as (reader, writer):
-        writer.write(b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nabc")
-        response = await read_response(reader)
-        assert response.status == 408
-        assert await read_eof(reader) == b""
+    response = await answer_then_close(
+        b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nabc", read_timeout=0.2
+    )
+    assert response.status == 408
 
 
 @scenario

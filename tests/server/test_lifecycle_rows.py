@@ -75,8 +75,7 @@ def test_a_run_times_out_in_every_live_state(make: HarnessFactory, phase: str) -
         h.start("wf-1", run_timeout_seconds=5)
         h.completed(h.lease(), WAIT)
     assert h.describe("wf-1")["status"] == phase
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     described = h.describe("wf-1")
     assert (described["status"], described["closed_reason"]) == ("failed", "timed_out")
     assert h.event_types("wf-1")[-1] == "WorkflowTimedOut"
@@ -111,8 +110,7 @@ def test_a_parent_closed_during_a_child_backoff_starts_no_further_child(make: Ha
     [call] = h.rows("SELECT child_call_id, status FROM children")
     assert call["status"] == "backoff"
     h.close("parent", "cancel")
-    h.clock.advance(30)
-    h.maintain()
+    h.elapse(30)
     assert h.rows("SELECT status FROM children") == [{"status": "cancelled"}]
     assert len(h.events("parent", "ChildRunStarted")) == 1
 
@@ -157,7 +155,6 @@ def test_a_session_without_its_holder_closes_at_its_ttl(make: HarnessFactory, ho
     h = make(stale_worker_seconds=20)
     _session(h, lease_seconds=10 if how == "expired" else 600, ttl_seconds=100)
     _lose_holder(h, how)
-    h.clock.advance(100)
-    h.maintain()
+    h.elapse(100)
     status, doc = h.control("GET", "/worker-sessions/s1")
     assert (status, doc["session"]["status"], doc["session"]["failure_reason"]) == (200, "closed", "ttl_expired")

@@ -85,7 +85,6 @@ def test_events_that_wake_nothing_cause_no_follow_up_replay(h: Harness) -> None:
 def test_a_timed_out_attempt_reports_no_lease(h: Harness) -> None:
     schedule(h, start_to_close_timeout=5)
     activity = h.activity_lease()
-    h.clock.advance(6)
-    h.maintain()
+    h.elapse(6)
     out = h.activity_report("heartbeat", activity)
     assert (out["can_continue"], out["lease_expires_at"]) == (False, None)

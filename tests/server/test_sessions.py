@@ -151,8 +151,7 @@ def test_ttl_is_absolute_and_terminal(h: Harness) -> None:
     h.clock.advance(25)
     sess_call(h, "POST", "/gpu-1/heartbeat", {"worker_id": "w1", "lease_seconds": 300})
     assert visible(h)["lease_expires_at"] == visible(h)["ttl_expires_at"]  # never past the TTL
-    h.clock.advance(26)
-    h.maintain()
+    h.elapse(26)
     snap = visible(h)
     assert (snap["status"], snap["failure_reason"]) == ("closed", "ttl_expired")
     status, doc = sess_call(h, "POST", "", {"worker_id": "w1", **session()})

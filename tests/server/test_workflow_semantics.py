@@ -39,6 +39,28 @@ def seq_of(h: Harness, workflow_id: str, event_type: str, run_id: str | None = N
     return int(event["sequence"])
 
 
+def woken_by(
+    h: Harness,
+    event_type: str,
+    *,
+    wait: tuple[str, str],
+    source: tuple[str, str],
+    workflow_id: str = "wf-1",
+    **ids: Any,
+) -> dict[str, Any]:
+    """The resume context (§8.3) of a task woken by the one ``event_type`` event of ``workflow_id``: the wait it
+    ends and the source that ended it (each a kind and an id), the ``ids`` of what they name, and the event."""
+    return {
+        "workflow_wait_kind": wait[0],
+        "open_wait_id": wait[1],
+        "resume_source_kind": source[0],
+        "resume_source_id": source[1],
+        **ids,
+        "workflow_sequence": seq_of(h, workflow_id, event_type),
+        "workflow_event_type": event_type,
+    }
+
+
 def waiting_run(h: Harness, workflow_id: str = "wf-1", *commands: dict[str, Any]) -> dict[str, Any]:
     """Start a run and complete its first task with ``commands`` (a long timer by default)."""
     h.start(workflow_id)
@@ -248,23 +270,14 @@ def test_a_timer_fires_only_after_its_delay_with_the_timer_resume_context(make: 
     [scheduled] = h.events("wf-1", "TimerScheduled")
     assert (scheduled["payload"]["timer_id"], scheduled["payload"]["delay_seconds"]) == (timer_id, 10)
     assert h.maintain() == pytest.approx(10.0)  # the scheduler sleeps exactly until the timer is due
-    h.clock.advance(10 - 0.000001)
-    h.maintain()
+    h.elapse(10 - 0.000001)
     assert h.events("wf-1", "TimerFired") == []
     h.assert_empty()
-    h.clock.advance(0.000001)
-    h.maintain()
-    fired = seq_of(h, "wf-1", "TimerFired")
+    h.elapse(0.000001)
     task = h.lease()
-    assert resume(task) == {
-        "workflow_wait_kind": "timer",
-        "open_wait_id": f"timer:{timer_id}",
-        "resume_source_kind": "timer",
-        "resume_source_id": timer_id,
-        "timer_id": timer_id,
-        "workflow_sequence": fired,
-        "workflow_event_type": "TimerFired",
-    }
+    assert resume(task) == woken_by(
+        h, "TimerFired", wait=("timer", f"timer:{timer_id}"), source=("timer", timer_id), timer_id=timer_id
+    )
     assert_no_private_keys(task)
     h.maintain()
     assert len(h.events("wf-1", "TimerFired")) == 1  # a fired timer never fires again
@@ -281,8 +294,7 @@ def test_a_timer_of_a_closed_run_never_fires(h: Harness) -> None:
     h.start("wf-1")
     h.completed(h.lease(), {"type": "start_timer", "delay_seconds": 5})
     h.close("wf-1", "cancel")
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert h.events("wf-1", "TimerFired") == []
     h.assert_empty()
 
@@ -302,21 +314,18 @@ def test_a_condition_wait_timeout_wakes_the_run_with_the_condition_context(h: Ha
     task = h.lease()
     h.completed(task, wait)  # re-emitted with the same key and fingerprint: the same wait stays open
     assert len(h.events("wf-1", "ConditionWaitOpened")) == 1
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert [e["payload"]["condition_wait_id"] for e in h.events("wf-1", "ConditionWaitTimedOut")] == [wait_id]
-    assert resume(h.lease()) == {
-        "workflow_wait_kind": "condition",
-        "open_wait_id": f"condition:{wait_id}",
-        "resume_source_kind": "timer",
-        "resume_source_id": timer_id,
-        "timer_id": timer_id,
-        "condition_wait_id": wait_id,
-        "condition_key": "ready",
-        "condition_definition_fingerprint": "sha256:abc",
-        "workflow_sequence": seq_of(h, "wf-1", "TimerFired"),
-        "workflow_event_type": "TimerFired",
-    }
+    assert resume(h.lease()) == woken_by(
+        h,
+        "TimerFired",
+        wait=("condition", f"condition:{wait_id}"),
+        source=("timer", timer_id),
+        timer_id=timer_id,
+        condition_wait_id=wait_id,
+        condition_key="ready",
+        condition_definition_fingerprint="sha256:abc",
+    )
 
 
 def test_a_condition_wait_the_worker_moves_past_is_satisfied_and_its_timer_cancelled(h: Harness) -> None:
@@ -327,8 +336,7 @@ def test_a_condition_wait_the_worker_moves_past_is_satisfied_and_its_timer_cance
     h.completed(h.lease(), WAIT)  # not re-emitted: the replay got past it
     # Satisfied first, then the batch's own commands (SDK-INTEROP §6.4).
     assert h.event_types("wf-1")[-3:] == ["SignalReceived", "ConditionWaitSatisfied", "TimerScheduled"]
-    h.clock.advance(5)
-    h.maintain()
+    h.elapse(5)
     assert h.events("wf-1", "ConditionWaitTimedOut") == []
     h.assert_empty()
 
@@ -351,16 +359,15 @@ def test_a_signal_wakes_a_waiting_run_with_the_signal_context(h: Harness) -> Non
     waiting_run(h)
     sent = h.signal("wf-1", "approve", input=["yes"])
     task = h.lease()
-    assert resume(task) == {
-        "workflow_wait_kind": "signal",
-        "open_wait_id": f"signal-application:{sent['signal_id']}",
-        "resume_source_kind": "workflow_signal",
-        "resume_source_id": sent["signal_id"],
-        "workflow_signal_id": sent["signal_id"],
-        "signal_name": "approve",
-        "workflow_sequence": seq_of(h, "wf-1", "SignalReceived"),
-        "workflow_event_type": "SignalReceived",
-    }
+    signal_id = sent["signal_id"]
+    assert resume(task) == woken_by(
+        h,
+        "SignalReceived",
+        wait=("signal", f"signal-application:{signal_id}"),
+        source=("workflow_signal", signal_id),
+        workflow_signal_id=signal_id,
+        signal_name="approve",
+    )
     assert task["run_status"] == "running"
 
 
@@ -368,29 +375,26 @@ def test_an_update_wakes_a_waiting_run_with_the_update_context(h: Harness) -> No
     waiting_run(h)
     update_id = h.update_accepted("wf-1", "approve")
     task = h.lease()
-    assert resume(task) == {
-        "workflow_wait_kind": "update",
-        "open_wait_id": f"update:{update_id}",
-        "resume_source_kind": "workflow_update",
-        "resume_source_id": update_id,
-        "workflow_update_id": update_id,
-        "workflow_sequence": seq_of(h, "wf-1", "UpdateAccepted"),
-        "workflow_event_type": "UpdateAccepted",
-    }
+    assert resume(task) == woken_by(
+        h,
+        "UpdateAccepted",
+        wait=("update", f"update:{update_id}"),
+        source=("workflow_update", update_id),
+        workflow_update_id=update_id,
+    )
 
 
 def activity_context(h: Harness, activity: dict[str, Any], event_type: str) -> dict[str, Any]:
-    return {
-        "workflow_wait_kind": "activity",
-        "open_wait_id": f"activity:{activity['activity_execution_id']}",
-        "resume_source_kind": "activity_execution",
-        "resume_source_id": activity["activity_execution_id"],
-        "activity_execution_id": activity["activity_execution_id"],
-        "activity_attempt_id": activity["activity_attempt_id"],
-        "activity_type": "charge",
-        "workflow_sequence": seq_of(h, "wf-1", event_type),
-        "workflow_event_type": event_type,
-    }
+    execution = activity["activity_execution_id"]
+    return woken_by(
+        h,
+        event_type,
+        wait=("activity", f"activity:{execution}"),
+        source=("activity_execution", execution),
+        activity_execution_id=execution,
+        activity_attempt_id=activity["activity_attempt_id"],
+        activity_type="charge",
+    )
 
 
 @pytest.mark.parametrize("verb", ["complete", "fail"])
@@ -421,16 +425,15 @@ def start_child(h: Harness, *extra: dict[str, Any], **fields: Any) -> tuple[str,
 
 
 def child_context(h: Harness, call_id: str, child_run: str, event_type: str) -> dict[str, Any]:
-    return {
-        "workflow_wait_kind": "child",
-        "open_wait_id": f"child:{call_id}",
-        "resume_source_kind": "child_workflow_run",
-        "resume_source_id": child_run,
-        "child_call_id": call_id,
-        "child_workflow_run_id": child_run,
-        "workflow_sequence": seq_of(h, "parent", event_type),
-        "workflow_event_type": event_type,
-    }
+    return woken_by(
+        h,
+        event_type,
+        wait=("child", f"child:{call_id}"),
+        source=("child_workflow_run", child_run),
+        workflow_id="parent",
+        child_call_id=call_id,
+        child_workflow_run_id=child_run,
+    )
 
 
 def test_start_child_workflow_creates_the_child_run(h: Harness) -> None:
@@ -590,11 +593,9 @@ def test_a_failed_child_is_retried_after_its_backoff_up_to_max_attempts(make: Ha
         assert h.events("parent", "ChildRunFailed") == []  # §14.2: no resume for an intermediate failure
         assert h.open_tasks(h.describe("parent")["run_id"]) == []
         assert h.maintain() == pytest.approx(backoff)
-        h.clock.advance(backoff - 0.000001)
-        h.maintain()
+        h.elapse(backoff - 0.000001)
         assert len(h.control("GET", f"/workflows/{child_wid}/runs")[1]["runs"]) == len(runs)
-        h.clock.advance(0.000001)
-        h.maintain()
+        h.elapse(0.000001)
         current = h.describe(child_wid)
         assert current["run_id"] not in runs
         runs.append(current["run_id"])

@@ -248,6 +248,12 @@ def test_row6_attempt_mismatch(attempt: int) -> None:
     assert err.fields == {"task_id": "t1", "current_attempt": 2}
 
 
+def test_outcome_is_ok_or_the_rejection_reason() -> None:
+    assert fencing.outcome(guard_workflow_task, LIVE_TASK, task_id="t1", lease_owner="w1", attempt=2, now=NOW) == "ok"
+    stale = fencing.outcome(guard_workflow_task, LIVE_TASK, task_id="t1", lease_owner="w1", attempt=1, now=NOW)
+    assert stale == "workflow_task_attempt_mismatch"
+
+
 def test_stale_attempt_after_takeover() -> None:
     # §8.9 notes: row 6 if the same worker re-leased the task, row 5 if another worker did.
     relet_same = replace(LIVE_TASK, attempt=3)

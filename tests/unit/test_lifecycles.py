@@ -305,10 +305,13 @@ def test_activity_attempt_rows() -> None:
 
 def test_query_task_rows() -> None:
     q, e = QueryTaskStatus, QueryTaskEvent
-    assert QUERY_TASK.step(q.PENDING, e.CLAIM) is q.LEASED
-    assert QUERY_TASK.step(q.LEASED, e.COMPLETE) is q.COMPLETED
-    assert QUERY_TASK.step(q.LEASED, e.FAIL) is q.FAILED
-    assert QUERY_TASK.step(q.LEASED, e.TIME_OUT) is q.TIMED_OUT
+    for state, event, target in (
+        (q.PENDING, e.CLAIM, q.LEASED),
+        (q.LEASED, e.COMPLETE, q.COMPLETED),
+        (q.LEASED, e.FAIL, q.FAILED),
+        (q.LEASED, e.TIME_OUT, q.TIMED_OUT),
+    ):
+        assert QUERY_TASK.step(state, event) is target
     # §10.6: "A second complete or fail after a terminal one gets 409 query_task_not_leased".
     with pytest.raises(IllegalTransition):
         QUERY_TASK.step(q.COMPLETED, e.COMPLETE)
