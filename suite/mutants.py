@@ -636,6 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             full=args.full,
             report_dir=report_dir,
             only=args.fault,
+            python=args.python,
             timeout=args.timeout,
             progress=progress,
         )

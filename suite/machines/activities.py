@@ -78,6 +78,9 @@ ACTIVITIES = st.lists(st.tuples(POLICY_OR_NONE, st.sampled_from([False, False, T
 
 
 class ActivityMachine(MachineBase):
+    """Activity attempts under random retry policies: leases, redelivery, retries after heartbeats, stale and
+    foreign reports, timeouts and cancellation, judged by the activity model."""
+
     name = "activities"
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {

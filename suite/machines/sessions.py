@@ -49,6 +49,9 @@ class ShadowSession:
 
 
 class SessionMachine(MachineBase):
+    """Worker sessions created, renewed, closed, raced for and reacquired from several workers, judged by the
+    session rules."""
+
     name = "worker_sessions"
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {

@@ -68,6 +68,9 @@ class Stale:
 
 
 class WorkflowLeaseMachine(MachineBase):
+    """Several workers racing over one queue: polls, heartbeats, completes, stale reports after a redelivery,
+    waited-out leases and runs closed while leased, judged by the fencing model."""
+
     name = "workflow_leases"
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
