@@ -44,6 +44,7 @@ __all__ = [
     "Mutant",
     "MutantResult",
     "gaps",
+    "judge_run",
     "list_faults",
     "main",
     "run_first_failures",
@@ -312,7 +313,7 @@ def _run(
         result.note = f"no results.json (pytest exit {proc.returncode}: {tail[0][:300]})"
         return result
     result.report = str(found[-1].parent / "report.html")
-    _judge(result, json.loads(found[-1].read_text(encoding="utf-8")))
+    judge_run(result, json.loads(found[-1].read_text(encoding="utf-8")))
     return result
 
 
@@ -362,7 +363,9 @@ def _folder_of(mutant: Mutant | None) -> str:
     return mutant.name if mutant else "correct"
 
 
-def _judge(result: MutantResult, results: dict[str, Any]) -> None:
+def judge_run(result: MutantResult, results: dict[str, Any]) -> None:
+    """What one suite run (its results.json) says of a server: the requirements reported broken, the expected
+    ones among them, the first failing record and the cost of reaching it; killed, survived or error."""
     reqs = results["requirements"]
     result.failed = sorted(r["id"] for r in reqs if r["verdict"] in _REPORTED)
     result.expected_caught = [r for r in result.expected if r in result.failed]
@@ -370,12 +373,17 @@ def _judge(result: MutantResult, results: dict[str, Any]) -> None:
     checks = results.get("checks", [])
     result.checks_run = len(checks)
     result.requests = sum(int(c.get("requests") or 0) for c in checks)
-    # Checks run one after another: the cost of detection is everything up to the first failing check.
+    # Items run one after another: the cost of detection is everything up to the first failing record. A machine
+    # writes one record per requirement, each carrying the whole machine's duration: it is counted once.
     requests = 0
     seconds = 0.0
+    counted: set[str] = set()
     for c in checks:
         requests += int(c.get("requests") or 0)
-        seconds += float(c.get("duration_seconds") or 0.0)
+        item = str(c.get("test_id") or c.get("check"))
+        if item not in counted:
+            counted.add(item)
+            seconds += float(c.get("duration_seconds") or 0.0)
         if c.get("verdict") in _REPORTED:
             result.first_failure = {
                 "check": c.get("check"),

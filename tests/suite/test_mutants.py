@@ -23,6 +23,7 @@ from suite.mutants import (
     Matrix,
     MutantResult,
     gaps,
+    judge_run,
     list_faults,
     run_matrix,
     write_matrix,
@@ -178,6 +179,20 @@ def test_first_failures_stop_at_the_first_failing_item_and_report_how_soon(tmp_p
         assert len({c["test_id"] for c in results["checks"]}) < len(entries())
         failed = [r["id"] for r in results["requirements"] if r["verdict"] in ("failed", "non-strict")]
         assert entry["first_failure"]["requirement"] in failed, entry
+
+
+def test_the_cost_of_a_first_failure_counts_a_machine_once() -> None:
+    """A machine writes one record per requirement, each carrying the whole machine's duration: the seconds until
+    the first failure count it once, not once per record before the failing one."""
+    check = {"test_id": "dw::A::a", "check": "a", "verdict": "passed", "requests": 4, "duration_seconds": 1.0}
+    machine = {"test_id": "dw::machine::m", "check": "machine:m", "requests": 0, "duration_seconds": 10.0}
+    records = [check, *({**machine, "verdict": "passed"} for _ in range(5))]
+    records.append({**machine, "verdict": "failed", "failed_requirement": "FENCE-OWNER"})
+    results = {"requirements": [{"id": "FENCE-OWNER", "verdict": "failed"}], "checks": records}
+    result = MutantResult(name="m", description="", expected=["FENCE-OWNER"], verdict="", exit_code=1)
+    judge_run(result, results)
+    assert result.verdict == "killed"
+    assert result.first_failure == {"check": "machine:m", "requirement": "FENCE-OWNER", "requests": 4, "seconds": 11.0}
 
 
 def test_first_failures_name_a_fault_the_whole_suite_passes() -> None:
