@@ -40,7 +40,7 @@ from suite.protocol.versions import (
 )
 
 from .faults import fault
-from .http import Request, Response, ShellError, json_response
+from .http import Request, Response, ShellError, encoded_json_response, json_bytes, json_response
 
 __all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route", "route"]
 
@@ -150,7 +150,19 @@ class App:
         self.namespace_exists = namespace_exists
         self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
         self.faults = faults  # the other named faults (reference_server.faults) this app breaks
-        self.capabilities: dict[str, Any] = server_capabilities()
+        self.advertise(server_capabilities())
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What every worker-plane response and cluster/info advertise (§2.1); set by :meth:`advertise`."""
+        return self._capabilities
+
+    def advertise(self, capabilities: dict[str, Any]) -> None:
+        """Advertise ``capabilities`` from now on; the dict must not change afterwards. It is encoded here, once:
+        the same few kilobytes close every worker-plane response, and encoding them again for each one was a
+        good part of a request's cost."""
+        self._capabilities = capabilities
+        self._capabilities_member = b',"server_capabilities":' + json_bytes(capabilities) + b"}"
 
     # -- registration ---------------------------------------------------------------------------------
 
@@ -195,14 +207,22 @@ class App:
         # §2.1: the advertised version, never the requested minor; the same object as cluster/info.
         return {**body, "protocol_version": ADVERTISED_VERSION, "server_capabilities": self.capabilities}
 
+    def worker_json(self, body: dict[str, Any]) -> bytes:
+        """:meth:`worker_envelope` of ``body`` as JSON, with the capabilities encoded once (:meth:`advertise`):
+        ``body``'s members, then ``protocol_version``, then ``server_capabilities``."""
+        if "server_capabilities" in body:  # named by the body itself: overridden in its place, as the dict does
+            return json_bytes(self.worker_envelope(body))
+        members = json_bytes({**body, "protocol_version": ADVERTISED_VERSION})
+        return members[:-1] + self._capabilities_member  # the object's closing brace comes after the capabilities
+
     def respond(
         self, plane: str, status: int, body: dict[str, Any], extra: list[tuple[str, str]] | None = None
     ) -> Response:
         headers = list(extra or [])
         if plane == WORKER:
-            body = self.worker_envelope(body)
             headers.append((WORKER_VERSION_HEADER, ADVERTISED_VERSION))
-        elif plane == CONTROL:
+            return encoded_json_response(status, self.worker_json(body), headers)
+        if plane == CONTROL:
             headers.append((CONTROL_VERSION_HEADER, CONTROL_PLANE_VERSION))
         return json_response(status, body, headers)
 

@@ -78,6 +78,8 @@ __all__ = [
     "Response",
     "ShellError",
     "default_error_responder",
+    "encoded_json_response",
+    "json_bytes",
     "json_response",
 ]
 
@@ -250,11 +252,20 @@ class Response:
         return json.loads(self.body)
 
 
+def json_bytes(obj: object) -> bytes:
+    """``obj`` as compact UTF-8 JSON, the encoding of every JSON body the server sends."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 def json_response(status: int, obj: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
     """A compact UTF-8 JSON response; ``headers`` are added after ``Content-Type: application/json``
     (a ``Content-Type`` among them replaces the default)."""
+    return encoded_json_response(status, json_bytes(obj), headers)
+
+
+def encoded_json_response(status: int, body: bytes, headers: Iterable[tuple[str, str]] = ()) -> Response:
+    """:func:`json_response` for a body already encoded by :func:`json_bytes`."""
     extra = list(headers)
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if any(name.lower() == "content-type" for name, _ in extra):
         return Response(status, body, extra)
     return Response(status, body, [("Content-Type", "application/json"), *extra])

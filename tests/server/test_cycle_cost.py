@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from reference_server.app import Ctx
+from reference_server.http import json_bytes
 from reference_server.polling import Poll
 from reference_server.tx import T
 from suite.protocol.errors import Rejection
@@ -169,3 +170,19 @@ def test_a_failing_scheduler_step_is_rolled_back_alone(h: Harness) -> None:
     assert "fine-step" in names
     assert "broken-step" not in names
     assert published == [{"fine-run"}]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"task": None, "poll_status": "empty"},
+        {"reason": "x", "protocol_version": "0.1"},  # a member of the envelope named by the body keeps its place
+        {"server_capabilities": {}, "a": "✓"},
+        {},
+    ],
+)
+def test_the_worker_envelope_encoded_once_is_the_plain_encoding(h: Harness, body: dict[str, Any]) -> None:
+    """The capabilities that close every worker-plane response are encoded once: the bytes are those of
+    encoding the whole envelope each time."""
+    app = h.server.app
+    assert app.worker_json(body) == json_bytes(app.worker_envelope(body))
