@@ -56,11 +56,13 @@ __all__ = [
     "WORKERS",
     "WORKER_SESSIONS",
     "WORKFLOW_TASKS",
+    "BulkMove",
     "Rows",
     "claim",
     "initial",
     "move",
     "move_all",
+    "pending_moves",
     "step",
 ]
 
@@ -187,6 +189,12 @@ def claim(
     return move(t, rows, key, state, *walk, also=also, args=args, where=conditions, where_args=extra, quiet=True)
 
 
+def sources(rows: Rows[S, E], event: E, states: Iterable[S] | None = None) -> list[S]:
+    """The states of ``rows`` (or of ``states`` only) that have a row for ``event`` in the table."""
+    machine = rows.machine
+    return [source for source in (states if states is not None else machine.states) if machine.can(source, event)]
+
+
 def move_all(
     t: T,
     rows: Rows[S, E],
@@ -204,9 +212,7 @@ def move_all(
     machine = rows.machine
     where_args, set_args = tuple(args), tuple(also_args)
     moved = 0
-    for source in states if states is not None else machine.states:
-        if not machine.can(source, event):
-            continue
+    for source in sources(rows, event, states):
         target = machine.table[(source, event)]
         cur = t.db.execute(
             f"UPDATE {rows.table} SET status = ?{', ' + also if also else ''} WHERE status = ? AND ({where})",
@@ -216,3 +222,37 @@ def move_all(
             step(machine, source, event)
             moved += cur.rowcount
     return moved
+
+
+@dataclass(frozen=True)
+class BulkMove(Generic[S, E]):
+    """One :func:`move_all` to make: ``event`` on the rows of ``rows`` (only those in ``states``, when given),
+    with ``also`` (and ``also_args``) more of its ``SET`` clause."""
+
+    rows: Rows[S, E]
+    event: E
+    states: tuple[S, ...] | None = None
+    also: str = ""
+    also_args: tuple[Any, ...] = ()
+
+    def apply(self, t: T, where: str, args: tuple[Any, ...]) -> int:
+        return move_all(
+            t, self.rows, self.event, where, args, states=self.states, also=self.also, also_args=self.also_args
+        )
+
+
+def pending_moves(
+    t: T, moves: Iterable[BulkMove[Any, Any]], where: str, args: tuple[Any, ...]
+) -> list[BulkMove[Any, Any]]:
+    """The ``moves`` that would move a row matching ``where``, found by one statement: a close usually leaves
+    nothing open, and one read costs less than an ``UPDATE`` per table and state that moves nothing."""
+    moves = list(moves)
+    probes: list[str] = []
+    params: list[Any] = []
+    for bulk in moves:
+        states = [source.value for source in sources(bulk.rows, bulk.event, bulk.states)]
+        marks = ", ".join("?" * len(states))
+        probes.append(f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status IN ({marks}) AND ({where}))")
+        params += [*states, *args]
+    found = t.db.execute(f"SELECT {', '.join(probes)}", params).fetchone()
+    return [bulk for bulk, holds in zip(moves, found, strict=True) if holds]
