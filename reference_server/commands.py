@@ -525,26 +525,22 @@ HANDLERS: Mapping[str, Handler] = {
 # -- condition waits a batch moved past (SDK-INTEROP §6.4) ----------------------------------------------------
 
 
-def reemitted_waits(t: T, run_id: str, batch: list[cmdmodel.Command]) -> set[str]:
-    """The open condition waits of the run that ``batch`` re-emits (a "reopen", SDK-INTEROP §6.4)."""
-    wanted = {
-        (c.fields.get("condition_key"), c.fields.get("condition_definition_fingerprint"))
+def reemitted(wait: sqlite3.Row, batch: list[cmdmodel.Command]) -> bool:
+    """Whether ``batch`` re-emits the open condition ``wait`` (same key and fingerprint: a "reopen", SDK-INTEROP
+    §6.4)."""
+    return any(
+        c.type == "open_condition_wait"
+        and (c.fields.get("condition_key"), c.fields.get("condition_definition_fingerprint"))
+        == (wait["condition_key"], wait["fingerprint"])
         for c in batch
-        if c.type == "open_condition_wait"
-    }
-    return {
-        w["condition_wait_id"]
-        for w in t.all("SELECT * FROM condition_waits WHERE run_id = ? AND status = 'open'", run_id)
-        if (w["condition_key"], w["fingerprint"]) in wanted
-    }
+    )
 
 
 def satisfy_moved_past_waits(t: T, run_id: str, batch: list[cmdmodel.Command], task_id: str) -> None:
     """An open wait that ``batch`` does not re-emit (same key and fingerprint) was satisfied by the history
     the task replayed: it closes, its timeout timer is cancelled, and ``ConditionWaitSatisfied`` records it."""
-    still_open = reemitted_waits(t, run_id, batch)
     for wait in t.all("SELECT * FROM condition_waits WHERE run_id = ? AND status = 'open'", run_id):
-        if wait["condition_wait_id"] in still_open:
+        if reemitted(wait, batch):
             continue
         move(t, CONDITION_WAITS, wait["condition_wait_id"], wait["status"], ConditionWaitEvent.SATISFY, quiet=True)
         if wait["timer_id"]:

@@ -79,16 +79,17 @@ def claim_workflow_task(
             t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
         expires = t.now + t.settings.lease_seconds * US
         t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (expires, replay))
-        return task_payload(t, replay, page_size, accept_encoding)
+        return task_payload(t, t.row("workflow_tasks", "task_id", replay), page_size, accept_encoding)
     if _throttled(t, poll):
         return None if fault(t.settings, "throttled-reported-empty") else "throttled"  # the fault: looks empty
     if fault(t.settings, "claim-not-conditional"):
         raced = _claim_unconditionally(t, poll)
         if raced is not None:
-            return task_payload(t, raced, page_size, accept_encoding)
+            return task_payload(t, t.row("workflow_tasks", "task_id", raced), page_size, accept_encoding)
     for cand in _candidates(t, poll):
-        if _lease(t, poll, cand["task_id"], TaskStatus(cand["status"])):
-            return task_payload(t, cand["task_id"], page_size, accept_encoding)
+        leased = _lease(t, poll, cand["task_id"], TaskStatus(cand["status"]))
+        if leased is not None:
+            return task_payload(t, leased, page_size, accept_encoding)
         # lost the race: not an error, try the next candidate (§7.5)
     return None
 
@@ -173,8 +174,8 @@ def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
     return sorted(ready + expired, key=lambda row: (row["available_at"], row["task_id"]))[:_CANDIDATE_PAGE]
 
 
-def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> bool:
-    """Lease ``task_id`` to the poll's worker; False when another claim got it first.
+def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> sqlite3.Row | None:
+    """Lease ``task_id`` to the poll's worker: the task's row as leased, or None when another claim got it first.
 
     A ready task is claimed; a leased one was found with its lease expired: §9 "On lease expiry: The task goes
     back to `ready` with the **same task_id** … The next poll … leases it with attempt+1" (the lease lapsed,
@@ -185,29 +186,25 @@ def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> bool:
     if redelivery:
         step(WORKFLOW_TASK_LEASE, step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.LAPSE), LeaseEvent.RECOVER)
     step(WORKFLOW_TASK_LEASE, LeaseState.NONE, LeaseEvent.CLAIM)
-    run_row = t.one(
-        "SELECT r.last_sequence FROM runs r JOIN workflow_tasks w ON w.run_id = r.run_id WHERE w.task_id = ?",
-        task_id,
-    )
-    assert run_row is not None
+    # This lease shows every event so far (seen_sequence is the run's last one): a wake deferred during an earlier
+    # lease is in its history.
     also = (
-        "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?, seen_sequence = ?,"
+        "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?,"
+        " seen_sequence = (SELECT last_sequence FROM runs WHERE runs.run_id = workflow_tasks.run_id),"
         " resume_context = json_remove(resume_context, ?)"
     )
-    # This lease shows every event so far: a wake deferred during an earlier lease is in its history.
-    args = (poll.worker_id, t.now + t.settings.lease_seconds * US, run_row["last_sequence"], f"$.{DEFERRED_RESUME_KEY}")
+    args = (poll.worker_id, t.now + t.settings.lease_seconds * US, f"$.{DEFERRED_RESUME_KEY}")
     moved = claim(t, WORKFLOW_TASKS, task_id, status, also=also, args=args)
     if moved is None:
-        return False
+        return None
     if fault(t.settings, "redelivery-keeps-attempt") and redelivery:
         t.db.execute("UPDATE workflow_tasks SET attempt = attempt - 1 WHERE task_id = ?", (task_id,))
     if redelivery:
         t.fx.transition("workflow_task", task_id, "leased", "ready", cause="lease_expired")
     t.fx.transition("workflow_task", task_id, "ready", "leased", lease_owner=poll.worker_id)
-    row = t.one("SELECT attempt FROM workflow_tasks WHERE task_id = ?", task_id)
-    assert row is not None
-    lease_taken(t, poll, task_id, int(row["attempt"]))
-    return True
+    task = t.row("workflow_tasks", "task_id", task_id)
+    lease_taken(t, poll, task_id, int(task["attempt"]))
+    return task
 
 
 def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
@@ -228,10 +225,9 @@ def _threshold(t: T) -> int:
     return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
 
 
-def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
-    """The leased task object (§8.2) with the first history page inline and the resume context."""
-    task = t.one("SELECT * FROM workflow_tasks WHERE task_id = ?", task_id)
-    assert task is not None
+def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
+    """The leased ``task`` (its row as leased) as the task object of §8.2, with the first history page inline
+    and the resume context."""
     run = t.run(task["run_id"])
     # One extra row tells the page whether more follow, without counting the whole history.
     events = worker_page(t, task, run, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
@@ -302,10 +298,10 @@ def _previous_run(t: T, run: sqlite3.Row) -> str:
 # -- fencing ---------------------------------------------------------------------------------------------
 
 
-def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, sqlite3.Row | None]:
+def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, sqlite3.Row | None, sqlite3.Row | None]:
     task = t.one("SELECT * FROM workflow_tasks WHERE task_id = ? AND namespace = ?", task_id, namespace)
     if task is None:
-        return None, None
+        return None, None, None
     run = t.run(task["run_id"])
     view = WorkflowTaskView(
         task_id=task_id,
@@ -317,13 +313,14 @@ def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, 
         run_closed_reason=run["closed_reason"],
         run_closed_at=from_us(run["closed_at"]) if run["closed_at"] is not None else None,
     )
-    return view, task
+    return view, task, run
 
 
-def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> sqlite3.Row:
-    """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task row."""
+def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> tuple[sqlite3.Row, sqlite3.Row]:
+    """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task's row and its
+    run's, as the guard read them."""
     owner, attempt = cmdmodel.validate_workflow_fence(body)
-    view, task = _view(t, namespace, task_id)
+    view, task, run = _view(t, namespace, task_id)
     if fault(t.settings, "accept-wrong-lease-owner") and view is not None and view.lease_owner is not None:
         owner = view.lease_owner
     if fault(t.settings, "accept-stale-attempt") and view is not None:
@@ -332,7 +329,8 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
         view = dataclasses.replace(view, run_status=RunStatus.RUNNING)  # the bug: the run-closed row is skipped
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert task is not None
-    return task
+    assert run is not None
+    return task, run
 
 
 def _fenced_move(t: T, task: sqlite3.Row, event: TaskEvent) -> None:
@@ -366,7 +364,7 @@ def _lease_changed(task: sqlite3.Row) -> Rejection:
 
 
 def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     if fault(t.settings, "accept-invalid-page-token") and body.get("next_history_page_token") is not None:
         try:
             hist.decode_page_token(body["next_history_page_token"])
@@ -379,7 +377,6 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     cursor = hist.resolve_cursor(body)
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
-    run = t.run(task["run_id"])
     events = worker_page(t, task, run, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
     page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
     if uncapped:
@@ -398,7 +395,7 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
 
 
 def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     # §8.6: the new expiry is now + lease duration, set fresh, never added to the old one.
     step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.RENEW)
     expires = t.now + t.settings.lease_seconds * US
@@ -412,7 +409,6 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
     ).rowcount
     if renewed != 1:
         raise _lease_changed(task)
-    run = t.run(task["run_id"])
     return {
         "task_id": task_id,
         "workflow_task_attempt": task["attempt"],
@@ -429,10 +425,9 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
 
 
 def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     cmdmodel.validate_workflow_failure(body)
     _fenced_move(t, task, TaskEvent.FAIL)
-    run = t.run(task["run_id"])
     # §8.8: a task failure is a replay problem, not a workflow failure; the run stays open. When new
     # history arrived while the task was leased (e.g. the SDK's "waiting for history" report), a fresh
     # task picks it up, so nothing the run is waiting for is lost.
@@ -456,7 +451,7 @@ def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, An
 
 
 def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     run_id = task["run_id"]
     open_updates = [
         r["update_id"] for r in t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
@@ -472,8 +467,9 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     check_storable_durations(batch)
     _fenced_move(t, task, TaskEvent.COMPLETE)
     # Decided rule (README): a follow-up replay is owed only for an event that woke the run during the lease
-    # (engine.wake_run records it as the deferred resume); heartbeats and ActivityStarted wake nothing.
-    new_events_arrived = int(t.run(run_id)["last_sequence"]) > int(task["seen_sequence"] or 0)
+    # (engine.wake_run records it as the deferred resume); heartbeats and ActivityStarted wake nothing. Nothing
+    # since the guard wrote the run, so its row as the guard read it is current.
+    new_events_arrived = int(run["last_sequence"]) > int(task["seen_sequence"] or 0)
     new_events_arrived = new_events_arrived and deferred_resume(task) is not None
     created: list[str] = []
     # SDK-INTEROP §6.4: an open wait that this batch does not re-emit (same key and fingerprint) was
@@ -482,9 +478,10 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     satisfy_moved_past_waits(t, run_id, batch, task_id)
     for command in cmdmodel.apply_order(batch):
         apply_command(t, task, command, created)
-    if t.run(run_id)["status"] not in TERMINAL_RUN_STATUSES:
-        _after_open_batch(t, task, new_events_arrived, created)
     run = t.run(run_id)
+    if run["status"] not in TERMINAL_RUN_STATUSES:
+        _after_open_batch(t, task, run, new_events_arrived, created)
+        run = t.run(run_id)
     if fault(t.settings, "complete-not-persisted"):
         t.db.execute("ROLLBACK")  # the bug: the answer below says completed, but nothing was kept
         t.db.execute("BEGIN IMMEDIATE")
@@ -500,12 +497,11 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     }
 
 
-def _after_open_batch(t: T, task: sqlite3.Row, new_events_arrived: bool, created: list[str]) -> None:
+def _after_open_batch(t: T, task: sqlite3.Row, run: sqlite3.Row, new_events_arrived: bool, created: list[str]) -> None:
     """The run after a batch without a terminal command: §8.7 "the run becomes `waiting`", unless history
     arrived during the lease, which the follow-up task must show (§8.3: it names the first wake that arrived
     during the lease, engine.defer_resume, not this task's own; events that woke nothing give a plain replay).
     §9.1: "pending" is "first workflow task not yet completed" — it was just completed."""
-    run = t.run(task["run_id"])
     if new_events_arrived:
         created.append(create_workflow_task(t, run, deferred_resume(task) or empty_resume()))
         run_event(t, run["run_id"], RunEvent.BATCH_OPEN_WAITS, RunEvent.WAKE)
