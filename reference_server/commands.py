@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from suite.protocol import commands as cmdmodel
@@ -61,13 +62,15 @@ class Applying:
 
     t: T
     task: sqlite3.Row
-    run: sqlite3.Row
+    run_id: str
     created: list[str]
     command_id: str
 
-    @property
-    def run_id(self) -> str:
-        return str(self.run["run_id"])
+    @cached_property
+    def run(self) -> sqlite3.Row:
+        """The run's row as this command found it (every handler reads it before writing; read when first used,
+        so a command that only needs the id does not read it)."""
+        return self.t.run(self.run_id)
 
     def record(self, event_type: str, payload: Mapping[str, Any]) -> int:
         """Append one event of this command (§8.2: stamped with the task and command ids)."""
@@ -89,7 +92,7 @@ Handler = Callable[[Applying, Mapping[str, Any]], None]
 
 def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: list[str]) -> None:
     """Apply one validated command of ``task``'s batch."""
-    applying = Applying(t, task, t.run(task["run_id"]), created, new_id(t.now))
+    applying = Applying(t, task, str(task["run_id"]), created, new_id(t.now))
     HANDLERS[command.type](applying, command.fields)
 
 

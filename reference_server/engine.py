@@ -104,7 +104,8 @@ def append_event(
     workflow_command_id: str | None = None,
 ) -> int:
     """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
-    row = t.run(run_id)
+    row = t.one("SELECT last_sequence FROM runs WHERE run_id = ?", run_id)
+    assert row is not None, run_id
     seq = int(row["last_sequence"]) + 1
     t.db.execute(
         "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"
