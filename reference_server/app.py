@@ -357,7 +357,7 @@ def parse_json_object(request: Request) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise Rejection(400, "malformed_json", f"The body is not valid UTF-8 (byte {exc.start}).") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = _BODY_DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise Rejection(400, "malformed_json", f"The body is not valid JSON: {exc}.") from None
     if _SURROGATE_ESCAPE.search(text) is not None and _has_lone_surrogate(doc):
@@ -391,6 +391,11 @@ def _has_lone_surrogate(doc: Any) -> bool:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# NaN and Infinity are not JSON (RFC 8259 §6). One decoder for every body: json.loads builds a new one per call
+# when given an option.
+_BODY_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 validation_error = validation_failed

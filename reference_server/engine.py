@@ -143,6 +143,7 @@ def next_step(t: T, run_id: str) -> int:
 
 def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
     """The worker-plane history event object (§8.2)."""
+    recorded_at = ts(row["recorded_at"])
     return {
         "id": row["event_id"],
         "sequence": row["sequence"],
@@ -151,8 +152,8 @@ def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
         "payload": loads(row["payload"]),
         "workflow_task_id": row["workflow_task_id"],
         "workflow_command_id": row["workflow_command_id"],
-        "recorded_at": ts(row["recorded_at"]),
-        "timestamp": ts(row["recorded_at"]),
+        "recorded_at": recorded_at,
+        "timestamp": recorded_at,
     }
 
 

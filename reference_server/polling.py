@@ -232,11 +232,17 @@ class Poller:
         """§7.1/§7.5: validate, look up the registration, check queue/build id/drain; clamp the hold."""
         body = ctx.obj()
         worker_id, queue, build_id, prid, timeout = self._fields(body)
-        db = self.core.read()
-        worker = db.execute(
-            "SELECT * FROM workers WHERE namespace = ? AND worker_id = ? AND status = 'active'",
-            (ctx.namespace, worker_id),
-        ).fetchone()
+        # The registration with its build-id cohort's drain intent on its queue (checked last, below), in one read.
+        worker = (
+            self.core.read()
+            .execute(
+                "SELECT w.*, d.drain_intent FROM workers w LEFT JOIN drains d ON d.namespace = w.namespace"
+                " AND d.task_queue = w.task_queue AND d.build_id = COALESCE(w.build_id, '')"
+                " WHERE w.namespace = ? AND w.worker_id = ? AND w.status = 'active'",
+                (ctx.namespace, worker_id),
+            )
+            .fetchone()
+        )
         if worker is None:
             raise Rejection(
                 412,
@@ -266,11 +272,7 @@ class Poller:
                 "The matching layer of this task queue is unavailable; retry the poll.",
                 {"poll_status": "unavailable", "task": None, "retry_after_seconds": 1},
             )
-        drained = db.execute(
-            "SELECT drain_intent FROM drains WHERE namespace = ? AND task_queue = ? AND build_id = ?",
-            (ctx.namespace, queue, worker["build_id"] or ""),
-        ).fetchone()
-        if drained is not None and drained["drain_intent"] == "draining":
+        if worker["drain_intent"] == "draining":  # the registered queue is the polled one (checked above)
             raise Rejection(
                 409,
                 "worker_draining",

@@ -247,12 +247,26 @@ def pending_moves(
     """The ``moves`` that would move a row matching ``where``, found by one statement: a close usually leaves
     nothing open, and one read costs less than an ``UPDATE`` per table and state that moves nothing."""
     moves = list(moves)
-    probes: list[str] = []
-    params: list[Any] = []
-    for bulk in moves:
-        states = [source.value for source in sources(bulk.rows, bulk.event, bulk.states)]
-        marks = ", ".join("?" * len(states))
-        probes.append(f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status IN ({marks}) AND ({where}))")
-        params += [*states, *args]
-    found = t.db.execute(f"SELECT {', '.join(probes)}", params).fetchone()
+    shape = (where, *((bulk.rows.table, bulk.event, bulk.states) for bulk in moves))
+    sql = _PROBES.get(shape)
+    if sql is None:
+        sql = _PROBES[shape] = _probe(moves, where)
+    found = t.db.execute(sql, args * len(moves)).fetchone()
     return [bulk for bulk, holds in zip(moves, found, strict=True) if holds]
+
+
+# The statement of pending_moves for each shape of moves (their tables, events and states) and condition: a
+# handful of shapes, each built once.
+_PROBES: dict[tuple[Any, ...], str] = {}
+
+
+def _probe(moves: list[BulkMove[Any, Any]], where: str) -> str:
+    probes = []
+    for bulk in moves:
+        # The states are the model's names (identifiers, never input), written out so that no bound value decides
+        # which index of a table with partial indexes the statement may use.
+        states = [source.value for source in sources(bulk.rows, bulk.event, bulk.states)]
+        assert all(state.isidentifier() for state in states), states
+        listed = ", ".join(f"'{state}'" for state in states)
+        probes.append(f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status IN ({listed}) AND ({where}))")
+    return f"SELECT {', '.join(probes)}"

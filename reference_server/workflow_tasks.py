@@ -46,7 +46,7 @@ from .engine import (
 )
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
-from .store import dumps, from_us, loads
+from .store import from_us, loads
 from .transitions import WORKFLOW_TASKS, claim, move, step
 from .tx import T
 
@@ -149,8 +149,8 @@ def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
     Two queries, each on an index of the queue's open tasks (ready ones by ``wt_ready_by_age``, in the order
     returned; leases by ``wt_leased_by_expiry``), merged here: one query with ``OR`` between the two would sort
     every ready task of the queue before the first could be returned."""
-    types = loads(poll.worker["workflow_types"]) or []
-    filters = (poll.worker["build_id"] or "", len(types), dumps(types), _CANDIDATE_PAGE)
+    types = poll.worker["workflow_types"]  # the registered JSON list, as stored
+    filters = (poll.worker["build_id"] or "", len(loads(types) or []), types, _CANDIDATE_PAGE)
     ready = t.all(
         "SELECT task_id, status, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
         " AND status = 'ready' AND available_at <= ?" + _CANDIDATE_FILTERS,
