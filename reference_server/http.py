@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import http
 import itertools
 import json
@@ -207,6 +208,8 @@ def _decode_path(raw_path: str) -> str:
 
 
 def _parse_query(raw_query: str) -> dict[str, tuple[str, ...]]:
+    if not raw_query:
+        return {}
     try:
         pairs = parse_qsl(raw_query, keep_blank_values=True, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
@@ -553,17 +556,21 @@ class HttpServer:
         headers = MappingProxyType(
             _combine_headers((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
         )
-        head = _Head(method=method, path=_best_effort_path(target), headers=headers)
         if method == "CONNECT":
             return await self._fail(
-                connection, 501, "CONNECT is not supported; this server only serves origin requests.", head
+                connection,
+                501,
+                "CONNECT is not supported; this server only serves origin requests.",
+                _Head(method=method, path=_best_effort_path(target), headers=headers),
             )
         try:
             raw_path, raw_query = _split_target(target)
             path = _decode_path(raw_path)
             query_multi = _parse_query(raw_query)
         except ValueError as exc:
+            head = _Head(method=method, path=_best_effort_path(target), headers=headers)
             return await self._fail(connection, 400, f"{exc}.", head)
+        head = _Head(method=method, path=path, headers=headers)
         body = await self._receive_body(connection, head)
         if isinstance(body, _Outcome):
             return body
@@ -802,6 +809,8 @@ class HttpServer:
     async def _write(self, connection: _Connection, events: list[_OutEvent]) -> None:
         data = b"".join(connection.protocol.send(event) or b"" for event in events)
         connection.writer.write(data)
+        if connection.writer.transport.get_write_buffer_size() == 0:
+            return  # the socket took every byte (the usual case): there is nothing to wait for
         # A peer that never reads must not pin the connection forever.
         async with asyncio.timeout(self._read_timeout):
             await connection.writer.drain()
@@ -903,6 +912,19 @@ def _internal_error(head: _Head) -> ShellError:
     )
 
 
+_SERVER_NAME_BYTES: Final = SERVER_NAME.encode("ascii")
+_REASON_PHRASES: Final[Mapping[int, bytes]] = MappingProxyType(
+    {status.value: status.phrase.encode("ascii") for status in http.HTTPStatus}
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _http_date(second: int) -> bytes:
+    """The ``Date`` value of ``second`` (RFC 9110 §5.6.7: whole seconds), formatted once for all the responses
+    of that second."""
+    return email.utils.formatdate(second, usegmt=True).encode("ascii")
+
+
 def _render(response: object, *, close: bool, head_only: bool, now: float) -> list[_OutEvent]:
     """Turn a handler's response into h11 events, validating everything before h11 state changes."""
     if not isinstance(response, Response):
@@ -915,7 +937,7 @@ def _render(response: object, *, close: bool, head_only: bool, now: float) -> li
         raise TypeError(f"response body must be bytes, got {type(body).__name__}")
     # RFC 9110 §15.3.5 / §15.4.5: 204 and 304 never have content (and 204 never Content-Length).
     no_content = status in (204, 304)
-    payload = b"" if no_content else bytes(body)
+    payload = b"" if no_content else body if isinstance(body, bytes) else bytes(body)
 
     headers: list[tuple[bytes, bytes]] = []
     seen: set[str] = set()
@@ -926,19 +948,16 @@ def _render(response: object, *, close: bool, head_only: bool, now: float) -> li
         seen.add(key)
         headers.append((name.encode("ascii"), value.encode("latin-1")))
     if "server" not in seen:
-        headers.append((b"Server", SERVER_NAME.encode("ascii")))
+        headers.append((b"Server", _SERVER_NAME_BYTES))
     if "date" not in seen:
-        headers.append((b"Date", email.utils.formatdate(now, usegmt=True).encode("ascii")))
+        headers.append((b"Date", _http_date(int(now))))
     if not no_content:
         # For HEAD, Content-Length states the size a GET would have had (RFC 9110 §8.6).
         headers.append((b"Content-Length", str(len(payload)).encode("ascii")))
     if close:
         headers.append((b"Connection", b"close"))
 
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        phrase = b""
+    phrase = _REASON_PHRASES.get(status, b"")
     events: list[_OutEvent] = [h11.Response(status_code=status, headers=headers, reason=phrase)]
     if payload and not head_only:
         events.append(h11.Data(data=payload))
