@@ -257,7 +257,11 @@ class Response:
 
 def json_bytes(obj: object) -> bytes:
     """``obj`` as compact UTF-8 JSON, the encoding of every JSON body the server sends."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON_ENCODER.encode(obj).encode("utf-8")
+
+
+# One encoder for every body (json.dumps builds a new one per call when given options).
+_JSON_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def json_response(status: int, obj: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
