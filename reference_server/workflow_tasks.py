@@ -11,8 +11,11 @@ Every status the task, its lease and its run take is the answer of their lifecyc
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from suite.protocol import commands as cmdmodel
@@ -86,11 +89,12 @@ def claim_workflow_task(
         raced = _claim_unconditionally(t, poll)
         if raced is not None:
             return task_payload(t, t.row("workflow_tasks", "task_id", raced), page_size, accept_encoding)
-    for cand in _candidates(t, poll):
-        leased = _lease(t, poll, cand["task_id"], TaskStatus(cand["status"]))
-        if leased is not None:
-            return task_payload(t, leased, page_size, accept_encoding)
-        # lost the race: not an error, try the next candidate (§7.5)
+    with _candidates(t, poll) as candidates:
+        for cand in candidates:
+            leased = _lease(t, poll, cand["task_id"], TaskStatus(cand["status"]))
+            if leased is not None:
+                return task_payload(t, leased, page_size, accept_encoding)
+            # lost the race: not an error, try the next candidate (§7.5)
     return None
 
 
@@ -131,9 +135,10 @@ def _claim_unconditionally(t: T, poll: Poll) -> str | None:
     return str(raced["task_id"])
 
 
-# The candidates a claim reads, ready tasks first by age. One transaction runs alone, so the first candidate is
-# always leased (its conditional write sees the row as the read did); the rest only matter to the fault that
-# races a claim. A bounded page keeps the cost of a poll independent of the backlog of the queue.
+# The candidates a claim reads, oldest first. One transaction runs alone, so the first candidate is always leased
+# (its conditional write sees the row as the read did); the rest only matter to the fault that races a claim. A
+# bounded page keeps the cost of a poll independent of the backlog of the queue, and the page is read lazily: a
+# claim that leases its first candidate reads one row of each query, not a page of rows it never uses.
 _CANDIDATE_PAGE = 16
 _CANDIDATE_FILTERS = (
     " AND (compatibility IS NULL OR compatibility = ?)"
@@ -142,7 +147,8 @@ _CANDIDATE_FILTERS = (
 )
 
 
-def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
+@contextmanager
+def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
     """§7.5 matching: the queue's ready tasks and expired leases, compatible with the worker's build id and
     of a workflow type it registered (empty list = all), oldest first.
 
@@ -151,27 +157,25 @@ def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
     every ready task of the queue before the first could be returned."""
     types = poll.worker["workflow_types"]  # the registered JSON list, as stored
     filters = (poll.worker["build_id"] or "", len(loads(types) or []), types, _CANDIDATE_PAGE)
-    ready = t.all(
+    ready = t.db.execute(
         "SELECT task_id, status, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
         " AND status = 'ready' AND available_at <= ?" + _CANDIDATE_FILTERS,
-        poll.namespace,
-        poll.queue,
-        t.now,
-        *filters,
+        (poll.namespace, poll.queue, t.now, *filters),
     )
-    expired = t.all(
+    expired = t.db.execute(
         "SELECT task_id, status, available_at FROM workflow_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
         " AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
-        t.now,
-        poll.namespace,
-        poll.queue,
-        *filters,
+        (t.now, poll.namespace, poll.queue, *filters),
     )
-    if fault(t.settings, "expired-never-redelivered"):
-        expired = []  # the bug: expired leases stay stuck
-    if not expired:
-        return ready
-    return sorted(ready + expired, key=lambda row: (row["available_at"], row["task_id"]))[:_CANDIDATE_PAGE]
+    try:
+        if fault(t.settings, "expired-never-redelivered"):
+            yield ready  # the bug: expired leases stay stuck
+        else:
+            both = heapq.merge(ready, expired, key=lambda row: (row["available_at"], row["task_id"]))
+            yield itertools.islice(both, _CANDIDATE_PAGE)
+    finally:  # a query read only in part is reset now, not whenever its cursor is collected
+        ready.close()
+        expired.close()
 
 
 def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> sqlite3.Row | None:
