@@ -96,7 +96,7 @@ _QUERY_REJECTED = dumps({"reason": "query_rejected", "message": "The workflow ru
 
 def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
     """What a closed run leaves open is closed with it, each by its own table."""
-    moves: list[BulkMove[Any, Any]] = [
+    moves = [
         # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row
         # 2); its lease (live or lapsed) ends with it.
         BulkMove(WORKFLOW_TASKS, TaskEvent.CANCEL),

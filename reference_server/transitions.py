@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import atexit
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from suite.protocol.lifecycles import (
     ACTIVITY_ATTEMPT,
@@ -224,14 +224,13 @@ def move_all(
     return moved
 
 
-@dataclass(frozen=True)
-class BulkMove(Generic[S, E]):
+class BulkMove(NamedTuple):
     """One :func:`move_all` to make: ``event`` on the rows of ``rows`` (only those in ``states``, when given),
     with ``also`` (and ``also_args``) more of its ``SET`` clause."""
 
-    rows: Rows[S, E]
-    event: E
-    states: tuple[S, ...] | None = None
+    rows: Rows[Any, Any]
+    event: StrEnum
+    states: tuple[StrEnum, ...] | None = None
     also: str = ""
     also_args: tuple[Any, ...] = ()
 
@@ -241,32 +240,35 @@ class BulkMove(Generic[S, E]):
         )
 
 
-def pending_moves(
-    t: T, moves: Iterable[BulkMove[Any, Any]], where: str, args: tuple[Any, ...]
-) -> list[BulkMove[Any, Any]]:
+def pending_moves(t: T, moves: Sequence[BulkMove], where: str, args: tuple[Any, ...]) -> list[BulkMove]:
     """The ``moves`` that would move a row matching ``where``, found by one statement: a close usually leaves
     nothing open, and one read costs less than an ``UPDATE`` per table and state that moves nothing."""
-    moves = list(moves)
     shape = (where, *((bulk.rows.table, bulk.event, bulk.states) for bulk in moves))
-    sql = _PROBES.get(shape)
-    if sql is None:
-        sql = _PROBES[shape] = _probe(moves, where)
-    found = t.db.execute(sql, args * len(moves)).fetchone()
+    probe = _PROBES.get(shape)
+    if probe is None:
+        probe = _PROBES[shape] = _probe(moves, where)
+    sql, conditions = probe
+    found = t.db.execute(sql, args * conditions).fetchone()
     return [bulk for bulk, holds in zip(moves, found, strict=True) if holds]
 
 
-# The statement of pending_moves for each shape of moves (their tables, events and states) and condition: a
-# handful of shapes, each built once.
-_PROBES: dict[tuple[Any, ...], str] = {}
+# The statement of pending_moves for each shape of moves (their tables, events and states) and condition, with how
+# many times the condition appears in it: a handful of shapes, each built once.
+_PROBES: dict[tuple[Any, ...], tuple[str, int]] = {}
 
 
-def _probe(moves: list[BulkMove[Any, Any]], where: str) -> str:
-    probes = []
+def _probe(moves: Sequence[BulkMove], where: str) -> tuple[str, int]:
+    columns = []
+    conditions = 0
     for bulk in moves:
-        # The states are the model's names (identifiers, never input), written out so that no bound value decides
-        # which index of a table with partial indexes the statement may use.
+        # One index lookup per state (an IN list would build a temporary table each time). The states are the
+        # model's names (identifiers, never input), written out so that no bound value decides which index of a
+        # table with partial indexes the statement may use.
         states = [source.value for source in sources(bulk.rows, bulk.event, bulk.states)]
         assert all(state.isidentifier() for state in states), states
-        listed = ", ".join(f"'{state}'" for state in states)
-        probes.append(f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status IN ({listed}) AND ({where}))")
-    return f"SELECT {', '.join(probes)}"
+        exists = [
+            f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status = '{state}' AND ({where}))" for state in states
+        ]
+        columns.append(f"({' OR '.join(exists)})")
+        conditions += len(states)
+    return f"SELECT {', '.join(columns)}", conditions
