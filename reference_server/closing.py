@@ -65,7 +65,8 @@ def close_run(
 ) -> None:
     """Close a run by a closing ``event`` of the RUN table: one terminal event, every open task cancelled,
     children handled by their parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
-    run = t.run(run_id)
+    run = t.one("SELECT status, parent_run_id, parent_child_call_id FROM runs WHERE run_id = ?", run_id)
+    assert run is not None, run_id
     status = step(RUN, run["status"], event)  # IllegalTransition for a run that is already closed
     assert RUN.is_terminal(status), (run_id, event)
     closed_reason = RUN_CLOSED_REASONS[event]

@@ -135,9 +135,11 @@ def replayed_task(t: T, poll: Poll) -> str | None:
     return str(row["task_id"])
 
 
-def lease_taken(t: T, poll: Poll, task_id: str, attempt: int) -> None:
-    """A claim leased ``task_id``: replays of its earlier leases are over, and this poll's is remembered."""
-    forget_polls(t, poll.kind, task_id)
+def lease_taken(t: T, poll: Poll, task_id: str, attempt: int, *, leased_before: bool = True) -> None:
+    """A claim leased ``task_id``: replays of its earlier leases are over, and this poll's is remembered. A task
+    never leased before (``leased_before`` false) has no earlier lease a poll could have been answered with."""
+    if leased_before:
+        forget_polls(t, poll.kind, task_id)
     if poll.poll_request_id:
         t.db.execute(
             "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"

@@ -91,7 +91,7 @@ def claim_workflow_task(
             return task_payload(t, t.row("workflow_tasks", "task_id", raced), page_size, accept_encoding)
     with _candidates(t, poll) as candidates:
         for cand in candidates:
-            leased = _lease(t, poll, cand["task_id"], TaskStatus(cand["status"]))
+            leased = _lease(t, poll, cand)
             if leased is not None:
                 return task_payload(t, leased, page_size, accept_encoding)
             # lost the race: not an error, try the next candidate (§7.5)
@@ -158,13 +158,13 @@ def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
     types = poll.worker["workflow_types"]  # the registered JSON list, as stored
     filters = (poll.worker["build_id"] or "", len(loads(types) or []), types, _CANDIDATE_PAGE)
     ready = t.db.execute(
-        "SELECT task_id, status, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
+        "SELECT task_id, status, attempt, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
         " AND status = 'ready' AND available_at <= ?" + _CANDIDATE_FILTERS,
         (poll.namespace, poll.queue, t.now, *filters),
     )
     expired = t.db.execute(
-        "SELECT task_id, status, available_at FROM workflow_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
-        " AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
+        "SELECT task_id, status, attempt, available_at FROM workflow_tasks"
+        " WHERE status = 'leased' AND lease_expires_at <= ? AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
         (t.now, poll.namespace, poll.queue, *filters),
     )
     try:
@@ -178,14 +178,16 @@ def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
         expired.close()
 
 
-def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> sqlite3.Row | None:
-    """Lease ``task_id`` to the poll's worker: the task's row as leased, or None when another claim got it first.
+def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
+    """Lease the ``candidate`` task to the poll's worker: the task's row as leased, or None when another claim got
+    it first.
 
     A ready task is claimed; a leased one was found with its lease expired: §9 "On lease expiry: The task goes
     back to `ready` with the **same task_id** … The next poll … leases it with attempt+1" (the lease lapsed,
     is recovered, then claimed). The claim is the conditional write: only the row as the candidate query saw
     it moves.
     """
+    task_id, status = str(candidate["task_id"]), TaskStatus(candidate["status"])
     redelivery = status is TaskStatus.LEASED
     if redelivery:
         step(WORKFLOW_TASK_LEASE, step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.LAPSE), LeaseEvent.RECOVER)
@@ -207,7 +209,8 @@ def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> sqlite3.Row | 
         t.fx.transition("workflow_task", task_id, "leased", "ready", cause="lease_expired")
     t.fx.transition("workflow_task", task_id, "ready", "leased", lease_owner=poll.worker_id)
     task = t.row("workflow_tasks", "task_id", task_id)
-    lease_taken(t, poll, task_id, int(task["attempt"]))
+    # Every lease adds one to the attempt: at 0 the task had none before this one.
+    lease_taken(t, poll, task_id, int(task["attempt"]), leased_before=int(candidate["attempt"]) > 0)
     return task
 
 
@@ -229,10 +232,18 @@ def _threshold(t: T) -> int:
     return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
 
 
+# What a leased task's payload shows of its run: these columns of its 28.
+_PAYLOAD_RUN = (
+    "SELECT run_id, namespace, workflow_id, run_number, workflow_type, input_blob, status, last_sequence"
+    " FROM runs WHERE run_id = ?"
+)
+
+
 def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
     """The leased ``task`` (its row as leased) as the task object of §8.2, with the first history page inline
     and the resume context."""
-    run = t.run(task["run_id"])
+    run = t.one(_PAYLOAD_RUN, task["run_id"])
+    assert run is not None
     # One extra row tells the page whether more follow, without counting the whole history.
     events = worker_page(t, task, run, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
     last = int(run["last_sequence"])
