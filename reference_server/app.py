@@ -133,6 +133,9 @@ class App:
         faults: frozenset[str] = frozenset(),
     ) -> None:
         self.routes: list[Route] = []
+        # The routes by how many "/" their path has: a path parameter never spans a "/", so only the routes with
+        # as many as the request's path can match it (in registration order, as in ``routes``).
+        self._routes_by_depth: dict[int, list[Route]] = {}
         self.tokens: dict[str, str] = {}
         for role, token in (
             (ROLE_WORKER, worker_token),
@@ -183,17 +186,17 @@ class App:
                 DISCOVERY: frozenset({ROLE_WORKER, ROLE_OPERATOR, ROLE_ADMIN}),
                 OPEN: frozenset(),
             }[plane]
-        self.routes.append(
-            Route(
-                method,
-                compile_path(template),
-                plane,
-                fn,
-                roles,
-                body if body is not None else method == "POST",
-                fn.__name__,
-            )
+        route = Route(
+            method,
+            compile_path(template),
+            plane,
+            fn,
+            roles,
+            body if body is not None else method == "POST",
+            fn.__name__,
         )
+        self.routes.append(route)
+        self._routes_by_depth.setdefault(template.count("/"), []).append(route)
 
     def mount(self, plane: str, group: object) -> None:
         """Register every method of ``group`` marked with :func:`route`, in definition order."""
@@ -258,7 +261,7 @@ class App:
 
     def _match(self, request: Request, plane: str) -> tuple[Route, dict[str, str]]:
         allowed: list[str] = []
-        for route in self.routes:
+        for route in self._routes_by_depth.get(request.path.count("/"), ()):
             m = route.pattern.match(request.path)
             if m is None:
                 continue
