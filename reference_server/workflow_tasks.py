@@ -82,13 +82,13 @@ def claim_workflow_task(
             t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
         expires = t.now + t.settings.lease_seconds * US
         t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (expires, replay))
-        return task_payload(t, t.row("workflow_tasks", "task_id", replay), page_size, accept_encoding)
+        return task_payload(t, _leased(t, replay), page_size, accept_encoding)
     if _throttled(t, poll):
         return None if fault(t.settings, "throttled-reported-empty") else "throttled"  # the fault: looks empty
     if fault(t.settings, "claim-not-conditional"):
         raced = _claim_unconditionally(t, poll)
         if raced is not None:
-            return task_payload(t, t.row("workflow_tasks", "task_id", raced), page_size, accept_encoding)
+            return task_payload(t, _leased(t, raced), page_size, accept_encoding)
     with _candidates(t, poll) as candidates:
         for cand in candidates:
             leased = _lease(t, poll, cand)
@@ -208,7 +208,7 @@ def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
     if redelivery:
         t.fx.transition("workflow_task", task_id, "leased", "ready", cause="lease_expired")
     t.fx.transition("workflow_task", task_id, "ready", "leased", lease_owner=poll.worker_id)
-    task = t.row("workflow_tasks", "task_id", task_id)
+    task = _leased(t, task_id)
     # Every lease adds one to the attempt: at 0 the task had none before this one.
     lease_taken(t, poll, task_id, int(task["attempt"]), leased_before=int(candidate["attempt"]) > 0)
     return task
@@ -233,31 +233,37 @@ def _threshold(t: T) -> int:
 
 
 # What a leased task's payload shows of its run: these columns of its 28.
-_PAYLOAD_RUN = (
-    "SELECT run_id, namespace, workflow_id, run_number, workflow_type, input_blob, status, last_sequence"
-    " FROM runs WHERE run_id = ?"
+# A leased task's row and what its payload (§8.2) shows of its run, in one read: the task's columns, then the run's
+# that the task does not have (its namespace, run_id and workflow_type are the run's, copied when it was created).
+_LEASED = (
+    "SELECT w.*, r.workflow_id, r.run_number, r.input_blob, r.status AS run_status, r.last_sequence"
+    " FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id WHERE w.task_id = ?"
 )
 
 
+def _leased(t: T, task_id: str) -> sqlite3.Row:
+    row = t.one(_LEASED, task_id)
+    assert row is not None, task_id
+    return row
+
+
 def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
-    """The leased ``task`` (its row as leased) as the task object of §8.2, with the first history page inline
-    and the resume context."""
-    run = t.one(_PAYLOAD_RUN, task["run_id"])
-    assert run is not None
+    """The leased ``task`` (as :data:`_LEASED` reads it) as the task object of §8.2, with the first history page
+    inline and the resume context."""
     # One extra row tells the page whether more follow, without counting the whole history.
-    events = worker_page(t, task, run, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
-    last = int(run["last_sequence"])
+    events = worker_page(t, task, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
+    last = int(task["last_sequence"])
     page = hist.paginate(events, 0, page_size)
     body: dict[str, Any] = {
         "task_id": task["task_id"],
-        "namespace": run["namespace"],
-        "workflow_id": run["workflow_id"],
-        "run_id": _previous_run(t, run) if fault(t.settings, "continue-as-new-chain-old-run") else run["run_id"],
+        "namespace": task["namespace"],
+        "workflow_id": task["workflow_id"],
+        "run_id": _previous_run(t, task) if fault(t.settings, "continue-as-new-chain-old-run") else task["run_id"],
         "workflow_task_attempt": task["attempt"],
-        "workflow_type": run["workflow_type"],
+        "workflow_type": task["workflow_type"],
         "payload_codec": "avro",
-        "arguments": {"codec": "avro", "blob": run["input_blob"]} if run["input_blob"] else None,
-        "run_status": run["status"],
+        "arguments": {"codec": "avro", "blob": task["input_blob"]} if task["input_blob"] else None,
+        "run_status": task["run_status"],
         "last_history_sequence": last,
         "total_history_events": last,
         "next_history_page_token": page.next_history_page_token,
@@ -271,17 +277,17 @@ def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str |
         **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
         **task_resume(task),
     }
-    observed = cancellation.observation(t, run["run_id"])
+    observed = cancellation.observation(t, task["run_id"])
     if observed is not None:
         # CANCEL-COOPERATIVE-REQUEST: the identity and deadline travel with every task of the child.
         body.update(cancel_requested=True, cancellation_request=observed)
     return body
 
 
-def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
+def worker_page(t: T, task: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
     """The worker-plane history events of ``task``'s run after ``after`` (the poll's inline page and the
     history route's pages)."""
-    rows = history_page(t.db, run["run_id"], after, limit)
+    rows = history_page(t.db, task["run_id"], after, limit)
     if fault(t.settings, "signal-left-out-after-lease"):  # the bug: signals that arrived during a lease are skipped
         rows = [r for r in rows if not (r["event_type"] == "SignalReceived" and r["workflow_task_id"])]
     if fault(t.settings, "redelivery-history-stale") and int(task["attempt"]) > 1:
@@ -290,10 +296,10 @@ def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: in
         second = t.one(
             "SELECT sequence FROM history WHERE run_id = ? AND event_type = 'UpdateAccepted' ORDER BY sequence"
             " LIMIT 1 OFFSET 1",
-            run["run_id"],
+            task["run_id"],
         )
         rows = [copy for r in rows for copy in ([r, r] if second and r["sequence"] == second["sequence"] else [r])]
-    return [event_json(r, run["namespace"]) for r in rows]
+    return [event_json(r, task["namespace"]) for r in rows]
 
 
 def _previous_run(t: T, run: sqlite3.Row) -> str:
@@ -392,10 +398,10 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     cursor = hist.resolve_cursor(body)
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
-    events = worker_page(t, task, run, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
+    events = worker_page(t, task, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
     page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
     if uncapped:
-        whole = worker_page(t, task, run, cursor.after_sequence, int(requested))
+        whole = worker_page(t, task, cursor.after_sequence, int(requested))
         page = hist.Page(events=whole, has_more=False, next_after_sequence=None, next_history_page_token=None)
     accept = body.get("accept_history_encoding")
     return {
