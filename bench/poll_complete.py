@@ -201,6 +201,7 @@ async def measure(url: str, args: argparse.Namespace, concurrency: int, pid: int
     start_seconds = await start_workflows(url, args.cycles, concurrency)
     tally = Tally(target=args.cycles)
     cpu_before = cpu_seconds(pid)
+    client_before = time.process_time()
     began = time.perf_counter()
     workers = [asyncio.create_task(worker(url, name, tally)) for name in names]
     all_done = asyncio.create_task(tally.done.wait())
@@ -209,6 +210,7 @@ async def measure(url: str, args: argparse.Namespace, concurrency: int, pid: int
     )
     elapsed = time.perf_counter() - began
     cpu_after = cpu_seconds(pid)
+    client_cpu = time.process_time() - client_before
     timed_out = not finished
     tally.done.set()
     # Each worker stops after its current poll (at most ~1 s); a worker's error is raised here.
@@ -234,6 +236,8 @@ async def measure(url: str, args: argparse.Namespace, concurrency: int, pid: int
             if cpu_before is not None and cpu_after is not None and tally.completed
             else None
         ),
+        # The workers' own CPU per cycle (this process): with one worker it is on every cycle's path.
+        "client_cpu_ms_per_cycle": round(1000 * client_cpu / tally.completed, 3) if tally.completed else None,
         "starts_per_second": round(args.cycles / start_seconds, 1) if start_seconds > 0 else 0.0,
         "empty_polls": tally.empty_polls,
         "rejected_completes": tally.rejected,
@@ -261,7 +265,8 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     print(
         f"{kind:>9} poll→complete: {result['cycles']} cycles in {result['seconds']} s = "
         f"{result['cycles_per_second']} cycles/s with {concurrency} workers (p50 {latency['p50']} ms, p99 "
-        f"{latency['p99']} ms per cycle; server CPU {result['server_cpu_ms_per_cycle']} ms per cycle; "
+        f"{latency['p99']} ms per cycle; CPU per cycle: server {result['server_cpu_ms_per_cycle']} ms, client "
+        f"{result['client_cpu_ms_per_cycle']} ms; "
         f"starts {result['starts_per_second']}/s)"
         f"{' — stopped at --max-seconds' if result['timed_out'] else ''}",
         flush=True,
@@ -287,14 +292,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind in kinds:
             mine = [r for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
             row[kind] = round(statistics.median(r["cycles_per_second"] for r in mine), 1)
-            cpu = [r["server_cpu_ms_per_cycle"] for r in mine if r["server_cpu_ms_per_cycle"] is not None]
-            row[f"{kind}_server_cpu_ms_per_cycle"] = round(statistics.median(cpu), 3) if cpu else None
+            for side in ("server", "client"):
+                cpu = [r[f"{side}_cpu_ms_per_cycle"] for r in mine if r[f"{side}_cpu_ms_per_cycle"] is not None]
+                row[f"{kind}_{side}_cpu_ms_per_cycle"] = round(statistics.median(cpu), 3) if cpu else None
         if len(kinds) == 2 and row["minimal"] > 0:
             row["ratio"] = round(row["reference"] / row["minimal"], 3)
             print(
                 f"{concurrency} workers: reference {row['reference']} / minimal {row['minimal']} cycles/s "
-                f"(medians of {args.rounds}) = {row['ratio']:.2f} × (server CPU per cycle "
-                f"{row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms)"
+                f"(medians of {args.rounds}) = {row['ratio']:.2f} × (CPU per cycle: server "
+                f"{row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
+                f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms)"
             )
         summary.append(row)
     print(json.dumps({"benchmark": "poll_complete", "summary": summary, "runs": runs}, separators=(",", ":")))
