@@ -185,11 +185,23 @@ async def worker(url: str, worker_id: str, tally: Tally) -> None:
                 tally.done.set()
 
 
-async def measure(url: str, args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process ``pid`` has used so far (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, in clock ticks
+
+
+async def measure(url: str, args: argparse.Namespace, concurrency: int, pid: int) -> dict[str, Any]:
     names = [f"bench-w{i}" for i in range(concurrency)]
     await asyncio.gather(*(register(url, name) for name in names))
     start_seconds = await start_workflows(url, args.cycles, concurrency)
     tally = Tally(target=args.cycles)
+    cpu_before = cpu_seconds(pid)
+    client_before = time.process_time()
     began = time.perf_counter()
     workers = [asyncio.create_task(worker(url, name, tally)) for name in names]
     all_done = asyncio.create_task(tally.done.wait())
@@ -197,6 +209,8 @@ async def measure(url: str, args: argparse.Namespace, concurrency: int) -> dict[
         [all_done, *workers], timeout=args.max_seconds, return_when=asyncio.FIRST_COMPLETED
     )
     elapsed = time.perf_counter() - began
+    cpu_after = cpu_seconds(pid)
+    client_cpu = time.process_time() - client_before
     timed_out = not finished
     tally.done.set()
     # Each worker stops after its current poll (at most ~1 s); a worker's error is raised here.
@@ -216,6 +230,14 @@ async def measure(url: str, args: argparse.Namespace, concurrency: int) -> dict[
             "p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2),
             "max": round(ms[-1], 2),
         },
+        # The server's CPU time per cycle does not depend on how busy the rest of the machine is (unlike cycles/s).
+        "server_cpu_ms_per_cycle": (
+            round(1000 * (cpu_after - cpu_before) / tally.completed, 3)
+            if cpu_before is not None and cpu_after is not None and tally.completed
+            else None
+        ),
+        # The workers' own CPU per cycle (this process): with one worker it is on every cycle's path.
+        "client_cpu_ms_per_cycle": round(1000 * client_cpu / tally.completed, 3) if tally.completed else None,
         "starts_per_second": round(args.cycles / start_seconds, 1) if start_seconds > 0 else 0.0,
         "empty_polls": tally.empty_polls,
         "rejected_completes": tally.rejected,
@@ -235,7 +257,7 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
         db = Path(args.db) if args.db else Path(tmp) / "bench.sqlite"
         proc, url = start_server(db, args.lease_seconds, kind)
         try:
-            result = asyncio.run(measure(url, args, concurrency))
+            result = asyncio.run(measure(url, args, concurrency, proc.pid))
         finally:
             stop_server(proc)
     result["server"] = kind
@@ -243,7 +265,9 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     print(
         f"{kind:>9} poll→complete: {result['cycles']} cycles in {result['seconds']} s = "
         f"{result['cycles_per_second']} cycles/s with {concurrency} workers (p50 {latency['p50']} ms, p99 "
-        f"{latency['p99']} ms per cycle; starts {result['starts_per_second']}/s)"
+        f"{latency['p99']} ms per cycle; CPU per cycle: server {result['server_cpu_ms_per_cycle']} ms, client "
+        f"{result['client_cpu_ms_per_cycle']} ms; "
+        f"starts {result['starts_per_second']}/s)"
         f"{' — stopped at --max-seconds' if result['timed_out'] else ''}",
         flush=True,
     )
@@ -266,13 +290,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for concurrency in args.concurrency:
         row: dict[str, Any] = {"concurrency": concurrency}
         for kind in kinds:
-            rates = [r["cycles_per_second"] for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
-            row[kind] = round(statistics.median(rates), 1)
+            mine = [r for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
+            row[kind] = round(statistics.median(r["cycles_per_second"] for r in mine), 1)
+            for side in ("server", "client"):
+                cpu = [r[f"{side}_cpu_ms_per_cycle"] for r in mine if r[f"{side}_cpu_ms_per_cycle"] is not None]
+                row[f"{kind}_{side}_cpu_ms_per_cycle"] = round(statistics.median(cpu), 3) if cpu else None
         if len(kinds) == 2 and row["minimal"] > 0:
             row["ratio"] = round(row["reference"] / row["minimal"], 3)
             print(
                 f"{concurrency} workers: reference {row['reference']} / minimal {row['minimal']} cycles/s "
-                f"(medians of {args.rounds}) = {row['ratio']:.2f} ×"
+                f"(medians of {args.rounds}) = {row['ratio']:.2f} × (CPU per cycle: server "
+                f"{row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
+                f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms)"
             )
         summary.append(row)
     print(json.dumps({"benchmark": "poll_complete", "summary": summary, "runs": runs}, separators=(",", ":")))

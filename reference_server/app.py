@@ -40,7 +40,7 @@ from suite.protocol.versions import (
 )
 
 from .faults import fault
-from .http import Request, Response, ShellError, json_response
+from .http import Request, Response, ShellError, encoded_json_response, json_bytes, json_response
 
 __all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route", "route"]
 
@@ -133,6 +133,9 @@ class App:
         faults: frozenset[str] = frozenset(),
     ) -> None:
         self.routes: list[Route] = []
+        # The routes by how many "/" their path has: a path parameter never spans a "/", so only the routes with
+        # as many as the request's path can match it (in registration order, as in ``routes``).
+        self._routes_by_depth: dict[int, list[Route]] = {}
         self.tokens: dict[str, str] = {}
         for role, token in (
             (ROLE_WORKER, worker_token),
@@ -150,7 +153,19 @@ class App:
         self.namespace_exists = namespace_exists
         self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
         self.faults = faults  # the other named faults (reference_server.faults) this app breaks
-        self.capabilities: dict[str, Any] = server_capabilities()
+        self.advertise(server_capabilities())
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What every worker-plane response and cluster/info advertise (§2.1); set by :meth:`advertise`."""
+        return self._capabilities
+
+    def advertise(self, capabilities: dict[str, Any]) -> None:
+        """Advertise ``capabilities`` from now on; the dict must not change afterwards. It is encoded here, once:
+        the same few kilobytes close every worker-plane response, and encoding them again for each one was a
+        good part of a request's cost."""
+        self._capabilities = capabilities
+        self._capabilities_member = b',"server_capabilities":' + json_bytes(capabilities) + b"}"
 
     # -- registration ---------------------------------------------------------------------------------
 
@@ -171,17 +186,17 @@ class App:
                 DISCOVERY: frozenset({ROLE_WORKER, ROLE_OPERATOR, ROLE_ADMIN}),
                 OPEN: frozenset(),
             }[plane]
-        self.routes.append(
-            Route(
-                method,
-                compile_path(template),
-                plane,
-                fn,
-                roles,
-                body if body is not None else method == "POST",
-                fn.__name__,
-            )
+        route = Route(
+            method,
+            compile_path(template),
+            plane,
+            fn,
+            roles,
+            body if body is not None else method == "POST",
+            fn.__name__,
         )
+        self.routes.append(route)
+        self._routes_by_depth.setdefault(template.count("/"), []).append(route)
 
     def mount(self, plane: str, group: object) -> None:
         """Register every method of ``group`` marked with :func:`route`, in definition order."""
@@ -195,14 +210,22 @@ class App:
         # §2.1: the advertised version, never the requested minor; the same object as cluster/info.
         return {**body, "protocol_version": ADVERTISED_VERSION, "server_capabilities": self.capabilities}
 
+    def worker_json(self, body: dict[str, Any]) -> bytes:
+        """:meth:`worker_envelope` of ``body`` as JSON, with the capabilities encoded once (:meth:`advertise`):
+        ``body``'s members, then ``protocol_version``, then ``server_capabilities``."""
+        if "server_capabilities" in body:  # named by the body itself: overridden in its place, as the dict does
+            return json_bytes(self.worker_envelope(body))
+        members = json_bytes({**body, "protocol_version": ADVERTISED_VERSION})
+        return members[:-1] + self._capabilities_member  # the object's closing brace comes after the capabilities
+
     def respond(
         self, plane: str, status: int, body: dict[str, Any], extra: list[tuple[str, str]] | None = None
     ) -> Response:
         headers = list(extra or [])
         if plane == WORKER:
-            body = self.worker_envelope(body)
             headers.append((WORKER_VERSION_HEADER, ADVERTISED_VERSION))
-        elif plane == CONTROL:
+            return encoded_json_response(status, self.worker_json(body), headers)
+        if plane == CONTROL:
             headers.append((CONTROL_VERSION_HEADER, CONTROL_PLANE_VERSION))
         return json_response(status, body, headers)
 
@@ -238,7 +261,7 @@ class App:
 
     def _match(self, request: Request, plane: str) -> tuple[Route, dict[str, str]]:
         allowed: list[str] = []
-        for route in self.routes:
+        for route in self._routes_by_depth.get(request.path.count("/"), ()):
             m = route.pattern.match(request.path)
             if m is None:
                 continue
@@ -337,7 +360,7 @@ def parse_json_object(request: Request) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise Rejection(400, "malformed_json", f"The body is not valid UTF-8 (byte {exc.start}).") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = _BODY_DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise Rejection(400, "malformed_json", f"The body is not valid JSON: {exc}.") from None
     if _SURROGATE_ESCAPE.search(text) is not None and _has_lone_surrogate(doc):
@@ -371,6 +394,11 @@ def _has_lone_surrogate(doc: Any) -> bool:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# NaN and Infinity are not JSON (RFC 8259 §6). One decoder for every body: json.loads builds a new one per call
+# when given an option.
+_BODY_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 validation_error = validation_failed

@@ -42,8 +42,9 @@ from .transitions import (
     TIMERS,
     UPDATES,
     WORKFLOW_TASKS,
+    BulkMove,
     move,
-    move_all,
+    pending_moves,
     step,
 )
 from .tx import T
@@ -64,7 +65,8 @@ def close_run(
 ) -> None:
     """Close a run by a closing ``event`` of the RUN table: one terminal event, every open task cancelled,
     children handled by their parent-close policy, and the parent told (§9.1, §12.2, §8.7.1)."""
-    run = t.run(run_id)
+    run = t.one("SELECT status, parent_run_id, parent_child_call_id FROM runs WHERE run_id = ?", run_id)
+    assert run is not None, run_id
     status = step(RUN, run["status"], event)  # IllegalTransition for a run that is already closed
     assert RUN.is_terminal(status), (run_id, event)
     closed_reason = RUN_CLOSED_REASONS[event]
@@ -95,42 +97,27 @@ _QUERY_REJECTED = dumps({"reason": "query_rejected", "message": "The workflow ru
 
 def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
     """What a closed run leaves open is closed with it, each by its own table."""
-    # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row 2);
-    # its lease (live or lapsed) ends with it.
-    release_leases(t, "run_id = ?", (run_id,))
-    move_all(t, WORKFLOW_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,))
-    # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
-    move_all(t, ACTIVITY_TASKS, TaskEvent.CANCEL, "run_id = ?", (run_id,), states=(TaskStatus.READY,))
+    moves = [
+        # Open workflow tasks: a leased one stays visible as cancelled so its holder gets run_closed (§8.9 row
+        # 2); its lease (live or lapsed) ends with it.
+        BulkMove(WORKFLOW_TASKS, TaskEvent.CANCEL),
+        # Ready activity tasks will never be leased (invariant 50); leased ones learn through heartbeat.
+        BulkMove(ACTIVITY_TASKS, TaskEvent.CANCEL, states=(TaskStatus.READY,)),
+    ]
     if event in (RunEvent.CANCEL, RunEvent.TERMINATE):
-        move_all(
-            t,
-            ACTIVITY_EXECUTIONS,
-            ExecutionEvent.CANCEL,
-            "run_id = ?",
-            (run_id,),
-            also="closed_at = ?",
-            also_args=(t.now,),
-        )
-    move_all(t, TIMERS, TimerEvent.CANCEL, "run_id = ?", (run_id,))
-    # Decided rule (README): an accepted update can never complete once its run closed.
-    move_all(
-        t,
-        UPDATES,
-        UpdateEvent.RUN_CLOSED,
-        "run_id = ?",
-        (run_id,),
-        also="closed_at = ?, failure = ?",
-        also_args=(t.now, _UPDATE_REJECTED),
-    )
-    move_all(
-        t,
-        QUERY_TASKS,
-        QueryTaskEvent.RUN_CLOSED,
-        "run_id = ?",
-        (run_id,),
-        also="failure = ?",
-        also_args=(_QUERY_REJECTED,),
-    )
+        moves.append(BulkMove(ACTIVITY_EXECUTIONS, ExecutionEvent.CANCEL, also="closed_at = ?", also_args=(t.now,)))
+    moves += [
+        BulkMove(TIMERS, TimerEvent.CANCEL),
+        # Decided rule (README): an accepted update can never complete once its run closed.
+        BulkMove(
+            UPDATES, UpdateEvent.RUN_CLOSED, also="closed_at = ?, failure = ?", also_args=(t.now, _UPDATE_REJECTED)
+        ),
+        BulkMove(QUERY_TASKS, QueryTaskEvent.RUN_CLOSED, also="failure = ?", also_args=(_QUERY_REJECTED,)),
+    ]
+    for bulk in pending_moves(t, moves, "run_id = ?", (run_id,)):
+        if bulk.rows is WORKFLOW_TASKS:
+            release_leases(t, "run_id = ?", (run_id,))
+        bulk.apply(t, "run_id = ?", (run_id,))
 
 
 def apply_parent_close_policies(t: T, parent_run_id: str) -> None:

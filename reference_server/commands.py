@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from suite.protocol import commands as cmdmodel
@@ -61,13 +62,15 @@ class Applying:
 
     t: T
     task: sqlite3.Row
-    run: sqlite3.Row
+    run_id: str
     created: list[str]
     command_id: str
 
-    @property
-    def run_id(self) -> str:
-        return str(self.run["run_id"])
+    @cached_property
+    def run(self) -> sqlite3.Row:
+        """The run's row as this command found it (every handler reads it before writing; read when first used,
+        so a command that only needs the id does not read it)."""
+        return self.t.run(self.run_id)
 
     def record(self, event_type: str, payload: Mapping[str, Any]) -> int:
         """Append one event of this command (§8.2: stamped with the task and command ids)."""
@@ -89,7 +92,7 @@ Handler = Callable[[Applying, Mapping[str, Any]], None]
 
 def apply_command(t: T, task: sqlite3.Row, command: cmdmodel.Command, created: list[str]) -> None:
     """Apply one validated command of ``task``'s batch."""
-    applying = Applying(t, task, t.run(task["run_id"]), created, new_id(t.now))
+    applying = Applying(t, task, str(task["run_id"]), created, new_id(t.now))
     HANDLERS[command.type](applying, command.fields)
 
 
@@ -525,26 +528,22 @@ HANDLERS: Mapping[str, Handler] = {
 # -- condition waits a batch moved past (SDK-INTEROP §6.4) ----------------------------------------------------
 
 
-def reemitted_waits(t: T, run_id: str, batch: list[cmdmodel.Command]) -> set[str]:
-    """The open condition waits of the run that ``batch`` re-emits (a "reopen", SDK-INTEROP §6.4)."""
-    wanted = {
-        (c.fields.get("condition_key"), c.fields.get("condition_definition_fingerprint"))
+def reemitted(wait: sqlite3.Row, batch: list[cmdmodel.Command]) -> bool:
+    """Whether ``batch`` re-emits the open condition ``wait`` (same key and fingerprint: a "reopen", SDK-INTEROP
+    §6.4)."""
+    return any(
+        c.type == "open_condition_wait"
+        and (c.fields.get("condition_key"), c.fields.get("condition_definition_fingerprint"))
+        == (wait["condition_key"], wait["fingerprint"])
         for c in batch
-        if c.type == "open_condition_wait"
-    }
-    return {
-        w["condition_wait_id"]
-        for w in t.all("SELECT * FROM condition_waits WHERE run_id = ? AND status = 'open'", run_id)
-        if (w["condition_key"], w["fingerprint"]) in wanted
-    }
+    )
 
 
 def satisfy_moved_past_waits(t: T, run_id: str, batch: list[cmdmodel.Command], task_id: str) -> None:
     """An open wait that ``batch`` does not re-emit (same key and fingerprint) was satisfied by the history
     the task replayed: it closes, its timeout timer is cancelled, and ``ConditionWaitSatisfied`` records it."""
-    still_open = reemitted_waits(t, run_id, batch)
     for wait in t.all("SELECT * FROM condition_waits WHERE run_id = ? AND status = 'open'", run_id):
-        if wait["condition_wait_id"] in still_open:
+        if reemitted(wait, batch):
             continue
         move(t, CONDITION_WAITS, wait["condition_wait_id"], wait["status"], ConditionWaitEvent.SATISFY, quiet=True)
         if wait["timer_id"]:

@@ -104,7 +104,8 @@ def append_event(
     workflow_command_id: str | None = None,
 ) -> int:
     """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
-    row = t.run(run_id)
+    row = t.one("SELECT last_sequence FROM runs WHERE run_id = ?", run_id)
+    assert row is not None, run_id
     seq = int(row["last_sequence"]) + 1
     t.db.execute(
         "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"
@@ -142,6 +143,7 @@ def next_step(t: T, run_id: str) -> int:
 
 def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
     """The worker-plane history event object (§8.2)."""
+    recorded_at = ts(row["recorded_at"])
     return {
         "id": row["event_id"],
         "sequence": row["sequence"],
@@ -150,8 +152,8 @@ def event_json(row: sqlite3.Row, namespace: str | None) -> dict[str, Any]:
         "payload": loads(row["payload"]),
         "workflow_task_id": row["workflow_task_id"],
         "workflow_command_id": row["workflow_command_id"],
-        "recorded_at": ts(row["recorded_at"]),
-        "timestamp": ts(row["recorded_at"]),
+        "recorded_at": recorded_at,
+        "timestamp": recorded_at,
     }
 
 

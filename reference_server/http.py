@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import http
 import itertools
 import json
@@ -78,6 +79,8 @@ __all__ = [
     "Response",
     "ShellError",
     "default_error_responder",
+    "encoded_json_response",
+    "json_bytes",
     "json_response",
 ]
 
@@ -205,6 +208,8 @@ def _decode_path(raw_path: str) -> str:
 
 
 def _parse_query(raw_query: str) -> dict[str, tuple[str, ...]]:
+    if not raw_query:
+        return {}
     try:
         pairs = parse_qsl(raw_query, keep_blank_values=True, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
@@ -250,11 +255,24 @@ class Response:
         return json.loads(self.body)
 
 
+def json_bytes(obj: object) -> bytes:
+    """``obj`` as compact UTF-8 JSON, the encoding of every JSON body the server sends."""
+    return _JSON_ENCODER.encode(obj).encode("utf-8")
+
+
+# One encoder for every body (json.dumps builds a new one per call when given options).
+_JSON_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def json_response(status: int, obj: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
     """A compact UTF-8 JSON response; ``headers`` are added after ``Content-Type: application/json``
     (a ``Content-Type`` among them replaces the default)."""
+    return encoded_json_response(status, json_bytes(obj), headers)
+
+
+def encoded_json_response(status: int, body: bytes, headers: Iterable[tuple[str, str]] = ()) -> Response:
+    """:func:`json_response` for a body already encoded by :func:`json_bytes`."""
     extra = list(headers)
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if any(name.lower() == "content-type" for name, _ in extra):
         return Response(status, body, extra)
     return Response(status, body, [("Content-Type", "application/json"), *extra])
@@ -542,17 +560,21 @@ class HttpServer:
         headers = MappingProxyType(
             _combine_headers((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
         )
-        head = _Head(method=method, path=_best_effort_path(target), headers=headers)
         if method == "CONNECT":
             return await self._fail(
-                connection, 501, "CONNECT is not supported; this server only serves origin requests.", head
+                connection,
+                501,
+                "CONNECT is not supported; this server only serves origin requests.",
+                _Head(method=method, path=_best_effort_path(target), headers=headers),
             )
         try:
             raw_path, raw_query = _split_target(target)
             path = _decode_path(raw_path)
             query_multi = _parse_query(raw_query)
         except ValueError as exc:
+            head = _Head(method=method, path=_best_effort_path(target), headers=headers)
             return await self._fail(connection, 400, f"{exc}.", head)
+        head = _Head(method=method, path=path, headers=headers)
         body = await self._receive_body(connection, head)
         if isinstance(body, _Outcome):
             return body
@@ -791,6 +813,8 @@ class HttpServer:
     async def _write(self, connection: _Connection, events: list[_OutEvent]) -> None:
         data = b"".join(connection.protocol.send(event) or b"" for event in events)
         connection.writer.write(data)
+        if connection.writer.transport.get_write_buffer_size() == 0:
+            return  # the socket took every byte (the usual case): there is nothing to wait for
         # A peer that never reads must not pin the connection forever.
         async with asyncio.timeout(self._read_timeout):
             await connection.writer.drain()
@@ -892,6 +916,19 @@ def _internal_error(head: _Head) -> ShellError:
     )
 
 
+_SERVER_NAME_BYTES: Final = SERVER_NAME.encode("ascii")
+_REASON_PHRASES: Final[Mapping[int, bytes]] = MappingProxyType(
+    {status.value: status.phrase.encode("ascii") for status in http.HTTPStatus}
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _http_date(second: int) -> bytes:
+    """The ``Date`` value of ``second`` (RFC 9110 §5.6.7: whole seconds), formatted once for all the responses
+    of that second."""
+    return email.utils.formatdate(second, usegmt=True).encode("ascii")
+
+
 def _render(response: object, *, close: bool, head_only: bool, now: float) -> list[_OutEvent]:
     """Turn a handler's response into h11 events, validating everything before h11 state changes."""
     if not isinstance(response, Response):
@@ -904,7 +941,7 @@ def _render(response: object, *, close: bool, head_only: bool, now: float) -> li
         raise TypeError(f"response body must be bytes, got {type(body).__name__}")
     # RFC 9110 §15.3.5 / §15.4.5: 204 and 304 never have content (and 204 never Content-Length).
     no_content = status in (204, 304)
-    payload = b"" if no_content else bytes(body)
+    payload = b"" if no_content else body if isinstance(body, bytes) else bytes(body)
 
     headers: list[tuple[bytes, bytes]] = []
     seen: set[str] = set()
@@ -915,19 +952,16 @@ def _render(response: object, *, close: bool, head_only: bool, now: float) -> li
         seen.add(key)
         headers.append((name.encode("ascii"), value.encode("latin-1")))
     if "server" not in seen:
-        headers.append((b"Server", SERVER_NAME.encode("ascii")))
+        headers.append((b"Server", _SERVER_NAME_BYTES))
     if "date" not in seen:
-        headers.append((b"Date", email.utils.formatdate(now, usegmt=True).encode("ascii")))
+        headers.append((b"Date", _http_date(int(now))))
     if not no_content:
         # For HEAD, Content-Length states the size a GET would have had (RFC 9110 §8.6).
         headers.append((b"Content-Length", str(len(payload)).encode("ascii")))
     if close:
         headers.append((b"Connection", b"close"))
 
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        phrase = b""
+    phrase = _REASON_PHRASES.get(status, b"")
     events: list[_OutEvent] = [h11.Response(status_code=status, headers=headers, reason=phrase)]
     if payload and not head_only:
         events.append(h11.Data(data=payload))

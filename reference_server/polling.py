@@ -135,9 +135,11 @@ def replayed_task(t: T, poll: Poll) -> str | None:
     return str(row["task_id"])
 
 
-def lease_taken(t: T, poll: Poll, task_id: str, attempt: int) -> None:
-    """A claim leased ``task_id``: replays of its earlier leases are over, and this poll's is remembered."""
-    forget_polls(t, poll.kind, task_id)
+def lease_taken(t: T, poll: Poll, task_id: str, attempt: int, *, leased_before: bool = True) -> None:
+    """A claim leased ``task_id``: replays of its earlier leases are over, and this poll's is remembered. A task
+    never leased before (``leased_before`` false) has no earlier lease a poll could have been answered with."""
+    if leased_before:
+        forget_polls(t, poll.kind, task_id)
     if poll.poll_request_id:
         t.db.execute(
             "INSERT OR REPLACE INTO poll_requests (namespace, kind, task_queue, build_id, worker_id,"
@@ -232,11 +234,17 @@ class Poller:
         """§7.1/§7.5: validate, look up the registration, check queue/build id/drain; clamp the hold."""
         body = ctx.obj()
         worker_id, queue, build_id, prid, timeout = self._fields(body)
-        db = self.core.read()
-        worker = db.execute(
-            "SELECT * FROM workers WHERE namespace = ? AND worker_id = ? AND status = 'active'",
-            (ctx.namespace, worker_id),
-        ).fetchone()
+        # The registration with its build-id cohort's drain intent on its queue (checked last, below), in one read.
+        worker = (
+            self.core.read()
+            .execute(
+                "SELECT w.*, d.drain_intent FROM workers w LEFT JOIN drains d ON d.namespace = w.namespace"
+                " AND d.task_queue = w.task_queue AND d.build_id = COALESCE(w.build_id, '')"
+                " WHERE w.namespace = ? AND w.worker_id = ? AND w.status = 'active'",
+                (ctx.namespace, worker_id),
+            )
+            .fetchone()
+        )
         if worker is None:
             raise Rejection(
                 412,
@@ -266,11 +274,7 @@ class Poller:
                 "The matching layer of this task queue is unavailable; retry the poll.",
                 {"poll_status": "unavailable", "task": None, "retry_after_seconds": 1},
             )
-        drained = db.execute(
-            "SELECT drain_intent FROM drains WHERE namespace = ? AND task_queue = ? AND build_id = ?",
-            (ctx.namespace, queue, worker["build_id"] or ""),
-        ).fetchone()
-        if drained is not None and drained["drain_intent"] == "draining":
+        if worker["drain_intent"] == "draining":  # the registered queue is the polled one (checked above)
             raise Rejection(
                 409,
                 "worker_draining",

@@ -25,7 +25,10 @@ CREATE TABLE IF NOT EXISTS workers (
     last_heartbeat_at INTEGER NOT NULL,
     PRIMARY KEY (namespace, worker_id)
 );
-CREATE INDEX IF NOT EXISTS workers_by_queue ON workers (namespace, task_queue, status, last_heartbeat_at);
+-- Without last_heartbeat_at: every accepted poll writes it (§6.2), and an index holding it rewrote one of its pages
+-- on every poll; the few active workers of a queue are filtered by it from their rows. Replaces workers_by_queue.
+DROP INDEX IF EXISTS workers_by_queue;
+CREATE INDEX IF NOT EXISTS workers_active_by_queue ON workers (namespace, task_queue, status);
 
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,

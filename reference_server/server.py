@@ -72,9 +72,9 @@ class Server:
             *capabilities["supported_workflow_task_commands"],
             *IMPLEMENTED_OPTIONAL_COMMANDS,
         ]
-        self.app.capabilities = capabilities
         sessions.install(self.store.db, capabilities)
         cancellation.install(self.store.db, capabilities)
+        self.app.advertise(capabilities)
         self.server_id = new_id()
         self.poller = Poller(settings, self, self.hub, self.clock)
         self.scheduler = Scheduler(settings, self.run_tx)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import atexit
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from suite.protocol.lifecycles import (
     ACTIVITY_ATTEMPT,
@@ -56,11 +56,13 @@ __all__ = [
     "WORKERS",
     "WORKER_SESSIONS",
     "WORKFLOW_TASKS",
+    "BulkMove",
     "Rows",
     "claim",
     "initial",
     "move",
     "move_all",
+    "pending_moves",
     "step",
 ]
 
@@ -187,6 +189,12 @@ def claim(
     return move(t, rows, key, state, *walk, also=also, args=args, where=conditions, where_args=extra, quiet=True)
 
 
+def sources(rows: Rows[S, E], event: E, states: Iterable[S] | None = None) -> list[S]:
+    """The states of ``rows`` (or of ``states`` only) that have a row for ``event`` in the table."""
+    machine = rows.machine
+    return [source for source in (states if states is not None else machine.states) if machine.can(source, event)]
+
+
 def move_all(
     t: T,
     rows: Rows[S, E],
@@ -204,9 +212,7 @@ def move_all(
     machine = rows.machine
     where_args, set_args = tuple(args), tuple(also_args)
     moved = 0
-    for source in states if states is not None else machine.states:
-        if not machine.can(source, event):
-            continue
+    for source in sources(rows, event, states):
         target = machine.table[(source, event)]
         cur = t.db.execute(
             f"UPDATE {rows.table} SET status = ?{', ' + also if also else ''} WHERE status = ? AND ({where})",
@@ -216,3 +222,53 @@ def move_all(
             step(machine, source, event)
             moved += cur.rowcount
     return moved
+
+
+class BulkMove(NamedTuple):
+    """One :func:`move_all` to make: ``event`` on the rows of ``rows`` (only those in ``states``, when given),
+    with ``also`` (and ``also_args``) more of its ``SET`` clause."""
+
+    rows: Rows[Any, Any]
+    event: StrEnum
+    states: tuple[StrEnum, ...] | None = None
+    also: str = ""
+    also_args: tuple[Any, ...] = ()
+
+    def apply(self, t: T, where: str, args: tuple[Any, ...]) -> int:
+        return move_all(
+            t, self.rows, self.event, where, args, states=self.states, also=self.also, also_args=self.also_args
+        )
+
+
+def pending_moves(t: T, moves: Sequence[BulkMove], where: str, args: tuple[Any, ...]) -> list[BulkMove]:
+    """The ``moves`` that would move a row matching ``where``, found by one statement: a close usually leaves
+    nothing open, and one read costs less than an ``UPDATE`` per table and state that moves nothing."""
+    shape = (where, *((bulk.rows.table, bulk.event, bulk.states) for bulk in moves))
+    probe = _PROBES.get(shape)
+    if probe is None:
+        probe = _PROBES[shape] = _probe(moves, where)
+    sql, conditions = probe
+    found = t.db.execute(sql, args * conditions).fetchone()
+    return [bulk for bulk, holds in zip(moves, found, strict=True) if holds]
+
+
+# The statement of pending_moves for each shape of moves (their tables, events and states) and condition, with how
+# many times the condition appears in it: a handful of shapes, each built once.
+_PROBES: dict[tuple[Any, ...], tuple[str, int]] = {}
+
+
+def _probe(moves: Sequence[BulkMove], where: str) -> tuple[str, int]:
+    columns = []
+    conditions = 0
+    for bulk in moves:
+        # One index lookup per state (an IN list would build a temporary table each time). The states are the
+        # model's names (identifiers, never input), written out so that no bound value decides which index of a
+        # table with partial indexes the statement may use.
+        states = [source.value for source in sources(bulk.rows, bulk.event, bulk.states)]
+        assert all(state.isidentifier() for state in states), states
+        exists = [
+            f"EXISTS (SELECT 1 FROM {bulk.rows.table} WHERE status = '{state}' AND ({where}))" for state in states
+        ]
+        columns.append(f"({' OR '.join(exists)})")
+        conditions += len(states)
+    return f"SELECT {', '.join(columns)}", conditions

@@ -11,8 +11,11 @@ Every status the task, its lease and its run take is the answer of their lifecyc
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from suite.protocol import commands as cmdmodel
@@ -46,7 +49,7 @@ from .engine import (
 )
 from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
-from .store import dumps, from_us, loads
+from .store import from_us, loads
 from .transitions import WORKFLOW_TASKS, claim, move, step
 from .tx import T
 
@@ -79,17 +82,19 @@ def claim_workflow_task(
             t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
         expires = t.now + t.settings.lease_seconds * US
         t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (expires, replay))
-        return task_payload(t, replay, page_size, accept_encoding)
+        return task_payload(t, _leased(t, replay), page_size, accept_encoding)
     if _throttled(t, poll):
         return None if fault(t.settings, "throttled-reported-empty") else "throttled"  # the fault: looks empty
     if fault(t.settings, "claim-not-conditional"):
         raced = _claim_unconditionally(t, poll)
         if raced is not None:
-            return task_payload(t, raced, page_size, accept_encoding)
-    for cand in _candidates(t, poll):
-        if _lease(t, poll, cand["task_id"], TaskStatus(cand["status"])):
-            return task_payload(t, cand["task_id"], page_size, accept_encoding)
-        # lost the race: not an error, try the next candidate (§7.5)
+            return task_payload(t, _leased(t, raced), page_size, accept_encoding)
+    with _candidates(t, poll) as candidates:
+        for cand in candidates:
+            leased = _lease(t, poll, cand)
+            if leased is not None:
+                return task_payload(t, leased, page_size, accept_encoding)
+            # lost the race: not an error, try the next candidate (§7.5)
     return None
 
 
@@ -130,9 +135,10 @@ def _claim_unconditionally(t: T, poll: Poll) -> str | None:
     return str(raced["task_id"])
 
 
-# The candidates a claim reads, ready tasks first by age. One transaction runs alone, so the first candidate is
-# always leased (its conditional write sees the row as the read did); the rest only matter to the fault that
-# races a claim. A bounded page keeps the cost of a poll independent of the backlog of the queue.
+# The candidates a claim reads, oldest first. One transaction runs alone, so the first candidate is always leased
+# (its conditional write sees the row as the read did); the rest only matter to the fault that races a claim. A
+# bounded page keeps the cost of a poll independent of the backlog of the queue, and the page is read lazily: a
+# claim that leases its first candidate reads one row of each query, not a page of rows it never uses.
 _CANDIDATE_PAGE = 16
 _CANDIDATE_FILTERS = (
     " AND (compatibility IS NULL OR compatibility = ?)"
@@ -141,73 +147,71 @@ _CANDIDATE_FILTERS = (
 )
 
 
-def _candidates(t: T, poll: Poll) -> list[sqlite3.Row]:
+@contextmanager
+def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
     """§7.5 matching: the queue's ready tasks and expired leases, compatible with the worker's build id and
     of a workflow type it registered (empty list = all), oldest first.
 
     Two queries, each on an index of the queue's open tasks (ready ones by ``wt_ready_by_age``, in the order
     returned; leases by ``wt_leased_by_expiry``), merged here: one query with ``OR`` between the two would sort
     every ready task of the queue before the first could be returned."""
-    types = loads(poll.worker["workflow_types"]) or []
-    filters = (poll.worker["build_id"] or "", len(types), dumps(types), _CANDIDATE_PAGE)
-    ready = t.all(
-        "SELECT task_id, status, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
+    types = poll.worker["workflow_types"]  # the registered JSON list, as stored
+    filters = (poll.worker["build_id"] or "", len(loads(types) or []), types, _CANDIDATE_PAGE)
+    ready = t.db.execute(
+        "SELECT task_id, status, attempt, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"
         " AND status = 'ready' AND available_at <= ?" + _CANDIDATE_FILTERS,
-        poll.namespace,
-        poll.queue,
-        t.now,
-        *filters,
+        (poll.namespace, poll.queue, t.now, *filters),
     )
-    expired = t.all(
-        "SELECT task_id, status, available_at FROM workflow_tasks WHERE status = 'leased' AND lease_expires_at <= ?"
-        " AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
-        t.now,
-        poll.namespace,
-        poll.queue,
-        *filters,
+    expired = t.db.execute(
+        "SELECT task_id, status, attempt, available_at FROM workflow_tasks"
+        " WHERE status = 'leased' AND lease_expires_at <= ? AND namespace = ? AND task_queue = ?" + _CANDIDATE_FILTERS,
+        (t.now, poll.namespace, poll.queue, *filters),
     )
-    if fault(t.settings, "expired-never-redelivered"):
-        expired = []  # the bug: expired leases stay stuck
-    if not expired:
-        return ready
-    return sorted(ready + expired, key=lambda row: (row["available_at"], row["task_id"]))[:_CANDIDATE_PAGE]
+    try:
+        if fault(t.settings, "expired-never-redelivered"):
+            yield ready  # the bug: expired leases stay stuck
+        else:
+            both = heapq.merge(ready, expired, key=lambda row: (row["available_at"], row["task_id"]))
+            yield itertools.islice(both, _CANDIDATE_PAGE)
+    finally:  # a query read only in part is reset now, not whenever its cursor is collected
+        ready.close()
+        expired.close()
 
 
-def _lease(t: T, poll: Poll, task_id: str, status: TaskStatus) -> bool:
-    """Lease ``task_id`` to the poll's worker; False when another claim got it first.
+def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
+    """Lease the ``candidate`` task to the poll's worker: the task's row as leased, or None when another claim got
+    it first.
 
     A ready task is claimed; a leased one was found with its lease expired: §9 "On lease expiry: The task goes
     back to `ready` with the **same task_id** … The next poll … leases it with attempt+1" (the lease lapsed,
     is recovered, then claimed). The claim is the conditional write: only the row as the candidate query saw
     it moves.
     """
+    task_id, status = str(candidate["task_id"]), TaskStatus(candidate["status"])
     redelivery = status is TaskStatus.LEASED
     if redelivery:
         step(WORKFLOW_TASK_LEASE, step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.LAPSE), LeaseEvent.RECOVER)
     step(WORKFLOW_TASK_LEASE, LeaseState.NONE, LeaseEvent.CLAIM)
-    run_row = t.one(
-        "SELECT r.last_sequence FROM runs r JOIN workflow_tasks w ON w.run_id = r.run_id WHERE w.task_id = ?",
-        task_id,
-    )
-    assert run_row is not None
+    # This lease shows every event so far (seen_sequence is the run's last one): a wake deferred during an earlier
+    # lease is in its history.
     also = (
-        "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?, seen_sequence = ?,"
+        "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?,"
+        " seen_sequence = (SELECT last_sequence FROM runs WHERE runs.run_id = workflow_tasks.run_id),"
         " resume_context = json_remove(resume_context, ?)"
     )
-    # This lease shows every event so far: a wake deferred during an earlier lease is in its history.
-    args = (poll.worker_id, t.now + t.settings.lease_seconds * US, run_row["last_sequence"], f"$.{DEFERRED_RESUME_KEY}")
+    args = (poll.worker_id, t.now + t.settings.lease_seconds * US, f"$.{DEFERRED_RESUME_KEY}")
     moved = claim(t, WORKFLOW_TASKS, task_id, status, also=also, args=args)
     if moved is None:
-        return False
+        return None
     if fault(t.settings, "redelivery-keeps-attempt") and redelivery:
         t.db.execute("UPDATE workflow_tasks SET attempt = attempt - 1 WHERE task_id = ?", (task_id,))
     if redelivery:
         t.fx.transition("workflow_task", task_id, "leased", "ready", cause="lease_expired")
     t.fx.transition("workflow_task", task_id, "ready", "leased", lease_owner=poll.worker_id)
-    row = t.one("SELECT attempt FROM workflow_tasks WHERE task_id = ?", task_id)
-    assert row is not None
-    lease_taken(t, poll, task_id, int(row["attempt"]))
-    return True
+    task = _leased(t, task_id)
+    # Every lease adds one to the attempt: at 0 the task had none before this one.
+    lease_taken(t, poll, task_id, int(task["attempt"]), leased_before=int(candidate["attempt"]) > 0)
+    return task
 
 
 def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
@@ -228,25 +232,38 @@ def _threshold(t: T) -> int:
     return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
 
 
-def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
-    """The leased task object (§8.2) with the first history page inline and the resume context."""
-    task = t.one("SELECT * FROM workflow_tasks WHERE task_id = ?", task_id)
-    assert task is not None
-    run = t.run(task["run_id"])
+# What a leased task's payload shows of its run: these columns of its 28.
+# A leased task's row and what its payload (§8.2) shows of its run, in one read: the task's columns, then the run's
+# that the task does not have (its namespace, run_id and workflow_type are the run's, copied when it was created).
+_LEASED = (
+    "SELECT w.*, r.workflow_id, r.run_number, r.input_blob, r.status AS run_status, r.last_sequence"
+    " FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id WHERE w.task_id = ?"
+)
+
+
+def _leased(t: T, task_id: str) -> sqlite3.Row:
+    row = t.one(_LEASED, task_id)
+    assert row is not None, task_id
+    return row
+
+
+def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str | None) -> dict[str, Any]:
+    """The leased ``task`` (as :data:`_LEASED` reads it) as the task object of §8.2, with the first history page
+    inline and the resume context."""
     # One extra row tells the page whether more follow, without counting the whole history.
-    events = worker_page(t, task, run, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
-    last = int(run["last_sequence"])
+    events = worker_page(t, task, 0, min(page_size, hist.MAX_PAGE_SIZE) + 1)
+    last = int(task["last_sequence"])
     page = hist.paginate(events, 0, page_size)
     body: dict[str, Any] = {
         "task_id": task["task_id"],
-        "namespace": run["namespace"],
-        "workflow_id": run["workflow_id"],
-        "run_id": _previous_run(t, run) if fault(t.settings, "continue-as-new-chain-old-run") else run["run_id"],
+        "namespace": task["namespace"],
+        "workflow_id": task["workflow_id"],
+        "run_id": _previous_run(t, task) if fault(t.settings, "continue-as-new-chain-old-run") else task["run_id"],
         "workflow_task_attempt": task["attempt"],
-        "workflow_type": run["workflow_type"],
+        "workflow_type": task["workflow_type"],
         "payload_codec": "avro",
-        "arguments": {"codec": "avro", "blob": run["input_blob"]} if run["input_blob"] else None,
-        "run_status": run["status"],
+        "arguments": {"codec": "avro", "blob": task["input_blob"]} if task["input_blob"] else None,
+        "run_status": task["run_status"],
         "last_history_sequence": last,
         "total_history_events": last,
         "next_history_page_token": page.next_history_page_token,
@@ -260,17 +277,17 @@ def task_payload(t: T, task_id: str, page_size: int, accept_encoding: str | None
         **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
         **task_resume(task),
     }
-    observed = cancellation.observation(t, run["run_id"])
+    observed = cancellation.observation(t, task["run_id"])
     if observed is not None:
         # CANCEL-COOPERATIVE-REQUEST: the identity and deadline travel with every task of the child.
         body.update(cancel_requested=True, cancellation_request=observed)
     return body
 
 
-def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
+def worker_page(t: T, task: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
     """The worker-plane history events of ``task``'s run after ``after`` (the poll's inline page and the
     history route's pages)."""
-    rows = history_page(t.db, run["run_id"], after, limit)
+    rows = history_page(t.db, task["run_id"], after, limit)
     if fault(t.settings, "signal-left-out-after-lease"):  # the bug: signals that arrived during a lease are skipped
         rows = [r for r in rows if not (r["event_type"] == "SignalReceived" and r["workflow_task_id"])]
     if fault(t.settings, "redelivery-history-stale") and int(task["attempt"]) > 1:
@@ -279,10 +296,10 @@ def worker_page(t: T, task: sqlite3.Row, run: sqlite3.Row, after: int, limit: in
         second = t.one(
             "SELECT sequence FROM history WHERE run_id = ? AND event_type = 'UpdateAccepted' ORDER BY sequence"
             " LIMIT 1 OFFSET 1",
-            run["run_id"],
+            task["run_id"],
         )
         rows = [copy for r in rows for copy in ([r, r] if second and r["sequence"] == second["sequence"] else [r])]
-    return [event_json(r, run["namespace"]) for r in rows]
+    return [event_json(r, task["namespace"]) for r in rows]
 
 
 def _previous_run(t: T, run: sqlite3.Row) -> str:
@@ -302,10 +319,10 @@ def _previous_run(t: T, run: sqlite3.Row) -> str:
 # -- fencing ---------------------------------------------------------------------------------------------
 
 
-def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, sqlite3.Row | None]:
+def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, sqlite3.Row | None, sqlite3.Row | None]:
     task = t.one("SELECT * FROM workflow_tasks WHERE task_id = ? AND namespace = ?", task_id, namespace)
     if task is None:
-        return None, None
+        return None, None, None
     run = t.run(task["run_id"])
     view = WorkflowTaskView(
         task_id=task_id,
@@ -317,13 +334,14 @@ def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, 
         run_closed_reason=run["closed_reason"],
         run_closed_at=from_us(run["closed_at"]) if run["closed_at"] is not None else None,
     )
-    return view, task
+    return view, task, run
 
 
-def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> sqlite3.Row:
-    """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task row."""
+def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> tuple[sqlite3.Row, sqlite3.Row]:
+    """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task's row and its
+    run's, as the guard read them."""
     owner, attempt = cmdmodel.validate_workflow_fence(body)
-    view, task = _view(t, namespace, task_id)
+    view, task, run = _view(t, namespace, task_id)
     if fault(t.settings, "accept-wrong-lease-owner") and view is not None and view.lease_owner is not None:
         owner = view.lease_owner
     if fault(t.settings, "accept-stale-attempt") and view is not None:
@@ -332,7 +350,8 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
         view = dataclasses.replace(view, run_status=RunStatus.RUNNING)  # the bug: the run-closed row is skipped
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert task is not None
-    return task
+    assert run is not None
+    return task, run
 
 
 def _fenced_move(t: T, task: sqlite3.Row, event: TaskEvent) -> None:
@@ -366,7 +385,7 @@ def _lease_changed(task: sqlite3.Row) -> Rejection:
 
 
 def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     if fault(t.settings, "accept-invalid-page-token") and body.get("next_history_page_token") is not None:
         try:
             hist.decode_page_token(body["next_history_page_token"])
@@ -379,11 +398,10 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     cursor = hist.resolve_cursor(body)
     if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
         cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
-    run = t.run(task["run_id"])
-    events = worker_page(t, task, run, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
+    events = worker_page(t, task, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
     page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
     if uncapped:
-        whole = worker_page(t, task, run, cursor.after_sequence, int(requested))
+        whole = worker_page(t, task, cursor.after_sequence, int(requested))
         page = hist.Page(events=whole, has_more=False, next_after_sequence=None, next_history_page_token=None)
     accept = body.get("accept_history_encoding")
     return {
@@ -398,7 +416,7 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
 
 
 def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     # §8.6: the new expiry is now + lease duration, set fresh, never added to the old one.
     step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.RENEW)
     expires = t.now + t.settings.lease_seconds * US
@@ -412,7 +430,6 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
     ).rowcount
     if renewed != 1:
         raise _lease_changed(task)
-    run = t.run(task["run_id"])
     return {
         "task_id": task_id,
         "workflow_task_attempt": task["attempt"],
@@ -429,10 +446,9 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
 
 
 def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     cmdmodel.validate_workflow_failure(body)
     _fenced_move(t, task, TaskEvent.FAIL)
-    run = t.run(task["run_id"])
     # §8.8: a task failure is a replay problem, not a workflow failure; the run stays open. When new
     # history arrived while the task was leased (e.g. the SDK's "waiting for history" report), a fresh
     # task picks it up, so nothing the run is waiting for is lost.
@@ -456,7 +472,7 @@ def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, An
 
 
 def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    task = guarded_task(t, namespace, task_id, body)
+    task, run = guarded_task(t, namespace, task_id, body)
     run_id = task["run_id"]
     open_updates = [
         r["update_id"] for r in t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
@@ -472,8 +488,9 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     check_storable_durations(batch)
     _fenced_move(t, task, TaskEvent.COMPLETE)
     # Decided rule (README): a follow-up replay is owed only for an event that woke the run during the lease
-    # (engine.wake_run records it as the deferred resume); heartbeats and ActivityStarted wake nothing.
-    new_events_arrived = int(t.run(run_id)["last_sequence"]) > int(task["seen_sequence"] or 0)
+    # (engine.wake_run records it as the deferred resume); heartbeats and ActivityStarted wake nothing. Nothing
+    # since the guard wrote the run, so its row as the guard read it is current.
+    new_events_arrived = int(run["last_sequence"]) > int(task["seen_sequence"] or 0)
     new_events_arrived = new_events_arrived and deferred_resume(task) is not None
     created: list[str] = []
     # SDK-INTEROP §6.4: an open wait that this batch does not re-emit (same key and fingerprint) was
@@ -482,9 +499,10 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     satisfy_moved_past_waits(t, run_id, batch, task_id)
     for command in cmdmodel.apply_order(batch):
         apply_command(t, task, command, created)
-    if t.run(run_id)["status"] not in TERMINAL_RUN_STATUSES:
-        _after_open_batch(t, task, new_events_arrived, created)
     run = t.run(run_id)
+    if run["status"] not in TERMINAL_RUN_STATUSES:
+        _after_open_batch(t, task, run, new_events_arrived, created)
+        run = t.run(run_id)
     if fault(t.settings, "complete-not-persisted"):
         t.db.execute("ROLLBACK")  # the bug: the answer below says completed, but nothing was kept
         t.db.execute("BEGIN IMMEDIATE")
@@ -500,12 +518,11 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     }
 
 
-def _after_open_batch(t: T, task: sqlite3.Row, new_events_arrived: bool, created: list[str]) -> None:
+def _after_open_batch(t: T, task: sqlite3.Row, run: sqlite3.Row, new_events_arrived: bool, created: list[str]) -> None:
     """The run after a batch without a terminal command: §8.7 "the run becomes `waiting`", unless history
     arrived during the lease, which the follow-up task must show (§8.3: it names the first wake that arrived
     during the lease, engine.defer_resume, not this task's own; events that woke nothing give a plain replay).
     §9.1: "pending" is "first workflow task not yet completed" — it was just completed."""
-    run = t.run(task["run_id"])
     if new_events_arrived:
         created.append(create_workflow_task(t, run, deferred_resume(task) or empty_resume()))
         run_event(t, run["run_id"], RunEvent.BATCH_OPEN_WAITS, RunEvent.WAKE)

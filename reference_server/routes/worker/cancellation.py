@@ -19,4 +19,4 @@ class Routes(CoreRoutes):
     async def deliver(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         body, task_id = ctx.obj(), ctx.params["task_id"]
         fields = delivery_fields(body)
-        return 200, self.core.run_tx(lambda t: deliver(t, guarded_task(t, ctx.namespace, task_id, body), fields))
+        return 200, self.core.run_tx(lambda t: deliver(t, guarded_task(t, ctx.namespace, task_id, body)[0], fields))

@@ -1,0 +1,181 @@
+"""What one poll → complete cycle costs each server in process: SQL statements, WAL pages and CPU time.
+
+The same workload as ``poll_complete.py`` (one worker, ``poll → complete_workflow`` on runs started before),
+driven through each server's handler without sockets, so what is counted is the server's own work:
+
+* **statements** — every statement the server hands SQLite, counted by its first word
+  (``set_trace_callback``), per cycle;
+* **WAL pages** — pages appended to the write-ahead log per cycle (the WAL file's growth, with automatic
+  checkpoints off for the measurement only), i.e. what the two fsyncs of a cycle write;
+* **CPU** — ``time.process_time`` per cycle, the handler path only (no HTTP framing, no scheduler loop).
+
+::
+
+    python bench/cycle_cost.py                      # both servers, 1000 cycles each, on /dev/shm when present
+    python bench/cycle_cost.py --server reference --cycles 3000 --profile   # + the top of a cProfile
+
+Counts are exact; the CPU figure is a measurement (load-dependent). Speed is never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import importlib.util
+import json
+import os
+import pstats
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from reference_server.config import Settings
+from reference_server.http import Request
+from reference_server.server import Server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WORKER = {"X-Durable-Workflow-Protocol-Version": "1.20", "Content-Type": "application/json"}
+CONTROL = {"X-Durable-Workflow-Control-Plane-Version": "2", "Content-Type": "application/json"}
+RESULT_BLOB = "wwHioz3/VYAiNwoIZG9uZQ=="  # as poll_complete.py: an Avro Value frame of "done"
+WARM_UP = 50  # cycles run before counting: statement caches filled, first-time paths taken
+
+Call = Callable[[str, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+def load_minimal() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("minimal_server", ROOT / "bench" / "minimal_server.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference(path: Path) -> tuple[Call, sqlite3.Connection]:
+    server = Server(Settings(db_path=str(path), lease_seconds=30))
+
+    async def call(method: str, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        headers = WORKER if target.startswith("/api/worker/") else CONTROL
+        request = Request.from_target(method, target, headers=headers, body=json.dumps(body).encode())
+        response = await server.handle(request)
+        return response.status, response.json()
+
+    return call, server.store.db
+
+
+def minimal(path: Path) -> tuple[Call, sqlite3.Connection]:
+    app = load_minimal().Minimal(str(path))
+
+    async def call(method: str, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        status, doc = await app.handle(method, target, body)
+        return int(status), dict(doc)
+
+    return call, app.db
+
+
+async def cycle(call: Call) -> None:
+    status, doc = await call("POST", "/api/worker/workflow-tasks/poll", {"worker_id": "w", "task_queue": "bench"})
+    task = doc.get("task")
+    if status != 200 or task is None:
+        raise RuntimeError(f"the poll leased nothing: {status} {doc}")
+    body = {
+        "lease_owner": "w",
+        "workflow_task_attempt": task["workflow_task_attempt"],
+        "commands": [{"type": "complete_workflow", "result": RESULT_BLOB}],
+    }
+    status, doc = await call("POST", f"/api/worker/workflow-tasks/{task['task_id']}/complete", body)
+    if status != 200:
+        raise RuntimeError(f"the completion was refused: {status} {doc}")
+
+
+async def measure(kind: str, directory: str, cycles: int, profile: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="dw-cycle-cost-", dir=directory) as tmp:
+        path = Path(tmp) / "cycle.sqlite"
+        call, db = reference(path) if kind == "reference" else minimal(path)
+        await call("POST", "/api/worker/register", {"worker_id": "w", "task_queue": "bench", "runtime": "python"})
+        for i in range(WARM_UP + 2 * cycles):
+            start = {"workflow_type": "bench", "workflow_id": f"bench-{i}", "task_queue": "bench", "input": []}
+            status, doc = await call("POST", "/api/workflows", start)
+            if status != 201:
+                raise RuntimeError(f"start failed: {status} {doc}")
+        for _ in range(WARM_UP):
+            await cycle(call)
+
+        # Counted: statements and WAL growth (no checkpoint meanwhile, so the file only grows).
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        wal = Path(f"{path}-wal")
+        seen: Counter[str] = Counter()
+        db.set_trace_callback(lambda sql: seen.update([sql.split(None, 1)[0].upper()]))
+        wal_before = wal.stat().st_size if wal.exists() else 0
+        for _ in range(cycles):
+            await cycle(call)
+        wal_after = wal.stat().st_size
+        db.set_trace_callback(None)
+
+        # Timed: the other half of the runs, nothing traced.
+        profiler = cProfile.Profile() if profile else None
+        began = time.process_time()
+        if profiler is not None:
+            profiler.enable()
+        for _ in range(cycles):
+            await cycle(call)
+        if profiler is not None:
+            profiler.disable()
+        cpu = time.process_time() - began
+        if profiler is not None:
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    frames = (wal_after - wal_before) / (page_size + 24)  # a WAL frame is a 24-byte header and one page
+    return {
+        "server": kind,
+        "cycles": cycles,
+        "statements_per_cycle": round(sum(seen.values()) / cycles, 2),
+        "statements_by_kind": {k: round(v / cycles, 2) for k, v in sorted(seen.items())},
+        "wal_pages_per_cycle": round(frames / cycles, 2),
+        "cpu_ms_per_cycle": round(1000 * cpu / cycles, 3),
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Statements, WAL pages and CPU per poll→complete cycle, in process.")
+    p.add_argument("--server", choices=("reference", "minimal", "both"), default="both")
+    p.add_argument("--cycles", type=int, default=1000, help="Cycles counted, and as many timed (default 1000).")
+    p.add_argument(
+        "--dir",
+        default="/dev/shm" if os.path.isdir("/dev/shm") else None,
+        help="Where the database lives (default /dev/shm when present: fsync costs nothing there).",
+    )
+    p.add_argument("--profile", action="store_true", help="Print the top of a cProfile of the timed cycles.")
+    args = p.parse_args(argv)
+    if args.cycles < 1:
+        p.error("--cycles must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
+    results = []
+    for kind in kinds:
+        result = asyncio.run(measure(kind, args.dir, args.cycles, args.profile))
+        results.append(result)
+        print(
+            f"{kind:>9}: {result['statements_per_cycle']} statements, {result['wal_pages_per_cycle']} WAL pages, "
+            f"{result['cpu_ms_per_cycle']} ms CPU per cycle (in process, {args.cycles} cycles)",
+            flush=True,
+        )
+    print(json.dumps({"benchmark": "cycle_cost", "results": results}, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
