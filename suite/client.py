@@ -9,17 +9,21 @@ network timeout is the harness's error verdict, never the target's failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import json
 import secrets
 import ssl
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import h11
 import httpx
 
 from suite.protocol.fencing import parse_rfc3339
@@ -36,10 +40,12 @@ __all__ = [
     "WORKER_HEADER",
     "Exchange",
     "FaultLedger",
+    "Http11Transport",
     "ProtocolClient",
     "Reply",
     "resendable_poll",
     "tls",
+    "transport_for",
 ]
 
 TRACE_HEADER = "X-Conformance-Trace"
@@ -123,6 +129,164 @@ class _AnswerLost(Exception):
         self.exchange = exchange
 
 
+# -- the wire ---------------------------------------------------------------------------------------------
+
+# The largest response head accepted, as httpx's own transport has it (h11's default is 16 KiB).
+MAX_HEAD_BYTES = 100 * 1024
+
+
+class _Wire:
+    """One keep-alive HTTP/1.1 connection: asyncio streams and an h11 state machine."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+    @property
+    def reusable(self) -> bool:
+        """Idle, and not closed by the peer meanwhile (an idle keep-alive connection the server closed has
+        seen its end of stream by the time the event loop runs again)."""
+        return not (self.reader.at_eof() or self.writer.transport.is_closing())
+
+    async def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
+        body = await request.aread()
+        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        try:
+            data = self.h11.send(head) + (self.h11.send(h11.Data(data=body)) if body else b"")
+            data += self.h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        try:
+            async with asyncio.timeout(timeouts.get("write")):
+                self.writer.write(data)
+                await self.writer.drain()
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("timed out writing the request") from exc
+        except OSError as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        return await self._receive(timeouts.get("read"))
+
+    async def _receive(self, timeout: float | None) -> httpx.Response:
+        response: h11.Response | None = None
+        chunks: list[bytes] = []
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                try:
+                    async with asyncio.timeout(timeout):
+                        data = await self.reader.read(65536)
+                except TimeoutError as exc:
+                    raise httpx.ReadTimeout("timed out reading the response") from exc
+                except OSError as exc:
+                    raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+                if not data and self.h11.their_state is h11.SEND_RESPONSE:
+                    raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+                self.h11.receive_data(data)
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage) and response is not None:
+                extensions = {"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)}
+                stream = httpx.ByteStream(b"".join(chunks))
+                return httpx.Response(
+                    response.status_code, headers=response.headers, stream=stream, extensions=extensions
+                )
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
+            # An informational answer (100 Continue) precedes the real one.
+
+    def done(self) -> bool:
+        """After an answer: ready for the next request on this connection (else it must be closed)."""
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Http11Transport(httpx.AsyncBaseTransport):
+    """httpx's transport for ``http://`` URLs, written on asyncio streams and h11 alone.
+
+    The suite makes tens of thousands of requests per run, one at a time, on loopback: httpx's own transport
+    (httpcore over anyio) costs several times the CPU of the request itself, which the target then waits on.
+    This one keeps what the suite relies on — keep-alive connections (at most ``max_connections``), the
+    connect, read, write and pool timeouts, and httpx's exceptions for what goes wrong on the wire (a refused
+    connection, one reset or closed before the whole answer came) — and hands every other scheme (``https``)
+    to httpx's transport, as do the proxies httpx takes from the environment.
+    """
+
+    def __init__(self, *, max_connections: int = 64) -> None:
+        self._idle: dict[tuple[str, int], list[_Wire]] = {}
+        self._open: set[_Wire] = set()
+        self._max_connections = max_connections
+        self._slots: asyncio.Semaphore | None = None
+        self._other = httpx.AsyncHTTPTransport(verify=tls(), limits=httpx.Limits(max_connections=max_connections))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "http":
+            return await self._other.handle_async_request(request)
+        timeouts: Mapping[str, float | None] = request.extensions.get("timeout", {})
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max_connections)
+        try:
+            async with asyncio.timeout(timeouts.get("pool")):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise httpx.PoolTimeout("no connection became free in time") from exc
+        try:
+            key = (request.url.host, request.url.port or 80)
+            wire = await self._checkout(key, timeouts.get("connect"))
+            try:
+                response = await wire.exchange(request, timeouts)
+            except BaseException:
+                self._discard(wire)
+                raise
+            if wire.done():
+                self._idle.setdefault(key, []).append(wire)
+            else:
+                self._discard(wire)
+            return response
+        finally:
+            self._slots.release()
+
+    async def _checkout(self, key: tuple[str, int], timeout: float | None) -> _Wire:
+        idle = self._idle.get(key)
+        while idle:
+            wire = idle.pop()
+            if wire.reusable:
+                return wire
+            self._discard(wire)
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(*key)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"no connection to {key[0]}:{key[1]} in time") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        wire = _Wire(reader, writer)
+        self._open.add(wire)
+        return wire
+
+    def _discard(self, wire: _Wire) -> None:
+        wire.close()
+        self._open.discard(wire)
+
+    async def aclose(self) -> None:
+        wires, self._open, self._idle = self._open, set(), {}
+        for wire in wires:
+            wire.close()
+        for wire in wires:
+            with contextlib.suppress(OSError):
+                await wire.writer.wait_closed()
+        await self._other.aclose()
+
+
 class ProtocolClient:
     """Worker-plane and control-plane calls against one target, recorded.
 
@@ -150,7 +314,7 @@ class ProtocolClient:
         self.timeout = timeout
         self.validator = validator
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
-        self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64), verify=tls())
+        self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), **transport_for(self.base_url, 64))
         self._secrets = {t for t in (worker_token, operator_token) if t}
         # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
         # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
@@ -470,8 +634,6 @@ class ProtocolClient:
         """Send bytes exactly as given (header values with surrounding whitespace, odd framing), which
         httpx refuses to produce; the answer is parsed with h11 and recorded like any other exchange."""
 
-        import h11
-
         url = self.base_url + path
         trace = secrets.token_hex(8)
         if self.faults is not None:
@@ -525,6 +687,18 @@ class ProtocolClient:
         return text
 
 
+def transport_for(url: str, max_connections: int) -> dict[str, Any]:
+    """The ``httpx.AsyncClient`` arguments that reach ``url``: :class:`Http11Transport` for a plain ``http://``
+    target that no proxy of the environment (``HTTP_PROXY``, ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in
+    front of; otherwise httpx's own transport, with the environment's proxies and TLS settings."""
+    parsed = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxied = bool(proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.hostname or "")
+    if parsed.scheme != "http" or proxied:
+        return {"limits": httpx.Limits(max_connections=max_connections)}
+    return {"transport": Http11Transport(max_connections=max_connections)}
+
+
 def resendable_poll(op: Operation, body: Any) -> Any:
     """A poll body with a ``poll_request_id`` (a fresh one when it has none, as the official SDK always sends
     one), so that a poll whose answer was lost can be sent again (§7.3); any other body unchanged."""
@@ -550,7 +724,6 @@ def _parse(data: bytes) -> Any:
 async def _send_raw(host: str, port: int, payload: bytes, timeout: float) -> tuple[int, httpx.Headers, bytes]:
     """Write ``payload`` on a fresh connection and read one HTTP/1.1 response with h11: status, headers, body.
     The connection is closed on every path, including one the answer never came on."""
-    import h11
 
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))  # move h11 to SEND_BODY state

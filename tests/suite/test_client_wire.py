@@ -1,0 +1,208 @@
+"""The suite client's HTTP/1.1 transport (:class:`suite.client.Http11Transport`) against scripted peers.
+
+Each peer is a loopback socket server that answers exactly as scripted — keep-alive, a close after the answer,
+a body cut short, a reset, silence — so each test names the wire event and the httpx error the suite's fault
+handling relies on (``suite.client.LOST_ANSWER``: the answer was lost; anything else is the harness's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, transport_for
+
+OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+@asynccontextmanager
+async def peer(script: Script) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server running ``script`` on each connection; yields its URL and the number of connections so far."""
+    connections: list[int] = []
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(len(connections) + 1)
+        try:
+            await script(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", connections
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while True:
+        await _read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+
+
+async def one_answer_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    writer.write(OK)  # no Connection: close, yet the connection ends
+    await writer.drain()
+
+
+async def _get(client: httpx.AsyncClient, url: str, **kw: Any) -> httpx.Response:
+    return await client.get(url + "/api/health", **kw)
+
+
+def run(coro: Awaitable[None]) -> None:
+    async def main() -> None:
+        await coro
+
+    asyncio.run(main())
+
+
+def test_requests_share_one_keep_alive_connection() -> None:
+    async def go() -> None:
+        async with peer(keep_alive) as (url, connections):
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                for _ in range(5):
+                    response = await _get(client, url)
+                    assert response.status_code == 200
+                    assert response.json() == {"ok": True}
+            assert len(connections) == 1
+
+    run(go())
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    async def go() -> None:
+        async with peer(one_answer_then_close) as (url, connections):
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                for _ in range(3):
+                    assert (await _get(client, url)).status_code == 200
+                    await asyncio.sleep(0)  # the end of stream reaches the idle connection
+            assert len(connections) == 3
+
+    run(go())
+
+
+def test_concurrent_requests_open_their_own_connections_and_all_are_answered() -> None:
+    async def go() -> None:
+        async with peer(keep_alive) as (url, connections):
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                answers = await asyncio.gather(*(_get(client, url) for _ in range(8)))
+            assert [a.status_code for a in answers] == [200] * 8
+            assert 1 <= len(connections) <= 8
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        pytest.param(lambda r, w: _read_request(r), httpx.RemoteProtocolError, id="closed-before-answering"),
+        pytest.param(lambda r, w: _answer(r, w, OK[:-4]), httpx.RemoteProtocolError, id="body-cut-short"),
+        pytest.param(lambda r, w: _reset(r, w), (httpx.ReadError, httpx.RemoteProtocolError), id="reset"),
+    ],
+)
+def test_an_answer_lost_on_the_wire_is_an_error_the_fault_handling_knows(script: Script, error: Any) -> None:
+    async def go() -> None:
+        async with peer(script) as (url, _):
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                with pytest.raises(error) as raised:
+                    await _get(client, url)
+            assert isinstance(raised.value, LOST_ANSWER)
+
+    run(go())
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> None:
+    await _read_request(reader)
+    writer.write(data)
+    await writer.drain()
+
+
+async def _reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # close = RST
+    writer.transport.abort()
+
+
+def test_silence_is_a_read_timeout_not_a_lost_answer() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await reader.read()  # until the client gives up
+
+    async def go() -> None:
+        async with peer(silent) as (url, _):
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                with pytest.raises(httpx.ReadTimeout) as raised:
+                    await _get(client, url, timeout=0.2)
+            assert not isinstance(raised.value, LOST_ANSWER)
+
+    run(go())
+
+
+def test_a_refused_connection_is_a_connect_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+
+        async def go() -> None:
+            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+                with pytest.raises(httpx.ConnectError):
+                    await _get(client, f"http://127.0.0.1:{port}")
+
+        run(go())
+
+
+def test_the_request_goes_out_as_httpx_builds_it() -> None:
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await _read_request(reader))
+        writer.write(OK)
+        await writer.drain()
+
+    async def go() -> None:
+        async with peer(record) as (url, _):
+            async with ProtocolClient(url, worker_token="secret") as client:
+                reply = await client.worker("/register", {"worker_id": "w"})
+            assert reply.status == 200
+            assert reply.body == {"ok": True}
+
+    run(go())
+    head, _, body = seen[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /api/worker/register HTTP/1.1"
+    names = {line.split(":")[0].lower() for line in lines[1:]}
+    assert {"host", "accept", "accept-encoding", "user-agent", "authorization", "content-length"} <= names
+    assert body == b'{"worker_id":"w"}'
+
+
+def test_a_proxy_of_the_environment_keeps_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "transport" in transport_for("http://127.0.0.1:8080", 4)
+    assert "transport" not in transport_for("https://example.test", 4)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert "transport" not in transport_for("http://127.0.0.1:8080", 4)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert "transport" in transport_for("http://127.0.0.1:8080", 4)
