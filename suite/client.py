@@ -45,7 +45,7 @@ __all__ = [
     "Reply",
     "resendable_poll",
     "tls",
-    "transport_for",
+    "wire_for",
 ]
 
 TRACE_HEADER = "X-Conformance-Trace"
@@ -314,7 +314,11 @@ class ProtocolClient:
         self.timeout = timeout
         self.validator = validator
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
-        self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), **transport_for(self.base_url, 64))
+        # A plain http target is reached through Http11Transport directly (httpx's client adds a request's
+        # default headers and cookies here instead); any other through httpx's client and transport.
+        self._wire = wire_for(self.base_url, 64)
+        limits = httpx.Limits(max_connections=64)
+        self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), limits=limits, transport=self._wire)
         self._secrets = {t for t in (worker_token, operator_token) if t}
         # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
         # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
@@ -437,13 +441,7 @@ class ProtocolClient:
         self.exchanges.append(exchange)
         t0 = time.monotonic()
         try:
-            resp = await self._http.request(
-                method,
-                url,
-                headers=hdrs,
-                content=content,
-                timeout=timeout if timeout is not None else self.timeout,
-            )
+            resp = await self._roundtrip(method, url, hdrs, content, timeout if timeout is not None else self.timeout)
         except httpx.TimeoutException as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"timeout after {exchange.elapsed:.1f}s ({type(exc).__name__})"
@@ -468,6 +466,29 @@ class ProtocolClient:
         if self.validator is not None:
             exchange.schema_errors = self.validator(method, path, resp.status_code, body)
         return Reply(status=resp.status_code, headers=resp.headers, body=body, text=text, exchange=exchange)
+
+    async def _roundtrip(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, timeout: float
+    ) -> httpx.Response:
+        """One request and its whole answer. On :class:`Http11Transport` the request is built as httpx's client
+        builds it — its default headers under the caller's, its cookie jar — without the rest of its machinery
+        (authentication and redirect flows the suite never uses), which costs more CPU than the request."""
+        if self._wire is None:
+            return await self._http.request(method, url, headers=headers, content=content, timeout=timeout)
+        merged = httpx.Headers(self._http.headers)
+        merged.update(headers)
+        request = httpx.Request(
+            method, url, headers=merged, content=content, extensions={"timeout": httpx.Timeout(timeout).as_dict()}
+        )
+        cookies = self._http.cookies
+        if cookies:
+            cookies.set_cookie_header(request)
+        response = await self._wire.handle_async_request(request)
+        response.request = request
+        await response.aread()
+        if "set-cookie" in response.headers:
+            cookies.extract_cookies(response)
+        return response
 
     # -- under a fault proxy ---------------------------------------------------------------------------
 
@@ -687,16 +708,14 @@ class ProtocolClient:
         return text
 
 
-def transport_for(url: str, max_connections: int) -> dict[str, Any]:
-    """The ``httpx.AsyncClient`` arguments that reach ``url``: :class:`Http11Transport` for a plain ``http://``
-    target that no proxy of the environment (``HTTP_PROXY``, ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in
-    front of; otherwise httpx's own transport, with the environment's proxies and TLS settings."""
+def wire_for(url: str, max_connections: int) -> Http11Transport | None:
+    """:class:`Http11Transport` for a plain ``http://`` target that no proxy of the environment (``HTTP_PROXY``,
+    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of; ``None`` where httpx's own transport, with the
+    environment's proxies and TLS settings, must reach it."""
     parsed = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies()
     proxied = bool(proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.hostname or "")
-    if parsed.scheme != "http" or proxied:
-        return {"limits": httpx.Limits(max_connections=max_connections)}
-    return {"transport": Http11Transport(max_connections=max_connections)}
+    return None if parsed.scheme != "http" or proxied else Http11Transport(max_connections=max_connections)
 
 
 def resendable_poll(op: Operation, body: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, transport_for
+from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, wire_for
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -173,36 +173,54 @@ def test_a_refused_connection_is_a_connect_error() -> None:
         run(go())
 
 
-def test_the_request_goes_out_as_httpx_builds_it() -> None:
+def _on_the_wire(ours: bool) -> Any:
+    """What the suite's client (or, ``ours=False``, httpx's own) puts on the wire for two requests: the request
+    lines, the header lines (names lower-cased, sorted) and the bodies."""
     seen: list[bytes] = []
+    cookie = b'HTTP/1.1 200 OK\r\nSet-Cookie: lb=node-2; Path=/\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 
     async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await _read_request(reader))
-        writer.write(OK)
-        await writer.drain()
+        while True:
+            seen.append(await _read_request(reader))
+            writer.write(cookie)
+            await writer.drain()
 
     async def go() -> None:
+        headers = {"X-Namespace": "default", "Accept": "application/json", "Authorization": "Bearer t"}
         async with peer(record) as (url, _):
-            async with ProtocolClient(url, worker_token="secret") as client:
-                reply = await client.worker("/register", {"worker_id": "w"})
-            assert reply.status == 200
-            assert reply.body == {"ok": True}
+            if not ours:
+                async with httpx.AsyncClient() as plain:
+                    for _ in range(2):
+                        await plain.post(url + "/api/worker/register", headers=headers, content=b'{"a":1}')
+            else:
+                async with ProtocolClient(url) as client:
+                    for _ in range(2):
+                        await client.request("POST", "/api/worker/register", headers=headers, content=b'{"a":1}')
 
     run(go())
-    head, _, body = seen[0].partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    assert lines[0] == "POST /api/worker/register HTTP/1.1"
-    names = {line.split(":")[0].lower() for line in lines[1:]}
-    assert {"host", "accept", "accept-encoding", "user-agent", "authorization", "content-length"} <= names
-    assert body == b'{"worker_id":"w"}'
+    out = []
+    for raw in seen:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        fields = sorted((n.lower(), v.strip()) for n, _, v in (line.partition(":") for line in lines[1:]))
+        out.append((lines[0], [f for f in fields if f[0] != "host"], body))
+    return out
+
+
+def test_a_request_goes_out_exactly_as_httpx_own_client_sends_it() -> None:
+    """The same request line, headers (httpx's defaults under the caller's, the cookie the answer set) and body."""
+    ours, theirs = _on_the_wire(True), _on_the_wire(False)
+    assert ours == theirs
+    assert ("cookie", "lb=node-2") in ours[1][1]
+    assert ("accept", "application/json") in ours[0][1]
 
 
 def test_a_proxy_of_the_environment_keeps_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "transport" in transport_for("http://127.0.0.1:8080", 4)
-    assert "transport" not in transport_for("https://example.test", 4)
+    assert wire_for("http://127.0.0.1:8080", 4) is not None
+    assert wire_for("https://example.test", 4) is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    assert "transport" not in transport_for("http://127.0.0.1:8080", 4)
+    assert wire_for("http://127.0.0.1:8080", 4) is None
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    assert "transport" in transport_for("http://127.0.0.1:8080", 4)
+    assert wire_for("http://127.0.0.1:8080", 4) is not None
