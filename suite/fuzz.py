@@ -388,6 +388,12 @@ class Answer:
     def reason(self) -> Any:
         return self.body.get("reason") if isinstance(self.body, dict) else None
 
+    @functools.cached_property
+    def schema_problems(self) -> list[str]:
+        """The body against the schema documented for the operation and status (validated once per answer:
+        the exchange's record and :func:`response_schema_conformance` read the same list)."""
+        return list(_validator()(self.op.method, self.path, self.status, self.body))
+
     def received(self) -> str:
         text = json.dumps(self.body)[:300] if self.body is not None else repr(self.exchange.response_body)[:300]
         return f"{self.status} {text}"
@@ -441,7 +447,7 @@ def response_schema_conformance(a: Answer) -> None:
     """The body matches the schema documented for the operation and status."""
     if a.probe or (a.status >= 500 and a.status not in a.op.statuses):
         return  # a server error is not_a_server_error's finding; its body has no schema
-    problems = _validator()(a.op.method, a.path, a.status, a.body)
+    problems = a.schema_problems
     if problems:
         raise FuzzFailure(
             "response_schema_conformance",
@@ -1044,7 +1050,7 @@ class _CaseRunner:
             target=self.target,
             probe=probe,
         )
-        ex.schema_errors = _validator()(op.method, answer.path, answer.status, answer.body)
+        ex.schema_errors = answer.schema_problems
         r.stats["cases"] += 1
         r.statuses[answer.status] += 1
         r.judged |= judged_requirements(answer)
