@@ -320,6 +320,9 @@ class ProtocolClient:
         limits = httpx.Limits(max_connections=64)
         self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), limits=limits, transport=self._wire)
         self._secrets = {t for t in (worker_token, operator_token) if t}
+        # When the target last answered a request of this client (time.monotonic()): a request it may hold is
+        # given its grace from then on (CheckContext.held), as racing requests are served one after another.
+        self.last_answer = 0.0
         # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
         # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
         self.faults = faults
@@ -454,7 +457,8 @@ class ProtocolClient:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        exchange.elapsed = time.monotonic() - t0
+        self.last_answer = time.monotonic()
+        exchange.elapsed = self.last_answer - t0
         exchange.status = resp.status_code
         exchange.response_headers = dict(resp.headers)
         text = resp.text
@@ -686,7 +690,8 @@ class ProtocolClient:
             if self.faults is not None and not isinstance(exc, TimeoutError | ConnectionRefusedError):
                 raise Indeterminate(f"{method} {url}: {exchange.error} (the answer was lost; maybe applied)") from exc
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        exchange.elapsed = time.monotonic() - t0
+        self.last_answer = time.monotonic()
+        exchange.elapsed = self.last_answer - t0
         text = data.decode("utf-8", "replace")
         try:
             parsed_body: Any = json.loads(text)
