@@ -14,7 +14,9 @@ import email.utils
 import functools
 import json
 import secrets
+import socket
 import ssl
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -43,9 +45,10 @@ __all__ = [
     "Http11Transport",
     "ProtocolClient",
     "Reply",
+    "SyncHttp11Transport",
+    "direct_http",
     "resendable_poll",
     "tls",
-    "wire_for",
 ]
 
 TRACE_HEADER = "X-Conformance-Trace"
@@ -135,12 +138,65 @@ class _AnswerLost(Exception):
 MAX_HEAD_BYTES = 100 * 1024
 
 
+class _Framing:
+    """One keep-alive HTTP/1.1 connection as h11 sees it, without I/O: the bytes of a request, and the answer
+    once the bytes received complete it. Both transports below drive it, one on asyncio streams, one on a
+    blocking socket; httpx's exceptions say what went wrong, as httpx's own transports raise them."""
+
+    def __init__(self) -> None:
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._response: h11.Response | None = None
+        self._chunks: list[bytes] = []
+
+    def request(self, request: httpx.Request, body: bytes) -> bytes:
+        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        try:
+            data = self.h11.send(head) + (self.h11.send(h11.Data(data=body)) if body else b"")
+            return data + self.h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+
+    def received(self, data: bytes) -> httpx.Response | None:
+        """``data`` read from the connection (``b""``: its end); the whole answer once it is complete."""
+        if not data and self.h11.their_state is h11.SEND_RESPONSE:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        self.h11.receive_data(data)
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                return None
+            if isinstance(event, h11.Response):
+                self._response = event
+            elif isinstance(event, h11.Data):
+                self._chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage) and self._response is not None:
+                response, body = self._response, b"".join(self._chunks)
+                self._response, self._chunks = None, []
+                extensions = {"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)}
+                return httpx.Response(
+                    response.status_code, headers=response.headers, stream=httpx.ByteStream(body), extensions=extensions
+                )
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
+            # An informational answer (100 Continue) precedes the real one.
+
+    def next_cycle(self) -> bool:
+        """After an answer: ready for the next request on this connection (else it must be closed)."""
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+
 class _Wire:
-    """One keep-alive HTTP/1.1 connection: asyncio streams and an h11 state machine."""
+    """One keep-alive HTTP/1.1 connection on asyncio streams."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.framing = _Framing()
 
     @property
     def reusable(self) -> bool:
@@ -149,13 +205,7 @@ class _Wire:
         return not (self.reader.at_eof() or self.writer.transport.is_closing())
 
     async def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
-        body = await request.aread()
-        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
-        try:
-            data = self.h11.send(head) + (self.h11.send(h11.Data(data=body)) if body else b"")
-            data += self.h11.send(h11.EndOfMessage())
-        except h11.LocalProtocolError as exc:
-            raise httpx.LocalProtocolError(str(exc)) from exc
+        data = self.framing.request(request, await request.aread())
         try:
             async with asyncio.timeout(timeouts.get("write")):
                 self.writer.write(data)
@@ -164,47 +214,20 @@ class _Wire:
             raise httpx.WriteTimeout("timed out writing the request") from exc
         except OSError as exc:
             raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
-        return await self._receive(timeouts.get("read"))
-
-    async def _receive(self, timeout: float | None) -> httpx.Response:
-        response: h11.Response | None = None
-        chunks: list[bytes] = []
         while True:
             try:
-                event = self.h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            if event is h11.NEED_DATA:
-                try:
-                    async with asyncio.timeout(timeout):
-                        data = await self.reader.read(65536)
-                except TimeoutError as exc:
-                    raise httpx.ReadTimeout("timed out reading the response") from exc
-                except OSError as exc:
-                    raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-                if not data and self.h11.their_state is h11.SEND_RESPONSE:
-                    raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-                self.h11.receive_data(data)
-            elif isinstance(event, h11.Response):
-                response = event
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage) and response is not None:
-                extensions = {"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)}
-                stream = httpx.ByteStream(b"".join(chunks))
-                return httpx.Response(
-                    response.status_code, headers=response.headers, stream=stream, extensions=extensions
-                )
-            elif isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
-            # An informational answer (100 Continue) precedes the real one.
+                async with asyncio.timeout(timeouts.get("read")):
+                    data = await self.reader.read(65536)
+            except TimeoutError as exc:
+                raise httpx.ReadTimeout("timed out reading the response") from exc
+            except OSError as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+            response = self.framing.received(data)
+            if response is not None:
+                return response
 
     def done(self) -> bool:
-        """After an answer: ready for the next request on this connection (else it must be closed)."""
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
-            self.h11.start_next_cycle()
-            return True
-        return False
+        return self.framing.next_cycle()
 
     def close(self) -> None:
         self.writer.close()
@@ -287,6 +310,101 @@ class Http11Transport(httpx.AsyncBaseTransport):
         await self._other.aclose()
 
 
+class _SyncWire:
+    """One keep-alive HTTP/1.1 connection on a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.framing = _Framing()
+
+    @property
+    def reusable(self) -> bool:
+        """Idle and silent: an idle keep-alive connection the server closed (or wrote to) is readable."""
+        self.sock.setblocking(False)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
+        data = self.framing.request(request, request.read())
+        try:
+            self.sock.settimeout(timeouts.get("write"))
+            self.sock.sendall(data)
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("timed out writing the request") from exc
+        except OSError as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        while True:
+            try:
+                self.sock.settimeout(timeouts.get("read"))
+                data = self.sock.recv(65536)
+            except TimeoutError as exc:
+                raise httpx.ReadTimeout("timed out reading the response") from exc
+            except OSError as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+            response = self.framing.received(data)
+            if response is not None:
+                return response
+
+
+class SyncHttp11Transport(httpx.BaseTransport):
+    """:class:`Http11Transport` for httpx's blocking client: keep-alive connections on blocking sockets."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_SyncWire]] = {}
+        self._lock = threading.Lock()
+        self._other = httpx.HTTPTransport(verify=tls())
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "http":
+            return self._other.handle_request(request)
+        timeouts: Mapping[str, float | None] = request.extensions.get("timeout", {})
+        key = (request.url.host, request.url.port or 80)
+        wire = self._checkout(key, timeouts.get("connect"))
+        try:
+            response = wire.exchange(request, timeouts)
+        except BaseException:
+            wire.sock.close()
+            raise
+        if wire.framing.next_cycle():
+            with self._lock:
+                self._idle.setdefault(key, []).append(wire)
+        else:
+            wire.sock.close()
+        return response
+
+    def _checkout(self, key: tuple[str, int], timeout: float | None) -> _SyncWire:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                wire = idle.pop() if idle else None
+            if wire is None:
+                break
+            if wire.reusable:
+                return wire
+            wire.sock.close()
+        try:
+            sock = socket.create_connection(key, timeout=timeout)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"no connection to {key[0]}:{key[1]} in time") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _SyncWire(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for wires in idle.values():
+            for wire in wires:
+                wire.sock.close()
+        self._other.close()
+
+
 class ProtocolClient:
     """Worker-plane and control-plane calls against one target, recorded.
 
@@ -316,7 +434,7 @@ class ProtocolClient:
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
         # A plain http target is reached through Http11Transport directly (httpx's client adds a request's
         # default headers and cookies here instead); any other through httpx's client and transport.
-        self._wire = wire_for(self.base_url, 64)
+        self._wire = Http11Transport(max_connections=64) if direct_http(self.base_url) else None
         limits = httpx.Limits(max_connections=64)
         self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), limits=limits, transport=self._wire)
         self._secrets = {t for t in (worker_token, operator_token) if t}
@@ -713,14 +831,15 @@ class ProtocolClient:
         return text
 
 
-def wire_for(url: str, max_connections: int) -> Http11Transport | None:
-    """:class:`Http11Transport` for a plain ``http://`` target that no proxy of the environment (``HTTP_PROXY``,
-    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of; ``None`` where httpx's own transport, with the
-    environment's proxies and TLS settings, must reach it."""
+def direct_http(url: str) -> bool:
+    """Whether ``url`` is a plain ``http://`` target that no proxy of the environment (``HTTP_PROXY``,
+    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of: one :class:`Http11Transport` and
+    :class:`SyncHttp11Transport` reach; elsewhere httpx's own transports, with the environment's proxies and TLS
+    settings, must."""
     parsed = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies()
     proxied = bool(proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.hostname or "")
-    return None if parsed.scheme != "http" or proxied else Http11Transport(max_connections=max_connections)
+    return parsed.scheme == "http" and not proxied
 
 
 def resendable_poll(op: Operation, body: Any) -> Any:

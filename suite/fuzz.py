@@ -86,6 +86,8 @@ from .client import (
     WORKER_HEADER,
     Exchange,
     ProtocolClient,
+    SyncHttp11Transport,
+    direct_http,
     resendable_poll,
     tls,
 )
@@ -532,7 +534,8 @@ class _Driver:
 
     def __init__(self, target: TargetInfo) -> None:
         self.target = target
-        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls())
+        transport = SyncHttp11Transport() if direct_http(target.url) else None
+        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls(), transport=transport)
         self.requests = 0
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, wire_for
+from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, SyncHttp11Transport, direct_http
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -32,17 +32,20 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes:
 
 @asynccontextmanager
 async def peer(script: Script) -> AsyncIterator[tuple[str, list[int]]]:
-    """A server running ``script`` on each connection; yields its URL and the number of connections so far."""
+    """A server running ``script`` on each connection; yields its URL and its connections so far (each one's
+    number, negated once the server closed it)."""
     connections: list[int] = []
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(len(connections) + 1)
+        n = len(connections)
         try:
             await script(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
+            connections[n - 1] = -n
 
     server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -66,8 +69,31 @@ async def one_answer_then_close(reader: asyncio.StreamReader, writer: asyncio.St
     await writer.drain()
 
 
-async def _get(client: httpx.AsyncClient, url: str, **kw: Any) -> httpx.Response:
+async def _get(client: Any, url: str, **kw: Any) -> httpx.Response:
     return await client.get(url + "/api/health", **kw)
+
+
+class Blocking:
+    """httpx's blocking client on :class:`SyncHttp11Transport`, driven from a thread beside the peer's loop."""
+
+    def __init__(self) -> None:
+        self.client = httpx.Client(transport=SyncHttp11Transport())
+
+    async def __aenter__(self) -> Blocking:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.client.close()
+
+    async def get(self, url: str, **kw: Any) -> httpx.Response:
+        return await asyncio.to_thread(self.client.get, url, **kw)
+
+
+def clients() -> list[Any]:
+    return [
+        pytest.param(lambda: httpx.AsyncClient(transport=Http11Transport()), id="asyncio"),
+        pytest.param(Blocking, id="blocking"),
+    ]
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -77,10 +103,11 @@ def run(coro: Awaitable[None]) -> None:
     asyncio.run(main())
 
 
-def test_requests_share_one_keep_alive_connection() -> None:
+@pytest.mark.parametrize("make", clients())
+def test_requests_share_one_keep_alive_connection(make: Callable[[], Any]) -> None:
     async def go() -> None:
         async with peer(keep_alive) as (url, connections):
-            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+            async with make() as client:
                 for _ in range(5):
                     response = await _get(client, url)
                     assert response.status_code == 200
@@ -90,13 +117,18 @@ def test_requests_share_one_keep_alive_connection() -> None:
     run(go())
 
 
-def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+@pytest.mark.parametrize("make", clients())
+def test_a_connection_the_server_closed_while_idle_is_not_reused(make: Callable[[], Any]) -> None:
     async def go() -> None:
         async with peer(one_answer_then_close) as (url, connections):
-            async with httpx.AsyncClient(transport=Http11Transport()) as client:
-                for _ in range(3):
+            async with make() as client:
+                for n in range(1, 4):
                     assert (await _get(client, url)).status_code == 200
-                    await asyncio.sleep(0)  # the end of stream reaches the idle connection
+                    async with asyncio.timeout(10):
+                        while len(connections) < n or connections[-1] > 0:  # until the server closed it
+                            await asyncio.sleep(0.001)
+                    for _ in range(2):  # and the client's event loop (if any) took the end of stream in
+                        await asyncio.sleep(0)
             assert len(connections) == 3
 
     run(go())
@@ -121,10 +153,13 @@ def test_concurrent_requests_open_their_own_connections_and_all_are_answered() -
         pytest.param(lambda r, w: _reset(r, w), (httpx.ReadError, httpx.RemoteProtocolError), id="reset"),
     ],
 )
-def test_an_answer_lost_on_the_wire_is_an_error_the_fault_handling_knows(script: Script, error: Any) -> None:
+@pytest.mark.parametrize("make", clients())
+def test_an_answer_lost_on_the_wire_is_an_error_the_fault_handling_knows(
+    script: Script, error: Any, make: Callable[[], Any]
+) -> None:
     async def go() -> None:
         async with peer(script) as (url, _):
-            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+            async with make() as client:
                 with pytest.raises(error) as raised:
                     await _get(client, url)
             assert isinstance(raised.value, LOST_ANSWER)
@@ -145,14 +180,15 @@ async def _reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     writer.transport.abort()
 
 
-def test_silence_is_a_read_timeout_not_a_lost_answer() -> None:
+@pytest.mark.parametrize("make", clients())
+def test_silence_is_a_read_timeout_not_a_lost_answer(make: Callable[[], Any]) -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         await reader.read()  # until the client gives up
 
     async def go() -> None:
         async with peer(silent) as (url, _):
-            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+            async with make() as client:
                 with pytest.raises(httpx.ReadTimeout) as raised:
                     await _get(client, url, timeout=0.2)
             assert not isinstance(raised.value, LOST_ANSWER)
@@ -160,13 +196,14 @@ def test_silence_is_a_read_timeout_not_a_lost_answer() -> None:
     run(go())
 
 
-def test_a_refused_connection_is_a_connect_error() -> None:
+@pytest.mark.parametrize("make", clients())
+def test_a_refused_connection_is_a_connect_error(make: Callable[[], Any]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
 
         async def go() -> None:
-            async with httpx.AsyncClient(transport=Http11Transport()) as client:
+            async with make() as client:
                 with pytest.raises(httpx.ConnectError):
                     await _get(client, f"http://127.0.0.1:{port}")
 
@@ -216,11 +253,11 @@ def test_a_request_goes_out_exactly_as_httpx_own_client_sends_it() -> None:
 
 
 def test_a_proxy_of_the_environment_keeps_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert wire_for("http://127.0.0.1:8080", 4) is not None
-    assert wire_for("https://example.test", 4) is None
+    assert direct_http("http://127.0.0.1:8080")
+    assert not direct_http("https://example.test")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    assert wire_for("http://127.0.0.1:8080", 4) is None
+    assert not direct_http("http://127.0.0.1:8080")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    assert wire_for("http://127.0.0.1:8080", 4) is not None
+    assert direct_http("http://127.0.0.1:8080")
