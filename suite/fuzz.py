@@ -73,6 +73,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.core import NotSet
+from schemathesis.transport.requests import ManagedCookiesSession
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
 from suite.protocol.requirements import REGISTRY, applicable
@@ -530,16 +531,32 @@ _LOST_NAMES = frozenset({"ConnectionError", "ChunkedEncodingError", "ContentDeco
 
 
 class _Driver:
-    """Plain protocol calls for building worlds and reading state (a synchronous httpx client)."""
+    """Plain protocol calls for building worlds and reading state (a synchronous httpx client), the session
+    Schemathesis sends the cases on, and the event loop the held ones are awaited on."""
 
     def __init__(self, target: TargetInfo) -> None:
         self.target = target
         transport = SyncHttp11Transport() if direct_http(target.url) else None
         self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls(), transport=transport)
         self.requests = 0
+        # One keep-alive session for the cases, as a fresh one per case would send them: no default headers (those
+        # of the session are set aside while a case is sent only when the session has none), no cookie kept from
+        # one case to the next. Not under --faults: a request lost on a kept-alive connection would be sent again
+        # by Schemathesis, on a fresh one, a delivery the suite neither made nor could judge.
+        self.session: ManagedCookiesSession | None = None
+        if target.fault_ledger is None:
+            self.session = ManagedCookiesSession()
+            self.session.headers.clear()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ctx: CheckContext | None = None
 
     def close(self) -> None:
         self.http.close()
+        if self.session is not None:
+            self.session.close()
+        if self._loop is not None and self._ctx is not None:
+            self._loop.run_until_complete(self._ctx.client.aclose())
+            self._loop.close()
 
     def now(self) -> datetime:
         return self.target.clock.now()
@@ -550,13 +567,18 @@ class _Driver:
         once the request had :data:`suite.context.HELD_GRACE` to answer (``CheckContext.held``)."""
         if not self.target.clock.skips:
             return send()
+        if self._loop is None or self._ctx is None:
+            self._loop = asyncio.new_event_loop()
+            self._ctx = CheckContext(target=self.target, client=ProtocolClient(self.target.url), check_name="fuzz")
+        ctx = self._ctx
 
         async def go() -> R:
-            async with ProtocolClient(self.target.url) as client:
-                ctx = CheckContext(target=self.target, client=client, check_name="fuzz")
-                return await ctx.held(asyncio.to_thread(send), hold)
+            return await ctx.held(asyncio.to_thread(send), hold)
 
-        return asyncio.run(go())
+        try:
+            return self._loop.run_until_complete(go())
+        finally:
+            ctx.client.exchanges.clear()  # the clock's moves: test equipment, never a case's evidence
 
     def headers(self, plane: str) -> dict[str, str]:
         return plane_headers(self.target, plane)
@@ -1035,7 +1057,9 @@ class _CaseRunner:
         try:
             # A poll or update case may be held (its hold is pinned to SHORT_HOLD): a wait like any other.
             holds = op.op_id.startswith(("poll_", "update_"))
-            send = functools.partial(case.call, base_url=self.target.url, timeout=CALL_TIMEOUT)
+            send = functools.partial(
+                case.call, base_url=self.target.url, session=self.driver.session, timeout=CALL_TIMEOUT
+            )
             response = self.driver.held(send, SHORT_HOLD) if holds else send()
         except Exception as exc:
             if self.target.fault_ledger is not None and {c.__name__ for c in type(exc).__mro__} & _LOST_NAMES:
