@@ -50,6 +50,7 @@ HELD_GRACE = 0.25
 GRACE_FACTOR = 4.0
 GRACE_FLOOR = 0.05
 LATENCY_SAMPLES = 32
+GRACE_SAMPLES_FIRST = 2  # round trips seen before the grace is measured (the clock is read after every item)
 
 # Why a run waits in real time, by case (shown in the terminal header and the reports).
 REAL_TIME_REASONS = {
@@ -112,10 +113,10 @@ class TargetClock:
     def grace(self) -> float:
         """How long a request the target may hold gets to answer at once before the clock is moved to the end of
         its hold: :data:`GRACE_FACTOR` times the slowest recent round trip served at once, within
-        [:data:`GRACE_FLOOR`, :data:`HELD_GRACE`] (:data:`HELD_GRACE` until a few round trips were seen). A target
+        [:data:`GRACE_FLOOR`, :data:`HELD_GRACE`] (:data:`HELD_GRACE` until two round trips were seen). A target
         that serves in milliseconds is not waited on for a quarter of a second per empty poll; a loaded one gets as
         long as before."""
-        if len(self.latencies) < LATENCY_SAMPLES // 4:
+        if len(self.latencies) < GRACE_SAMPLES_FIRST:
             return HELD_GRACE
         return min(HELD_GRACE, max(GRACE_FLOOR, GRACE_FACTOR * max(self.latencies)))
 
@@ -129,10 +130,12 @@ class TargetClock:
         """Synchronously read the target's clock (``seconds: 0``) to learn the offset; once per process."""
         if self.url is None:
             return
+        started = time.monotonic()
         try:
             resp = httpx.post(self.url, json={"seconds": 0}, headers=self.headers(), timeout=timeout, verify=tls())
         except httpx.HTTPError as exc:
             raise HarnessError(f"POST {self.url} (the advertised test clock) failed: {exc}") from None
+        self.served(time.monotonic() - started)  # a connection opened and a request served: a slow round trip
         self.offset = self._offset_from(resp, time.time(), 0.0)
 
     def moved_by_others(self) -> str | None:

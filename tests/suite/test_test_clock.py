@@ -100,6 +100,8 @@ def test_embedded_and_shared_url_targets_plan_their_time() -> None:
 def test_the_grace_of_a_held_request_follows_the_targets_round_trips() -> None:
     clock = TargetClock()
     assert clock.grace() == HELD_GRACE  # nothing measured yet
+    clock.served(0.002)
+    assert clock.grace() == HELD_GRACE  # one round trip is no measure
     for _ in range(LATENCY_SAMPLES):
         clock.served(0.002)
     assert clock.grace() == GRACE_FLOOR  # a fast target: the floor
