@@ -52,6 +52,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import random
 import secrets
 import threading
@@ -62,6 +63,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
@@ -547,6 +549,9 @@ class _Driver:
         if target.fault_ledger is None:
             self.session = ManagedCookiesSession()
             self.session.headers.clear()
+            # requests reads the environment's proxies and looks for a netrc file before every request: where
+            # neither applies to the target, the same requests go out without those reads.
+            self.session.trust_env = not direct_http(target.url) or _netrc_present()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ctx: CheckContext | None = None
 
@@ -681,6 +686,13 @@ class _Driver:
                 break
             token = str(nxt)
         return describe, events
+
+
+def _netrc_present() -> bool:
+    """Whether requests would find a netrc file (credentials it adds to a request that has none)."""
+    if os.environ.get("NETRC") is not None:
+        return True
+    return any(Path(f"~/{name}").expanduser().exists() for name in (".netrc", "_netrc"))
 
 
 def uid(prefix: str) -> str:
