@@ -1,19 +1,24 @@
 """Wall time of a whole conformance run, for two or more installations side by side.
 
     python bench/suite_run.py --python /path/to/other/.venv/bin/python --python .venv/bin/python
-    python bench/suite_run.py --python .venv/bin/python --args "--target=embedded" --rounds 1
+    python bench/suite_run.py --python .venv/bin/python --args="--target=embedded" --rounds 1
+    python bench/suite_run.py --python old/.venv/bin/python --args="--target=embedded -n 2" \
+        --python .venv/bin/python --args="--target=embedded --real-time -n 2"
 
 Each installation (its interpreter, with its suite and reference server) runs
 ``pytest <args> -p no:cacheprovider -q`` from an empty directory, so no project configuration applies; the
-installations take turns, ``--rounds`` times, so a change in the machine's load meets them alike. Printed per
-run: the seconds, the load average before it and the pytest summary line; then each installation's median and
-its ratio to the first one's. Exit 1 when a run did not pass.
+installations take turns, ``--rounds`` times, so a change in the machine's load meets them alike. One ``--args``
+applies to every installation; one per ``--python``, in the same order, gives each its own (the same run spelled
+by each version's options). Printed per run: the wall seconds, the CPU seconds of pytest and of the processes it
+started (its servers, its xdist workers), the load average before it and the pytest summary line; then each
+installation's median and its ratio to the first one's. Exit 1 when a run did not pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -23,37 +28,55 @@ import time
 from pathlib import Path
 
 
-def one_run(python: str, args: list[str], workdir: Path) -> tuple[float, int, str]:
-    """Seconds, exit status and the last line of one ``pytest`` run with ``python``."""
+def one_run(python: str, args: list[str], workdir: Path) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (the run and every process it started and waited for), exit status and the last
+    line of one ``pytest`` run with ``python``."""
     cmd = [python, "-m", "pytest", *args, "-p", "no:cacheprovider", "-q", f"--report-dir={workdir / 'reports'}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, check=False)
     seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    return seconds, proc.returncode, lines[-1] if lines else proc.stderr.strip()[-200:]
+    return seconds, cpu, proc.returncode, lines[-1] if lines else proc.stderr.strip()[-200:]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--python", action="append", required=True, help="an installation's interpreter (repeatable)")
-    p.add_argument("--args", default="--target=embedded -n 2", help='pytest options (default "--target=embedded -n 2")')
+    p.add_argument(
+        "--args",
+        action="append",
+        help='pytest options (default "--target=embedded -n 2"); once for all, or once per --python in its order',
+    )
     p.add_argument("--rounds", type=int, default=1, help="runs of each installation, taking turns (default 1)")
     opts = p.parse_args(argv)
-    args = shlex.split(opts.args)
-    times: dict[str, list[float]] = {py: [] for py in opts.python}
+    given = opts.args or ["--target=embedded -n 2"]
+    if len(given) not in (1, len(opts.python)):
+        p.error(f"give --args once, or once per --python ({len(opts.python)}), not {len(given)} times")
+    # An interpreter runs from a temporary directory: a relative path is the caller's.
+    runs = [(os.path.abspath(py), shlex.split(given[i if len(given) > 1 else 0])) for i, py in enumerate(opts.python)]
+    times: list[list[float]] = [[] for _ in runs]
     failed = False
     for round_no in range(1, opts.rounds + 1):
-        for py in opts.python:
+        for i, (py, args) in enumerate(runs):
             load = os.getloadavg()
             with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
-                seconds, status, last = one_run(py, args, Path(tmp))
-            times[py].append(seconds)
+                seconds, cpu, status, last = one_run(py, args, Path(tmp))
+            times[i].append(seconds)
             failed = failed or status != 0
-            print(f"round {round_no}  {py}  {seconds:7.1f} s  load {load[0]:.2f}  exit {status}  {last}", flush=True)
-    first = statistics.median(times[opts.python[0]])
-    for py, values in times.items():
+            print(
+                f"round {round_no}  {py} {' '.join(args)}  {seconds:7.1f} s  cpu {cpu:6.1f} s  load {load[0]:.2f}"
+                f"  exit {status}  {last}",
+                flush=True,
+            )
+    first = statistics.median(times[0])
+    for (py, args), values in zip(runs, times, strict=True):
         median = statistics.median(values)
-        print(f"{py}: median {median:.1f} s over {len(values)} run(s), {median / first:.2f}x the first")
+        print(
+            f"{py} {' '.join(args)}: median {median:.1f} s over {len(values)} run(s), {median / first:.2f}x the first"
+        )
     return 1 if failed else 0
 
 

@@ -9,17 +9,23 @@ network timeout is the harness's error verdict, never the target's failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import json
 import secrets
+import socket
 import ssl
+import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import h11
 import httpx
 
 from suite.protocol.fencing import parse_rfc3339
@@ -36,8 +42,11 @@ __all__ = [
     "WORKER_HEADER",
     "Exchange",
     "FaultLedger",
+    "Http11Transport",
     "ProtocolClient",
     "Reply",
+    "SyncHttp11Transport",
+    "direct_http",
     "resendable_poll",
     "tls",
 ]
@@ -123,6 +132,279 @@ class _AnswerLost(Exception):
         self.exchange = exchange
 
 
+# -- the wire ---------------------------------------------------------------------------------------------
+
+# The largest response head accepted, as httpx's own transport has it (h11's default is 16 KiB).
+MAX_HEAD_BYTES = 100 * 1024
+
+
+class _Framing:
+    """One keep-alive HTTP/1.1 connection as h11 sees it, without I/O: the bytes of a request, and the answer
+    once the bytes received complete it. Both transports below drive it, one on asyncio streams, one on a
+    blocking socket; httpx's exceptions say what went wrong, as httpx's own transports raise them."""
+
+    def __init__(self) -> None:
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._response: h11.Response | None = None
+        self._chunks: list[bytes] = []
+
+    def request(self, request: httpx.Request, body: bytes) -> bytes:
+        head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        try:
+            data = self.h11.send(head) + (self.h11.send(h11.Data(data=body)) if body else b"")
+            return data + self.h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+
+    def received(self, data: bytes) -> httpx.Response | None:
+        """``data`` read from the connection (``b""``: its end); the whole answer once it is complete."""
+        if not data and self.h11.their_state is h11.SEND_RESPONSE:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        self.h11.receive_data(data)
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                return None
+            if isinstance(event, h11.Response):
+                self._response = event
+            elif isinstance(event, h11.Data):
+                self._chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage) and self._response is not None:
+                response, body = self._response, b"".join(self._chunks)
+                self._response, self._chunks = None, []
+                extensions = {"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)}
+                return httpx.Response(
+                    response.status_code, headers=response.headers, stream=httpx.ByteStream(body), extensions=extensions
+                )
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
+            # An informational answer (100 Continue) precedes the real one.
+
+    def next_cycle(self) -> bool:
+        """After an answer: ready for the next request on this connection (else it must be closed)."""
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+
+class _Wire:
+    """One keep-alive HTTP/1.1 connection on asyncio streams."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.framing = _Framing()
+
+    @property
+    def reusable(self) -> bool:
+        """Idle, and not closed by the peer meanwhile (an idle keep-alive connection the server closed has
+        seen its end of stream by the time the event loop runs again)."""
+        return not (self.reader.at_eof() or self.writer.transport.is_closing())
+
+    async def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
+        data = self.framing.request(request, await request.aread())
+        try:
+            async with asyncio.timeout(timeouts.get("write")):
+                self.writer.write(data)
+                await self.writer.drain()
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("timed out writing the request") from exc
+        except OSError as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        while True:
+            try:
+                async with asyncio.timeout(timeouts.get("read")):
+                    data = await self.reader.read(65536)
+            except TimeoutError as exc:
+                raise httpx.ReadTimeout("timed out reading the response") from exc
+            except OSError as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+            response = self.framing.received(data)
+            if response is not None:
+                return response
+
+    def done(self) -> bool:
+        return self.framing.next_cycle()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Http11Transport(httpx.AsyncBaseTransport):
+    """httpx's transport for ``http://`` URLs, written on asyncio streams and h11 alone.
+
+    The suite makes tens of thousands of requests per run, one at a time, on loopback: httpx's own transport
+    (httpcore over anyio) costs several times the CPU of the request itself, which the target then waits on.
+    This one keeps what the suite relies on — keep-alive connections (at most ``max_connections``), the
+    connect, read, write and pool timeouts, and httpx's exceptions for what goes wrong on the wire (a refused
+    connection, one reset or closed before the whole answer came) — and hands every other scheme (``https``)
+    to httpx's transport, as do the proxies httpx takes from the environment.
+    """
+
+    def __init__(self, *, max_connections: int = 64) -> None:
+        self._idle: dict[tuple[str, int], list[_Wire]] = {}
+        self._open: set[_Wire] = set()
+        self._max_connections = max_connections
+        self._slots: asyncio.Semaphore | None = None
+        self._other = httpx.AsyncHTTPTransport(verify=tls(), limits=httpx.Limits(max_connections=max_connections))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "http":
+            return await self._other.handle_async_request(request)
+        timeouts: Mapping[str, float | None] = request.extensions.get("timeout", {})
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max_connections)
+        try:
+            async with asyncio.timeout(timeouts.get("pool")):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise httpx.PoolTimeout("no connection became free in time") from exc
+        try:
+            key = (request.url.host, request.url.port or 80)
+            wire = await self._checkout(key, timeouts.get("connect"))
+            try:
+                response = await wire.exchange(request, timeouts)
+            except BaseException:
+                self._discard(wire)
+                raise
+            if wire.done():
+                self._idle.setdefault(key, []).append(wire)
+            else:
+                self._discard(wire)
+            return response
+        finally:
+            self._slots.release()
+
+    async def _checkout(self, key: tuple[str, int], timeout: float | None) -> _Wire:
+        idle = self._idle.get(key)
+        while idle:
+            wire = idle.pop()
+            if wire.reusable:
+                return wire
+            self._discard(wire)
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(*key)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"no connection to {key[0]}:{key[1]} in time") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        wire = _Wire(reader, writer)
+        self._open.add(wire)
+        return wire
+
+    def _discard(self, wire: _Wire) -> None:
+        wire.close()
+        self._open.discard(wire)
+
+    async def aclose(self) -> None:
+        wires, self._open, self._idle = self._open, set(), {}
+        for wire in wires:
+            wire.close()
+        for wire in wires:
+            with contextlib.suppress(OSError):
+                await wire.writer.wait_closed()
+        await self._other.aclose()
+
+
+class _SyncWire:
+    """One keep-alive HTTP/1.1 connection on a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.framing = _Framing()
+
+    @property
+    def reusable(self) -> bool:
+        """Idle and silent: an idle keep-alive connection the server closed (or wrote to) is readable."""
+        self.sock.setblocking(False)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
+        data = self.framing.request(request, request.read())
+        try:
+            self.sock.settimeout(timeouts.get("write"))
+            self.sock.sendall(data)
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("timed out writing the request") from exc
+        except OSError as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        while True:
+            try:
+                self.sock.settimeout(timeouts.get("read"))
+                data = self.sock.recv(65536)
+            except TimeoutError as exc:
+                raise httpx.ReadTimeout("timed out reading the response") from exc
+            except OSError as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+            response = self.framing.received(data)
+            if response is not None:
+                return response
+
+
+class SyncHttp11Transport(httpx.BaseTransport):
+    """:class:`Http11Transport` for httpx's blocking client: keep-alive connections on blocking sockets."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_SyncWire]] = {}
+        self._lock = threading.Lock()
+        self._other = httpx.HTTPTransport(verify=tls())
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "http":
+            return self._other.handle_request(request)
+        timeouts: Mapping[str, float | None] = request.extensions.get("timeout", {})
+        key = (request.url.host, request.url.port or 80)
+        wire = self._checkout(key, timeouts.get("connect"))
+        try:
+            response = wire.exchange(request, timeouts)
+        except BaseException:
+            wire.sock.close()
+            raise
+        if wire.framing.next_cycle():
+            with self._lock:
+                self._idle.setdefault(key, []).append(wire)
+        else:
+            wire.sock.close()
+        return response
+
+    def _checkout(self, key: tuple[str, int], timeout: float | None) -> _SyncWire:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                wire = idle.pop() if idle else None
+            if wire is None:
+                break
+            if wire.reusable:
+                return wire
+            wire.sock.close()
+        try:
+            sock = socket.create_connection(key, timeout=timeout)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"no connection to {key[0]}:{key[1]} in time") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _SyncWire(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for wires in idle.values():
+            for wire in wires:
+                wire.sock.close()
+        self._other.close()
+
+
 class ProtocolClient:
     """Worker-plane and control-plane calls against one target, recorded.
 
@@ -150,8 +432,15 @@ class ProtocolClient:
         self.timeout = timeout
         self.validator = validator
         self.exchanges: list[Exchange] = exchanges if exchanges is not None else []
-        self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64), verify=tls())
+        # A plain http target is reached through Http11Transport directly (httpx's client adds a request's
+        # default headers and cookies here instead); any other through httpx's client and transport.
+        self._wire = Http11Transport(max_connections=64) if direct_http(self.base_url) else None
+        limits = httpx.Limits(max_connections=64)
+        self._http = httpx.AsyncClient(timeout=timeout, verify=tls(), limits=limits, transport=self._wire)
         self._secrets = {t for t in (worker_token, operator_token) if t}
+        # When the target last answered a request of this client (time.monotonic()): a request it may hold is
+        # given its grace from then on (CheckContext.held), as racing requests are served one after another.
+        self.last_answer = 0.0
         # With a fault proxy in front of the target (--faults), every request carries a trace id, a lost
         # answer is resolved by the rules of suite.protocol.retries, and repeated deliveries are judged.
         self.faults = faults
@@ -273,13 +562,7 @@ class ProtocolClient:
         self.exchanges.append(exchange)
         t0 = time.monotonic()
         try:
-            resp = await self._http.request(
-                method,
-                url,
-                headers=hdrs,
-                content=content,
-                timeout=timeout if timeout is not None else self.timeout,
-            )
+            resp = await self._roundtrip(method, url, hdrs, content, timeout if timeout is not None else self.timeout)
         except httpx.TimeoutException as exc:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"timeout after {exchange.elapsed:.1f}s ({type(exc).__name__})"
@@ -292,7 +575,8 @@ class ProtocolClient:
             exchange.elapsed = time.monotonic() - t0
             exchange.error = f"{type(exc).__name__}: {exc}"
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        exchange.elapsed = time.monotonic() - t0
+        self.last_answer = time.monotonic()
+        exchange.elapsed = self.last_answer - t0
         exchange.status = resp.status_code
         exchange.response_headers = dict(resp.headers)
         text = resp.text
@@ -304,6 +588,29 @@ class ProtocolClient:
         if self.validator is not None:
             exchange.schema_errors = self.validator(method, path, resp.status_code, body)
         return Reply(status=resp.status_code, headers=resp.headers, body=body, text=text, exchange=exchange)
+
+    async def _roundtrip(
+        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None, timeout: float
+    ) -> httpx.Response:
+        """One request and its whole answer. On :class:`Http11Transport` the request is built as httpx's client
+        builds it — its default headers under the caller's, its cookie jar — without the rest of its machinery
+        (authentication and redirect flows the suite never uses), which costs more CPU than the request."""
+        if self._wire is None:
+            return await self._http.request(method, url, headers=headers, content=content, timeout=timeout)
+        merged = httpx.Headers(self._http.headers)
+        merged.update(headers)
+        request = httpx.Request(
+            method, url, headers=merged, content=content, extensions={"timeout": httpx.Timeout(timeout).as_dict()}
+        )
+        cookies = self._http.cookies
+        if cookies:
+            cookies.set_cookie_header(request)
+        response = await self._wire.handle_async_request(request)
+        response.request = request
+        await response.aread()
+        if "set-cookie" in response.headers:
+            cookies.extract_cookies(response)
+        return response
 
     # -- under a fault proxy ---------------------------------------------------------------------------
 
@@ -470,8 +777,6 @@ class ProtocolClient:
         """Send bytes exactly as given (header values with surrounding whitespace, odd framing), which
         httpx refuses to produce; the answer is parsed with h11 and recorded like any other exchange."""
 
-        import h11
-
         url = self.base_url + path
         trace = secrets.token_hex(8)
         if self.faults is not None:
@@ -503,7 +808,8 @@ class ProtocolClient:
             if self.faults is not None and not isinstance(exc, TimeoutError | ConnectionRefusedError):
                 raise Indeterminate(f"{method} {url}: {exchange.error} (the answer was lost; maybe applied)") from exc
             raise HarnessError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        exchange.elapsed = time.monotonic() - t0
+        self.last_answer = time.monotonic()
+        exchange.elapsed = self.last_answer - t0
         text = data.decode("utf-8", "replace")
         try:
             parsed_body: Any = json.loads(text)
@@ -523,6 +829,17 @@ class ProtocolClient:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         return text
+
+
+def direct_http(url: str) -> bool:
+    """Whether ``url`` is a plain ``http://`` target that no proxy of the environment (``HTTP_PROXY``,
+    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of: one :class:`Http11Transport` and
+    :class:`SyncHttp11Transport` reach; elsewhere httpx's own transports, with the environment's proxies and TLS
+    settings, must."""
+    parsed = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxied = bool(proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.hostname or "")
+    return parsed.scheme == "http" and not proxied
 
 
 def resendable_poll(op: Operation, body: Any) -> Any:
@@ -550,7 +867,6 @@ def _parse(data: bytes) -> Any:
 async def _send_raw(host: str, port: int, payload: bytes, timeout: float) -> tuple[int, httpx.Headers, bytes]:
     """Write ``payload`` on a fresh connection and read one HTTP/1.1 response with h11: status, headers, body.
     The connection is closed on every path, including one the answer never came on."""
-    import h11
 
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))  # move h11 to SEND_BODY state

@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,16 +22,17 @@ from suite.protocol.fencing import parse_rfc3339
 
 from .client import Exchange, ProtocolClient, Reply
 from .outcomes import CheckFailure, NotCovered, profile_setting
-from .timing import TargetClock
+from .timing import HELD_GRACE, TargetClock
 
-__all__ = ["CheckContext", "TargetInfo", "fenced_body"]
+__all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body"]
 
 R = TypeVar("R")
 
 _counter = itertools.count(1)
-# With a test clock, how long a held request (a long poll) may take to answer at once before the clock is moved
-# to the end of its hold: time for the request to reach the target and be served, never the hold itself.
-HELD_GRACE = 0.25
+# A held request whose last stop is at most this many seconds away gets the grace measured on the target
+# (TargetClock.grace) instead of HELD_GRACE: should it reach the target only after the clock moved, it holds again,
+# in real time, for no longer than this. A longer hold (a clamp or a timeout being measured) gets HELD_GRACE.
+SHORT_SPAN = 1.0
 # Assumed worst clock skew when the target sends no Date header and the local clock must stand in.
 CLOCK_SKEW = 2.0
 # The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
@@ -275,8 +277,8 @@ class CheckContext:
         """Await a request the target may hold for ``hold`` seconds of its clock (a long poll), where ``until``
         is an instant that should end the hold early (a lease expiry, a timer) when the rule says so.
 
-        With a test clock, a request still unanswered after :data:`HELD_GRACE` real seconds is released by moving
-        the clock: first to ``until`` (the request then has another grace to answer), then to the end of its
+        With a test clock, a request still unanswered after a grace (see :meth:`_answered_at_once`) is released by
+        moving the clock: first to ``until`` (the request then has another grace to answer), then to the end of its
         hold. An empty long poll thus costs a fraction of a second instead of ``hold``; a request answered at
         once moves nothing; a target that goes on holding past the end of the hold is awaited in real time.
         Without a test clock this is just ``await request``.
@@ -285,20 +287,35 @@ class CheckContext:
         clock = self.target.clock
         if not clock.skips:
             return await task
-        ends = clock.now() + timedelta(seconds=max(0.0, hold))
+        now = clock.now()
+        ends = now + timedelta(seconds=max(0.0, hold))
         stops = [ends] if until is None else [until, ends] if until < ends else [until]
+        grace = clock.grace() if (stops[-1] - now).total_seconds() <= SHORT_SPAN else HELD_GRACE
         try:
             for stop in stops:
                 if stop <= clock.now():
                     continue
-                done, _ = await asyncio.wait({task}, timeout=HELD_GRACE)
-                if done:
+                if await self._answered_at_once(task, grace):
                     break
                 await self.wait(until=stop)
             return await task
         except asyncio.CancelledError:
             task.cancel()
             raise
+
+    async def _answered_at_once(self, task: asyncio.Future[Any], grace: float) -> bool:
+        """Whether ``task`` is answered before the target falls quiet: ``grace`` seconds with no answer to any request
+        of this check (racing requests are served one after another, so a grace runs from the last answer), and never
+        more than :data:`HELD_GRACE` in all."""
+        began = time.monotonic()
+        while True:
+            quiet = min(max(began, self.client.last_answer) + grace, began + HELD_GRACE) - time.monotonic()
+            if quiet <= 0:
+                return False
+            done, _ = await asyncio.wait({task}, timeout=quiet)
+            if done:
+                self.target.clock.served(time.monotonic() - began)
+                return True
 
     async def wait_past(self, instant: datetime, *, within: float, what: str) -> None:
         """Wait until the target's clock is past ``instant`` (a target timestamp, e.g. ``lease_expires_at``).

@@ -52,6 +52,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import random
 import secrets
 import threading
@@ -62,6 +63,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
@@ -73,6 +75,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.core import NotSet
+from schemathesis.transport.requests import ManagedCookiesSession
 
 from suite.protocol.codec import INT64_MAX, INT64_MIN, encode_blob
 from suite.protocol.requirements import REGISTRY, applicable
@@ -86,6 +89,8 @@ from .client import (
     WORKER_HEADER,
     Exchange,
     ProtocolClient,
+    SyncHttp11Transport,
+    direct_http,
     resendable_poll,
     tls,
 )
@@ -388,6 +393,12 @@ class Answer:
     def reason(self) -> Any:
         return self.body.get("reason") if isinstance(self.body, dict) else None
 
+    @functools.cached_property
+    def schema_problems(self) -> list[str]:
+        """The body against the schema documented for the operation and status (validated once per answer:
+        the exchange's record and :func:`response_schema_conformance` read the same list)."""
+        return list(_validator()(self.op.method, self.path, self.status, self.body))
+
     def received(self) -> str:
         text = json.dumps(self.body)[:300] if self.body is not None else repr(self.exchange.response_body)[:300]
         return f"{self.status} {text}"
@@ -441,7 +452,7 @@ def response_schema_conformance(a: Answer) -> None:
     """The body matches the schema documented for the operation and status."""
     if a.probe or (a.status >= 500 and a.status not in a.op.statuses):
         return  # a server error is not_a_server_error's finding; its body has no schema
-    problems = _validator()(a.op.method, a.path, a.status, a.body)
+    problems = a.schema_problems
     if problems:
         raise FuzzFailure(
             "response_schema_conformance",
@@ -522,15 +533,35 @@ _LOST_NAMES = frozenset({"ConnectionError", "ChunkedEncodingError", "ContentDeco
 
 
 class _Driver:
-    """Plain protocol calls for building worlds and reading state (a synchronous httpx client)."""
+    """Plain protocol calls for building worlds and reading state (a synchronous httpx client), the session
+    Schemathesis sends the cases on, and the event loop the held ones are awaited on."""
 
     def __init__(self, target: TargetInfo) -> None:
         self.target = target
-        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls())
+        transport = SyncHttp11Transport() if direct_http(target.url) else None
+        self.http = httpx.Client(base_url=target.url, timeout=CALL_TIMEOUT, verify=tls(), transport=transport)
         self.requests = 0
+        # One keep-alive session for the cases, as a fresh one per case would send them: no default headers (those
+        # of the session are set aside while a case is sent only when the session has none), no cookie kept from
+        # one case to the next. Not under --faults: a request lost on a kept-alive connection would be sent again
+        # by Schemathesis, on a fresh one, a delivery the suite neither made nor could judge.
+        self.session: ManagedCookiesSession | None = None
+        if target.fault_ledger is None:
+            self.session = ManagedCookiesSession()
+            self.session.headers.clear()
+            # requests reads the environment's proxies and looks for a netrc file before every request: where
+            # neither applies to the target, the same requests go out without those reads.
+            self.session.trust_env = not direct_http(target.url) or _netrc_present()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ctx: CheckContext | None = None
 
     def close(self) -> None:
         self.http.close()
+        if self.session is not None:
+            self.session.close()
+        if self._loop is not None and self._ctx is not None:
+            self._loop.run_until_complete(self._ctx.client.aclose())
+            self._loop.close()
 
     def now(self) -> datetime:
         return self.target.clock.now()
@@ -541,13 +572,18 @@ class _Driver:
         once the request had :data:`suite.context.HELD_GRACE` to answer (``CheckContext.held``)."""
         if not self.target.clock.skips:
             return send()
+        if self._loop is None or self._ctx is None:
+            self._loop = asyncio.new_event_loop()
+            self._ctx = CheckContext(target=self.target, client=ProtocolClient(self.target.url), check_name="fuzz")
+        ctx = self._ctx
 
         async def go() -> R:
-            async with ProtocolClient(self.target.url) as client:
-                ctx = CheckContext(target=self.target, client=client, check_name="fuzz")
-                return await ctx.held(asyncio.to_thread(send), hold)
+            return await ctx.held(asyncio.to_thread(send), hold)
 
-        return asyncio.run(go())
+        try:
+            return self._loop.run_until_complete(go())
+        finally:
+            ctx.client.exchanges.clear()  # the clock's moves: test equipment, never a case's evidence
 
     def headers(self, plane: str) -> dict[str, str]:
         return plane_headers(self.target, plane)
@@ -650,6 +686,13 @@ class _Driver:
                 break
             token = str(nxt)
         return describe, events
+
+
+def _netrc_present() -> bool:
+    """Whether requests would find a netrc file (credentials it adds to a request that has none)."""
+    if os.environ.get("NETRC") is not None:
+        return True
+    return any(Path(f"~/{name}").expanduser().exists() for name in (".netrc", "_netrc"))
 
 
 def uid(prefix: str) -> str:
@@ -995,6 +1038,20 @@ class _CaseRunner:
         self.result = result
         self.driver = driver
         self.aborted = False
+        # The world's run as read after the last case, rejected, changed nothing; with what had been sent and how far
+        # this process had moved the target's clock by then. It is the next case's "before" when that case targets
+        # the same world and nothing was sent and no time was skipped in between (no renewal, no other case).
+        self._seen: tuple[World, tuple[Any, list[Any]], tuple[int, int, float]] | None = None
+
+    def _marker(self) -> tuple[int, int, float]:
+        return self.driver.requests, self.result.stats["requests"], self.target.clock.advanced
+
+    def _before(self, world: World) -> tuple[Any, list[Any]]:
+        """The world's run now: as the last comparison read it if nothing happened since, else read again."""
+        seen, self._seen = self._seen, None
+        if seen is not None and seen[0] is world and seen[2] == self._marker() and not world.dirty:
+            return seen[1]
+        return self.driver.snapshot(world)
 
     def send(self, op: Operation, case: Any, world: World | None = None, *, probe: bool = False) -> Answer | None:
         """Send ``case`` and judge the answer; with a ``world``, a 4xx must leave it unchanged."""
@@ -1004,7 +1061,7 @@ class _CaseRunner:
         before = None
         if world is not None:
             try:
-                before = self.driver.snapshot(world)
+                before = self._before(world)
             except WorldUnavailable:
                 world.dirty = True
                 world = None
@@ -1012,7 +1069,9 @@ class _CaseRunner:
         try:
             # A poll or update case may be held (its hold is pinned to SHORT_HOLD): a wait like any other.
             holds = op.op_id.startswith(("poll_", "update_"))
-            send = functools.partial(case.call, base_url=self.target.url, timeout=CALL_TIMEOUT)
+            send = functools.partial(
+                case.call, base_url=self.target.url, session=self.driver.session, timeout=CALL_TIMEOUT
+            )
             response = self.driver.held(send, SHORT_HOLD) if holds else send()
         except Exception as exc:
             if self.target.fault_ledger is not None and {c.__name__ for c in type(exc).__mro__} & _LOST_NAMES:
@@ -1044,7 +1103,7 @@ class _CaseRunner:
             target=self.target,
             probe=probe,
         )
-        ex.schema_errors = _validator()(op.method, answer.path, answer.status, answer.body)
+        ex.schema_errors = answer.schema_problems
         r.stats["cases"] += 1
         r.statuses[answer.status] += 1
         r.judged |= judged_requirements(answer)
@@ -1065,6 +1124,8 @@ class _CaseRunner:
         try:
             after = self.driver.snapshot(world)
             diff = _diff(before, after) if after != before else ""
+            if not diff:
+                self._seen = (world, after, self._marker())
         except WorldUnavailable as exc:
             diff = f"the run could no longer be read: {exc}"
         if diff:

@@ -16,6 +16,7 @@ it is test equipment, not protocol under test.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,10 +29,28 @@ from suite.protocol.versions import CONTROL_PLANE_VERSION
 from .client import CONTROL_HEADER, Exchange, ProtocolClient, tls
 from .outcomes import HarnessError
 
-__all__ = ["FOREIGN_TOLERANCE", "REAL_TIME_REASONS", "TargetClock", "advertised_route", "plan"]
+__all__ = [
+    "FOREIGN_TOLERANCE",
+    "GRACE_FACTOR",
+    "GRACE_FLOOR",
+    "HELD_GRACE",
+    "REAL_TIME_REASONS",
+    "TargetClock",
+    "advertised_route",
+    "plan",
+]
 
 # Rounding of the offset to microseconds on both sides, over many advances: anything beyond is someone else's.
 FOREIGN_TOLERANCE = 0.001
+# With a test clock, the longest a held request (a long poll) may take to answer at once before the clock is moved
+# to the end of its hold: time for the request to reach the target and be served, never the hold itself.
+HELD_GRACE = 0.25
+# The grace measured on the target (TargetClock.grace): this many times the slowest of its last LATENCY_SAMPLES
+# round trips that were served at once, never less than GRACE_FLOOR nor more than HELD_GRACE.
+GRACE_FACTOR = 4.0
+GRACE_FLOOR = 0.05
+LATENCY_SAMPLES = 32
+GRACE_SAMPLES_FIRST = 2  # round trips seen before the grace is measured (the clock is read after every item)
 
 # Why a run waits in real time, by case (shown in the terminal header and the reports).
 REAL_TIME_REASONS = {
@@ -79,10 +98,27 @@ class TargetClock:
     # far the clock moved beyond what this process asked for since the last :meth:`moved_by_others`.
     reported: float | None = None
     foreign: float = 0.0
+    # Round trips the target served at once (clock advances, held requests answered before their grace ended),
+    # newest last: how long serving a request takes on this target, as this process sees it.
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES), repr=False)
 
     def now(self) -> datetime:
         """The target's current time, as far as this process knows it."""
         return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+    def served(self, seconds: float) -> None:
+        """One round trip the target served at once."""
+        self.latencies.append(seconds)
+
+    def grace(self) -> float:
+        """How long a request the target may hold gets to answer at once before the clock is moved to the end of
+        its hold: :data:`GRACE_FACTOR` times the slowest recent round trip served at once, within
+        [:data:`GRACE_FLOOR`, :data:`HELD_GRACE`] (:data:`HELD_GRACE` until two round trips were seen). A target
+        that serves in milliseconds is not waited on for a quarter of a second per empty poll; a loaded one gets as
+        long as before."""
+        if len(self.latencies) < GRACE_SAMPLES_FIRST:
+            return HELD_GRACE
+        return min(HELD_GRACE, max(GRACE_FLOOR, GRACE_FACTOR * max(self.latencies)))
 
     def headers(self) -> dict[str, str]:
         headers = {CONTROL_HEADER: CONTROL_PLANE_VERSION, "Content-Type": "application/json"}
@@ -94,10 +130,12 @@ class TargetClock:
         """Synchronously read the target's clock (``seconds: 0``) to learn the offset; once per process."""
         if self.url is None:
             return
+        started = time.monotonic()
         try:
             resp = httpx.post(self.url, json={"seconds": 0}, headers=self.headers(), timeout=timeout, verify=tls())
         except httpx.HTTPError as exc:
             raise HarnessError(f"POST {self.url} (the advertised test clock) failed: {exc}") from None
+        self.served(time.monotonic() - started)  # a connection opened and a request served: a slow round trip
         self.offset = self._offset_from(resp, time.time(), 0.0)
 
     def moved_by_others(self) -> str | None:
@@ -135,6 +173,7 @@ class TargetClock:
             exchange.error = f"{type(exc).__name__}: {exc}"
             raise HarnessError(f"POST {self.url} (moving the test clock {seconds:g} s) failed: {exc}") from None
         exchange.elapsed = time.monotonic() - t0
+        self.served(exchange.elapsed)
         exchange.status = resp.status_code
         exchange.response_headers = dict(resp.headers)
         exchange.response_body = resp.text[:2000]

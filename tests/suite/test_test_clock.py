@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from suite.client import ProtocolClient
+from suite.context import CheckContext, TargetInfo
 from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer
-from suite.timing import REAL_TIME_REASONS, TargetClock
+from suite.timing import GRACE_FACTOR, GRACE_FLOOR, HELD_GRACE, LATENCY_SAMPLES, REAL_TIME_REASONS, TargetClock
 from tests.conftest import ServerProcess, SuiteRun, run_suite
 
 # Checks whose every wait is time-driven: leases, timers, backoffs, timeouts and long-poll holds.
@@ -94,6 +95,50 @@ def test_embedded_and_shared_url_targets_plan_their_time() -> None:
     assert plan({}, processes=1, embedded=True, real_time=False) == REAL_TIME_REASONS["absent"]
     assert "--test-clock" in EMBEDDED_ARGS
     assert "--test-clock" not in REAL_TIME_ARGS
+
+
+def test_the_grace_of_a_held_request_follows_the_targets_round_trips() -> None:
+    clock = TargetClock()
+    assert clock.grace() == HELD_GRACE  # nothing measured yet
+    clock.served(0.002)
+    assert clock.grace() == HELD_GRACE  # one round trip is no measure
+    for _ in range(LATENCY_SAMPLES):
+        clock.served(0.002)
+    assert clock.grace() == GRACE_FLOOR  # a fast target: the floor
+    clock.served(0.03)
+    assert clock.grace() == pytest.approx(GRACE_FACTOR * 0.03)  # the slowest recent round trip counts
+    clock.served(1.5)
+    assert clock.grace() == HELD_GRACE  # never more than before
+    for _ in range(LATENCY_SAMPLES):
+        clock.served(0.002)
+    assert clock.grace() == GRACE_FLOOR  # a slow moment ages out
+
+
+def _answered_at_once(done_after: float, answers_at: tuple[float, ...], grace: float) -> bool:
+    """``CheckContext._answered_at_once`` for a request answered after ``done_after`` s (never: inf), while other
+    requests of the check are answered at ``answers_at``; timers fire in order, so the outcome is the same on a
+    loaded machine."""
+
+    async def go() -> bool:
+        async with ProtocolClient("http://127.0.0.1:9") as client:
+            ctx = CheckContext(target=TargetInfo("http://127.0.0.1:9", {}), client=client, check_name="t")
+            loop = asyncio.get_running_loop()
+            for at in answers_at:
+                loop.call_later(at, lambda: setattr(client, "last_answer", loop.time()))
+            request: asyncio.Future[None] = loop.create_future()
+            if done_after != float("inf"):
+                loop.call_later(done_after, request.set_result, None)
+            return await ctx._answered_at_once(request, grace)
+
+    return asyncio.run(go())
+
+
+def test_a_held_request_is_given_its_grace_from_the_last_answer_of_its_check() -> None:
+    assert _answered_at_once(0.02, (), 0.1)
+    assert not _answered_at_once(0.15, (), 0.1)  # no answer within the grace: held, the clock may move
+    assert _answered_at_once(0.15, (0.08,), 0.1)  # a racing request answered at 0.08: quiet only from then
+    # Answers that never stop do not hold the clock back for longer than HELD_GRACE.
+    assert not _answered_at_once(float("inf"), tuple(0.02 * i for i in range(1, 40)), 0.1)
 
 
 @pytest.mark.slow
