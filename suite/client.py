@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -191,6 +191,17 @@ class _Framing:
         return False
 
 
+@contextlib.contextmanager
+def _socket_errors(timeout: type[httpx.TimeoutException], error: type[httpx.NetworkError], what: str) -> Iterator[None]:
+    """A socket's timeout or error while ``what``, as the httpx exception the rest of the client knows."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise timeout(f"timed out {what}") from exc
+    except OSError as exc:
+        raise error(str(exc) or type(exc).__name__) from exc
+
+
 class _Wire:
     """One keep-alive HTTP/1.1 connection on asyncio streams."""
 
@@ -206,22 +217,14 @@ class _Wire:
 
     async def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
         data = self.framing.request(request, await request.aread())
-        try:
+        with _socket_errors(httpx.WriteTimeout, httpx.WriteError, "writing the request"):
             async with asyncio.timeout(timeouts.get("write")):
                 self.writer.write(data)
                 await self.writer.drain()
-        except TimeoutError as exc:
-            raise httpx.WriteTimeout("timed out writing the request") from exc
-        except OSError as exc:
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
         while True:
-            try:
+            with _socket_errors(httpx.ReadTimeout, httpx.ReadError, "reading the response"):
                 async with asyncio.timeout(timeouts.get("read")):
                     data = await self.reader.read(65536)
-            except TimeoutError as exc:
-                raise httpx.ReadTimeout("timed out reading the response") from exc
-            except OSError as exc:
-                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
             response = self.framing.received(data)
             if response is not None:
                 return response
@@ -331,21 +334,13 @@ class _SyncWire:
 
     def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
         data = self.framing.request(request, request.read())
-        try:
+        with _socket_errors(httpx.WriteTimeout, httpx.WriteError, "writing the request"):
             self.sock.settimeout(timeouts.get("write"))
             self.sock.sendall(data)
-        except TimeoutError as exc:
-            raise httpx.WriteTimeout("timed out writing the request") from exc
-        except OSError as exc:
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
         while True:
-            try:
+            with _socket_errors(httpx.ReadTimeout, httpx.ReadError, "reading the response"):
                 self.sock.settimeout(timeouts.get("read"))
                 data = self.sock.recv(65536)
-            except TimeoutError as exc:
-                raise httpx.ReadTimeout("timed out reading the response") from exc
-            except OSError as exc:
-                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
             response = self.framing.received(data)
             if response is not None:
                 return response

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .processes import read_url, stop_process
 from .reports import render_mutants_page
@@ -52,6 +52,7 @@ __all__ = [
     "write_matrix",
 ]
 
+R = TypeVar("R")
 MATRIX_SCHEMA = "durable-workflow.mutant-matrix.v1"
 CORRECT = "(correct server)"
 # A requirement counts as reported when the suite says it is broken: a MUST (failed) or a SHOULD (non-strict).
@@ -636,20 +637,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(r: MutantResult) -> None:
         print(_line(r), flush=True)
 
+    common: dict[str, Any] = {
+        "jobs": args.jobs,
+        "report_dir": report_dir,
+        "only": args.fault,
+        "python": args.python,
+        "timeout": args.timeout,
+        "progress": progress,
+    }
     if args.first_failure:
-        return _first_failure_main(args, report_dir, progress)
-    try:
-        matrix = run_matrix(
-            jobs=args.jobs,
-            full=args.full,
-            report_dir=report_dir,
-            only=args.fault,
-            python=args.python,
-            timeout=args.timeout,
-            progress=progress,
-        )
-    except (ValueError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        return _first_failure_main(common)
+    matrix = _or_usage_error(lambda: run_matrix(full=args.full, **common))
+    if matrix is None:
         return 2
     json_path, html_path = write_matrix(matrix, report_dir)
     doc = matrix.to_json()
@@ -665,19 +664,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if s["gaps"] else 0
 
 
-def _first_failure_main(args: argparse.Namespace, report_dir: Path, progress: Callable[[MutantResult], None]) -> int:
+def _or_usage_error(run: Callable[[], R]) -> R | None:
+    """``run()``, or None after printing why it could not start (an unknown fault, a server that does not)."""
     try:
-        found = run_first_failures(
-            jobs=args.jobs,
-            report_dir=report_dir,
-            only=args.fault,
-            python=args.python,
-            timeout=args.timeout,
-            progress=progress,
-        )
+        return run()
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def _first_failure_main(common: dict[str, Any]) -> int:
+    found = _or_usage_error(lambda: run_first_failures(**common))
+    if found is None:
         return 2
+    report_dir = Path(common["report_dir"])
     doc = found.to_json()
     report_dir.mkdir(parents=True, exist_ok=True)
     path = report_dir / "first-failures.json"

@@ -111,6 +111,27 @@ def _same(got: Any, want: Any) -> bool:
     return type(got) is type(want) and got == want
 
 
+def _require_fields(
+    ctx: CheckContext,
+    reply: Reply,
+    body: dict[str, Any],
+    want: dict[str, Any],
+    message: str,
+    requirement: str | None = None,
+) -> None:
+    """Fail unless every field of ``want`` stands in ``body`` with that value and JSON type (``"<absent>"``: the
+    field must be missing)."""
+    got = {k: body.get(k, "<absent>") for k in want}
+    ctx.require(
+        all(_same(got[k], v) for k, v in want.items()),
+        message,
+        expected=want,
+        received=got,
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
 def _expect_run_closed(
     ctx: CheckContext,
     reply: Reply,
@@ -131,14 +152,13 @@ def _expect_run_closed(
         "run_status": run_status,
         "outcome": "<absent>",  # a rejection, not a report's outcome
     }
-    got = {k: body.get(k, "<absent>") for k in want}
-    ctx.require(
-        all(_same(got[k], v) for k, v in want.items()),
+    _require_fields(
+        ctx,
+        reply,
+        body,
+        want,
         f"{what}: the run_closed body says why the run stopped, with no outcome key (§8.9 row 2)",
-        expected=want,
-        received=got,
-        replies=[reply],
-        requirement=requirement,
+        requirement,
     )
     ctx.require(
         instant(body.get("run_closed_at")) is not None,
@@ -999,14 +1019,7 @@ async def cancel_activity_heartbeat(ctx: CheckContext) -> None:
         reply = await activity_call(ctx, act, "heartbeat", {"message": "still working"})
         body = ctx.expect(reply, 200, what=f"activity heartbeat after {op}")
         want: dict[str, Any] = {"cancel_requested": True, "can_continue": False, "reason": reason}
-        got = {k: body.get(k, "<absent>") for k in want}
-        ctx.require(
-            all(_same(got[k], v) for k, v in want.items()),
-            f"the activity heartbeat reports the {op} (§11.5)",
-            expected=want,
-            received=got,
-            replies=[reply],
-        )
+        _require_fields(ctx, reply, body, want, f"the activity heartbeat reports the {op} (§11.5)")
 
 
 @check("CANCEL-ACTIVITY-OUTCOME-IGNORED")
