@@ -441,7 +441,9 @@ class ActivityMachine(MachineBase):
     # Hypothesis draws rules uniformly: listed twice, this one is drawn twice as often (a hard history).
     heartbeat_then_fail_weight = heartbeat_then_fail
 
-    @precondition(lambda self: self.world.running_any())
+    # Drawn only while an attempt has attempts left: on a last attempt every failure ends the activity, so the
+    # non-retryable rules (and a server that retries such a failure) would go unjudged.
+    @precondition(lambda self: self.world.decisive_any())
     @rule(e=execs, by=st.sampled_from(["flag", "type", "class"]), detail=st.integers(0, 2**31))
     def fail_non_retryable(self, e: Execution, by: str, detail: int) -> None:
         """The owner fails a running attempt that has attempts left with ``non_retryable: true``, or a

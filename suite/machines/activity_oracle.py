@@ -280,6 +280,11 @@ class ActivityWorld:
     def running_any(self) -> bool:
         return bool(self.running())
 
+    def decisive_any(self) -> bool:
+        """A running attempt with attempts left: a non-retryable failure of it ends the activity by its kind,
+        not by the count (the only moment the non-retryable rules can be judged)."""
+        return any(a.number < a.execution.policy.max_attempts for a in self.running())
+
     @staticmethod
     def index(e: Execution) -> int:
         """The execution's number: picks among candidates deterministically from the drawn execution."""

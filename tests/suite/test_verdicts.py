@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -220,6 +221,43 @@ def test_a_machine_the_target_cannot_drive_is_not_covered_never_an_error(tmp_pat
     assert {r.verdict for r in result.records} == {Verdict.NOT_COVERED}
     assert result.records[0].message == "the target does not advertise worker_sessions"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_machine_whose_examples_the_targets_timing_made_flaky_runs_them_again_one_by_one() -> None:
+    """A precondition reads the model, which the target's answers (and their timing) shape; when one choice
+    sequence takes two paths, Hypothesis raises Flaky* although nothing was violated. The machine then runs its
+    examples again, each as its own Hypothesis run: no harness error, no verdict changed, the rerun in the ledger.
+    """
+    import itertools
+
+    from hypothesis import strategies as st
+    from hypothesis.stateful import precondition, rule
+
+    from suite.machines.base import MachineBase
+    from suite.machines.runner import MachineBudget, run_machine
+
+    wobble = itertools.cycle([True, False, False])  # what the target's timing looks like to the machine
+
+    class Wobbly(MachineBase):
+        name = "wobbly"
+        REQUIREMENTS: ClassVar[dict[str, str | None]] = {"VERSION-TRIM": "b_ran"}
+
+        @rule(data=st.data())
+        def a(self, data: st.DataObject) -> None:
+            if next(wobble):
+                data.draw(st.booleans())
+
+        @precondition(lambda self: next(wobble))
+        @rule(x=st.integers(0, 3))
+        def b(self, x: int) -> None:
+            self.ledger["b_ran"] += 1
+
+    target = TargetInfo(url="http://127.0.0.1:1", cluster_info={"worker_protocol": {}})
+    result = run_machine(Wobbly, target, MachineBudget(examples=60, steps=3, seed=3), None)
+    assert not result.failed, result.message
+    assert [r.verdict for r in result.records] == [Verdict.PASSED]
+    assert result.records[0].ledger is not None
+    assert result.records[0].ledger["examples_rerun_one_by_one"] == 1
 
 
 def _name_of(requirement: str) -> str:
