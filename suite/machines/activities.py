@@ -444,12 +444,16 @@ class ActivityMachine(MachineBase):
     # Drawn only while an attempt has attempts left: on a last attempt every failure ends the activity, so the
     # non-retryable rules (and a server that retries such a failure) would go unjudged.
     @precondition(lambda self: self.world.decisive_any())
-    @rule(e=execs, by=st.sampled_from(["flag", "type", "class"]), detail=st.integers(0, 2**31))
+    # The flag half the time: "type" and "class" both reach the type rule's state.
+    @rule(e=execs, by=st.sampled_from(["flag", "flag", "type", "class"]), detail=st.integers(0, 2**31))
     def fail_non_retryable(self, e: Execution, by: str, detail: int) -> None:
         """The owner fails a running attempt that has attempts left with ``non_retryable: true``, or a
         ``failure.type`` / ``failure.class`` the policy lists: the activity ends there (§11.6)."""
         a = self.world.decisive_attempt(e, by)
         self.report(a, "owner", "fail", kind=by, detail=detail)
+
+    # Drawn twice as often: most attempts are already their activity's last, where this rule cannot judge.
+    fail_non_retryable_weight = fail_non_retryable
 
     @precondition(lambda self: self.closes < MAX_CLOSES and self.world.running_any())
     @rule(
