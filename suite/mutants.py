@@ -502,7 +502,10 @@ class FirstFailures:
             "summary": {
                 "mutants": len(self.runs),
                 "stopped_at_a_failure": len(caught),
-                "not_caught": sorted(r.name for r in self.runs if r.first_failure is None),
+                # The whole suite passed against these: a fault no item notices.
+                "not_caught": sorted(r.name for r in self.runs if r.first_failure is None and r.verdict != "error"),
+                # These runs stopped at a harness error before any failure: no verdict on how soon one comes.
+                "no_verdict": sorted(r.name for r in self.runs if r.first_failure is None and r.verdict == "error"),
                 # Until the failing item's verdict: the items run before it and its own duration, as recorded.
                 "first_failure_seconds": _spread(in_suite),
                 # The whole `pytest -x` process: start-up, target probe, the items, the reports.
@@ -692,7 +695,12 @@ def _first_failure_main(common: dict[str, Any]) -> int:
     print(f"first failures: {path}")
     for name in s["not_caught"]:
         print(f"NOT CAUGHT: {name}: the whole suite passed against it", file=sys.stderr)
-    return 1 if s["not_caught"] else 0
+    notes = {r.name: r.note for r in found.runs}
+    for name in s["no_verdict"]:
+        print(
+            f"NO VERDICT: {name}: the run stopped at a harness error before a failure ({notes[name]})", file=sys.stderr
+        )
+    return 1 if s["not_caught"] or s["no_verdict"] else 0
 
 
 if __name__ == "__main__":

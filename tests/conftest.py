@@ -90,6 +90,13 @@ def run_suite(
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, results)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core. Most of the long tests wait on processes they started (a reference
+    server, a suite run, a virtualenv being installed) rather than compute, so one worker per core leaves a core
+    idle for much of the run."""
+    return 2 * (os.cpu_count() or 1)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the whole-suite runs, then the other slow tests, then the rest (a stable sort), so that
     under ``-n`` the workers start with the long tests and finish together instead of one running a long test

@@ -199,7 +199,9 @@ def test_first_failures_name_a_fault_the_whole_suite_passes() -> None:
     correct = MutantResult(name="m", description="", expected=["X"], verdict="survived")
     caught = _result("c", "killed", ["FENCE-OWNER"], ["FENCE-OWNER"])
     caught.suite_seconds = 2.0
-    doc = FirstFailures("2026-01-01T00:00:00+00:00", 3.0, 1, "python", [correct, caught]).to_json()
-    assert doc["summary"]["not_caught"] == ["m"]
+    stopped = MutantResult(name="e", description="", expected=["X"], verdict="error", note="harness errors on X")
+    doc = FirstFailures("2026-01-01T00:00:00+00:00", 3.0, 1, "python", [correct, caught, stopped]).to_json()
+    assert doc["summary"]["not_caught"] == ["m"]  # the whole suite passed against it
+    assert doc["summary"]["no_verdict"] == ["e"]  # a harness error stopped the run: never called a pass
     assert doc["summary"]["first_failure_seconds"] == {"median": 0.5, "worst": 0.5}
     assert doc["summary"]["run_seconds"] == {"median": 2.0, "worst": 2.0}
