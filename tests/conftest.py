@@ -90,17 +90,25 @@ def run_suite(
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, results)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two workers per core. Most of the long tests wait on processes they started (a reference
-    server, a suite run, a virtualenv being installed) rather than compute, so one worker per core leaves a core
-    idle for much of the run."""
-    return 2 * (os.cpu_count() or 1)
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``-n`` the controller hands each worker its items two at a time (``--maxschedchunk 1``) instead of
+    one consecutive quarter of the list at the start: a worker busy with a whole-suite test then holds one item
+    back, not a hundred slow ones while the other workers run dry."""
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the whole-suite runs, then the other slow tests, then the rest (a stable sort), so that
     under ``-n`` the workers start with the long tests and finish together instead of one running a long test
-    alone at the end."""
-    items.sort(
-        key=lambda item: 0 if item.get_closest_marker("whole_suite") else 1 if item.get_closest_marker("slow") else 2
-    )
+    alone at the end. Each worker starts with two consecutive items, so every whole-suite run is followed by a
+    quick test: no two of them land on one worker while another has none."""
+    whole = [i for i in items if i.get_closest_marker("whole_suite")]
+    slow = [i for i in items if i.get_closest_marker("slow") and not i.get_closest_marker("whole_suite")]
+    rest = [i for i in items if not i.get_closest_marker("slow") and not i.get_closest_marker("whole_suite")]
+    head: list[pytest.Item] = []
+    for item in whole:
+        head.append(item)
+        if rest:
+            head.append(rest.pop(0))
+    items[:] = [*head, *slow, *rest]
