@@ -606,7 +606,10 @@ class QuerySignalMachine(QueryWorker):
             try:
                 reply = self.run(outcome_of(call))
             except HarnessError:
+                # The answer was lost, or the network delivered the call twice: a copy sent after the first
+                # answer is a second update, accepted on the run after this one was closed (it wakes the run).
                 self.reached("response_lost")
+                run.uncertain = True
                 return
             note(reply.exchange.summary())
             with self.judged(reply):
