@@ -290,7 +290,7 @@ class CheckContext:
         now = clock.now()
         ends = now + timedelta(seconds=max(0.0, hold))
         stops = [ends] if until is None else [until, ends] if until < ends else [until]
-        grace = clock.grace() if (stops[-1] - now).total_seconds() <= SHORT_SPAN else HELD_GRACE
+        grace = clock.grace() if (stops[-1] - now).total_seconds() <= SHORT_SPAN else clock.long_grace()
         try:
             for stop in stops:
                 if stop <= clock.now():
@@ -306,10 +306,11 @@ class CheckContext:
     async def _answered_at_once(self, task: asyncio.Future[Any], grace: float) -> bool:
         """Whether ``task`` is answered before the target falls quiet: ``grace`` seconds with no answer to any request
         of this check (racing requests are served one after another, so a grace runs from the last answer), and never
-        more than :data:`HELD_GRACE` in all."""
+        more than :data:`HELD_GRACE` (plus the network's hold, under --faults) in all."""
         began = time.monotonic()
         while True:
-            quiet = min(max(began, self.client.last_answer) + grace, began + HELD_GRACE) - time.monotonic()
+            cap = began + self.target.clock.long_grace()
+            quiet = min(max(began, self.client.last_answer) + grace, cap) - time.monotonic()
             if quiet <= 0:
                 return False
             done, _ = await asyncio.wait({task}, timeout=quiet)

@@ -101,6 +101,10 @@ class TargetClock:
     # Round trips the target served at once (clock advances, held requests answered before their grace ended),
     # newest last: how long serving a request takes on this target, as this process sees it.
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES), repr=False)
+    # The longest the network between this process and the target may hold a request back before delivering it
+    # (the fault proxy's delay and reorder window): a held request's grace adds it, or the clock could be moved
+    # to the end of a hold that has not begun.
+    network_hold: float = 0.0
 
     def now(self) -> datetime:
         """The target's current time, as far as this process knows it."""
@@ -117,8 +121,12 @@ class TargetClock:
         that serves in milliseconds is not waited on for a quarter of a second per empty poll; a loaded one gets as
         long as before."""
         if len(self.latencies) < GRACE_SAMPLES_FIRST:
-            return HELD_GRACE
-        return min(HELD_GRACE, max(GRACE_FLOOR, GRACE_FACTOR * max(self.latencies)))
+            return self.long_grace()
+        return self.network_hold + min(HELD_GRACE, max(GRACE_FLOOR, GRACE_FACTOR * max(self.latencies)))
+
+    def long_grace(self) -> float:
+        """The grace of a request held for longer than a short span: :data:`HELD_GRACE`, plus the network's hold."""
+        return self.network_hold + HELD_GRACE
 
     def headers(self) -> dict[str, str]:
         headers = {CONTROL_HEADER: CONTROL_PLANE_VERSION, "Content-Type": "application/json"}
