@@ -415,11 +415,7 @@ def _attach_clock(config: pytest.Config, target: TargetInfo, processes: int) -> 
     if spec is not None:  # the proxy may hold a request back this long before the target sees it
         from .proxy import FaultSpec
 
-        faults = FaultSpec.parse(spec)
-        held_ms = (faults.max_delay_ms if faults.probability("delay") else 0.0) + (
-            faults.reorder_window_ms if faults.probability("reorder") else 0.0
-        )
-        clock.network_hold = held_ms / 1000
+        clock.network_hold = FaultSpec.parse(spec).longest_hold()
     clock.read()
     target.clock = clock
 

@@ -133,6 +133,11 @@ class FaultSpec:
     def probability(self, name: str) -> float:
         return float(self.probabilities.get(name, 0.0))
 
+    def longest_hold(self) -> float:
+        """Seconds the proxy may hold a request back before the target sees it: its delay and reorder window."""
+        delay = self.max_delay_ms if self.probability("delay") else 0.0
+        return (delay + (self.reorder_window_ms if self.probability("reorder") else 0.0)) / 1000
+
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
         """``drop_response=0.05,delay=0.1:500,reorder=0.05:50`` (``:N`` only on delay and reorder), ``none``, or
