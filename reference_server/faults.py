@@ -71,6 +71,11 @@ FAULTS: dict[str, Fault] = {
         "A long poll ignores wake-ups: work that becomes ready mid-hold is only delivered when the hold ends.",
         ("LONGPOLL-IMMEDIATE-DELIVERY",),
     ),
+    "long-poll-clamp-unadvertised": Fault(
+        "A long poll is clamped to the spec's 60 s, not to the shorter long_poll_max_seconds the server advertises"
+        " in its test profile.",
+        ("LONGPOLL-CLAMP-MAX",),
+    ),
     "drop-poll-status": Fault("Workflow-task poll responses carry no poll_status field.", ("POLL-STATUS-PRESENT",)),
     "throttled-reported-empty": Fault(
         "A workflow poll refused by the admission limit is answered poll_status 'empty', not 'throttled'.",

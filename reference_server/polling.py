@@ -287,7 +287,8 @@ class Poller:
                 },
             )
         # §7.2: clamp into [min, max]; 0 and negatives hold about the minimum.
-        hold = max(self.settings.long_poll_min_seconds, min(self.settings.long_poll_max_seconds, timeout))
+        longest = 60 if fault(self.settings, "long-poll-clamp-unadvertised") else self.settings.long_poll_max_seconds
+        hold = max(self.settings.long_poll_min_seconds, min(longest, timeout))
         return Poll(kind, worker, queue, build_id, float(hold), prid)
 
     def _fields(self, body: dict[str, Any]) -> tuple[str, str, str | None, str | None, int]:

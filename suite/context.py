@@ -21,7 +21,7 @@ from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
 
 from .client import Exchange, ProtocolClient, Reply
-from .outcomes import CheckFailure, NotCovered, profile_setting
+from .outcomes import CheckFailure, Indeterminate, NotCovered, profile_setting
 from .timing import HELD_GRACE, TargetClock
 
 __all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body"]
@@ -302,6 +302,20 @@ class CheckContext:
         except asyncio.CancelledError:
             task.cancel()
             raise
+
+    def held_seconds(self, started: datetime, reply: Reply) -> float:
+        """Seconds of the target's clock from ``started`` (taken just before the request was sent) to the arrival of
+        ``reply``: the length of the hold it answers. Its arrival, not the end of the await: under --faults the
+        client may go on to judge a duplicate delivery, whose own hold moves the clock further. A request whose
+        first answer was lost was sent again, later, and maybe after the clock had moved to where the first hold
+        should end, so its hold cannot be told from the clock: the check runs again."""
+        if reply.resent:
+            raise Indeterminate(
+                f"{reply.exchange.summary()}: sent again after the answers of {reply.resent} earlier "
+                "deliveries were lost, so its hold cannot be told from the target's clock"
+            )
+        arrived = reply.exchange.started_at + reply.exchange.elapsed
+        return (self.target.clock.at(arrived) - started).total_seconds()
 
     async def _answered_at_once(self, task: asyncio.Future[Any], grace: float) -> bool:
         """Whether ``task`` is answered before the target falls quiet: ``grace`` seconds with no answer to any request

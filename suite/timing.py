@@ -51,6 +51,7 @@ GRACE_FACTOR = 4.0
 GRACE_FLOOR = 0.05
 LATENCY_SAMPLES = 32
 GRACE_SAMPLES_FIRST = 2  # round trips seen before the grace is measured (the clock is read after every item)
+MOVES_KEPT = 256  # TargetClock.moves: far more than a held request sees while it waits
 
 # Why a run waits in real time, by case (shown in the terminal header and the reports).
 REAL_TIME_REASONS = {
@@ -105,10 +106,21 @@ class TargetClock:
     # (the fault proxy's delay and reorder window): a held request's grace adds it, or the clock could be moved
     # to the end of a hold that has not begun.
     network_hold: float = 0.0
+    # The offset in force from each local instant on: (local time the read or advance was sent, offset after it),
+    # oldest first, so the target's time of an answer that came before later moves can still be told (:meth:`at`).
+    moves: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MOVES_KEPT), repr=False)
 
     def now(self) -> datetime:
         """The target's current time, as far as this process knows it."""
         return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+    def at(self, local: float) -> datetime:
+        """The target's time at the local instant ``local`` (a ``time.time()`` value, e.g. when an answer
+        arrived). A move in flight at that instant counts as made: an answer that arrives during an advance may
+        have been released by it, and a hold is never told shorter than the clock allows."""
+        earliest = self.moves[0][1] if self.moves else self.offset
+        offset = next((after for sent, after in reversed(self.moves) if sent <= local), earliest)
+        return datetime.fromtimestamp(local, UTC) + timedelta(seconds=offset)
 
     def served(self, seconds: float) -> None:
         """One round trip the target served at once."""
@@ -138,13 +150,14 @@ class TargetClock:
         """Synchronously read the target's clock (``seconds: 0``) to learn the offset; once per process."""
         if self.url is None:
             return
-        started = time.monotonic()
+        started, sent = time.monotonic(), time.time()
         try:
             resp = httpx.post(self.url, json={"seconds": 0}, headers=self.headers(), timeout=timeout, verify=tls())
         except httpx.HTTPError as exc:
             raise HarnessError(f"POST {self.url} (the advertised test clock) failed: {exc}") from None
         self.served(time.monotonic() - started)  # a connection opened and a request served: a slow round trip
         self.offset = self._offset_from(resp, time.time(), 0.0)
+        self.moves.append((sent, self.offset))
 
     def moved_by_others(self) -> str | None:
         """Whether anyone but this process moved the target's clock since the last call (one read of the route):
@@ -174,7 +187,7 @@ class TargetClock:
             request_body=str(body).replace("'", '"'),
             started_at=time.time(),
         )
-        t0 = time.monotonic()
+        t0, sent = time.monotonic(), time.time()
         try:
             resp = await http.direct(self.url, body, self.headers(), timeout)
         except httpx.HTTPError as exc:
@@ -186,6 +199,7 @@ class TargetClock:
         exchange.response_headers = dict(resp.headers)
         exchange.response_body = resp.text[:2000]
         self.offset = max(self.offset, self._offset_from(resp, time.time(), body["seconds"]))
+        self.moves.append((sent, self.offset))
         self.advanced += seconds
         return exchange
 

@@ -468,7 +468,7 @@ async def _held_for(
     # Released at the expected end; a poll still held then is released at the end of what it asked for.
     asked = max(clamp, min(float(timeout), 60.0))
     reply, real = await ctx.held(timed, asked, until=started + timedelta(seconds=clamp))
-    return reply, real if not ctx.target.clock.skips else (ctx.now() - started).total_seconds()
+    return reply, real if not ctx.target.clock.skips else ctx.held_seconds(started, reply)
 
 
 @check("LONGPOLL-HOLD", "POLL-STATUS-EMPTY")

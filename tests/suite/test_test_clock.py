@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
-from suite.client import ProtocolClient
+from suite.client import Exchange, ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
+from suite.outcomes import Indeterminate
 from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer
 from suite.timing import GRACE_FACTOR, GRACE_FLOOR, HELD_GRACE, LATENCY_SAMPLES, REAL_TIME_REASONS, TargetClock
 from tests.conftest import ServerProcess, SuiteRun, run_suite
@@ -117,6 +120,43 @@ def test_the_grace_of_a_held_request_follows_the_targets_round_trips() -> None:
     clock.network_hold = 0.4
     assert clock.grace() == pytest.approx(0.4 + GRACE_FLOOR)
     assert clock.long_grace() == pytest.approx(0.4 + HELD_GRACE)
+
+
+def test_a_hold_is_read_on_the_targets_clock_at_the_answers_arrival() -> None:
+    clock = TargetClock()
+    clock.moves.extend([(100.0, 5.0), (110.0, 13.0), (120.0, 65.0)])  # read at 100; moved 8 s at 110, 52 s at 120
+    clock.offset = 65.0
+    assert clock.at(105.0).timestamp() == pytest.approx(110.0)  # before any move: the offset read at the start
+    assert clock.at(110.0).timestamp() == pytest.approx(123.0)  # during a move: counted as made
+    assert clock.at(119.9).timestamp() == pytest.approx(132.9)  # answered before the next move was sent
+    assert clock.at(130.0).timestamp() == pytest.approx(195.0)
+    assert clock.at(50.0).timestamp() == pytest.approx(55.0)  # older than what is kept: the oldest offset kept
+
+
+def _held_seconds(resent: int, arrived: float) -> float:
+    """``CheckContext.held_seconds`` of a poll sent at target time 100 whose answer arrived at local ``arrived``,
+    on a clock moved 8 s at local 103 and 52 s more at local 104 (after the answer, to judge a duplicate)."""
+
+    async def go() -> float:
+        async with ProtocolClient("http://127.0.0.1:9") as client:
+            ctx = CheckContext(target=TargetInfo("http://127.0.0.1:9", {}), client=client, check_name="t")
+            ctx.target.clock.moves.extend([(90.0, 0.0), (103.0, 8.0), (104.0, 60.0)])
+            ctx.target.clock.offset = 60.0
+            exchange = Exchange("POST", "http://127.0.0.1:9/api/worker/workflow-tasks/poll", {}, "{}", 200)
+            exchange.started_at, exchange.elapsed = 100.0, arrived - 100.0
+            reply = Reply(200, httpx.Headers(), {}, "{}", exchange, resent=resent)
+            return ctx.held_seconds(datetime.fromtimestamp(100.0, UTC), reply)
+
+    return asyncio.run(go())
+
+
+def test_a_hold_ends_when_its_answer_arrives_and_a_resent_poll_cannot_be_timed() -> None:
+    # Answered just after the clock moved to the end of the clamp; the later move does not lengthen the hold.
+    assert _held_seconds(0, 103.01) == pytest.approx(11.01)
+    assert _held_seconds(0, 104.01) == pytest.approx(64.01)  # answered only once the clock reached the full hold
+    # Sent again after the first answer was lost: its hold began later than the clock can show; the check reruns.
+    with pytest.raises(Indeterminate, match="cannot be told"):
+        _held_seconds(1, 103.01)
 
 
 def _answered_at_once(done_after: float, answers_at: tuple[float, ...], grace: float) -> bool:
