@@ -195,7 +195,8 @@ async def _run_status(ctx: CheckContext, wid: str) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def _other_client(ctx: CheckContext) -> AsyncIterator[ProtocolClient]:
-    """A second client with its own connection pool, recorded into the same exchange list."""
+    """A second client with its own connection pool, recorded into the same exchange list, talking through the
+    same fault proxy as the check's own client (with its trace ids and lost-answer handling)."""
     client = ProtocolClient(
         ctx.target.url,
         worker_token=ctx.target.worker_token,
@@ -204,6 +205,7 @@ async def _other_client(ctx: CheckContext) -> AsyncIterator[ProtocolClient]:
         worker_version=ctx.target.protocol_version,
         validator=ctx.client.validator,
         exchanges=ctx.client.exchanges,
+        faults=ctx.target.fault_ledger,  # through --faults its lost answers are handled like the check's own
     )
     try:
         yield client

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from suite.checks.fencing import dispatch_cancel_from_other_client
 from suite.client import TRACE_HEADER, ProtocolClient
+from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, Indeterminate
 from suite.proxy import FAULTS, FaultPlanner, FaultProxy, FaultSpec, Plan
 from tests.conftest import ServerProcess, run_suite
@@ -183,6 +185,24 @@ def test_a_refused_request_whose_answer_was_lost_is_simply_resent(server_factory
         assert [w.status for w in proxy.withheld] == [409]  # the lost answer was a refusal: nothing applied
 
     scripted(server, {(COMPLETE, 1): {"drop_response": True}}, body)
+
+
+def test_a_checks_second_client_meets_a_lost_answer_as_maybe_applied(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """dispatch_cancel_from_other_client sends its cancel from a second client: through the proxy that client
+    handles a lost answer as the check's own does (the cancel is resent and judged, and the check cannot go on:
+    it runs again), never as a broken connection, which would be a harness error of the whole run."""
+    server = server_factory()
+
+    async def body(proxy: FaultProxy, through: ProtocolClient, direct: ProtocolClient) -> None:
+        target = TargetInfo(proxy.url, {}, fault_ledger=proxy)
+        ctx = CheckContext(target=target, client=through, check_name="dispatch_cancel_from_other_client")
+        with pytest.raises(Indeterminate, match="cancel"):
+            await dispatch_cancel_from_other_client(ctx)
+
+    proxy = scripted(server, {(r"/workflows/[^/]+/cancel$", 1): {"drop_response": True}}, body)
+    assert [w.fault for w in proxy.withheld] == ["drop_response"]
 
 
 def test_a_duplicated_signal_is_indeterminate_and_may_count_twice(server_factory: Callable[..., ServerProcess]) -> None:
