@@ -1233,13 +1233,17 @@ async def _one_worker_one_poll_request_id(ctx: CheckContext) -> None:
     )
     # Nothing else was leased behind the duplicate's back: the other tasks are all still ready.
     held = {str(t.get("workflow_id")) for t in got}
-    rest: list[str] = []
+    seen: list[dict[str, Any]] = []
     for _ in range(len(started)):
         reply = await _poll(ctx, "workflow", witness, queue, 1)
         task = _leased(ctx, reply, "poll of the remaining tasks")
         if task is None:
             break
-        rest.append(str(task.get("workflow_id")))
+        seen.append(task)
+    # The duplicate's own task, leased again once its lease expired (a slow target, or a witness poll resent after
+    # a lost answer under --faults), is a redelivery, not a lease taken behind the duplicate's back.
+    live = {id(t) for t in _without_redeliveries(ctx, [*got, *seen])}
+    rest = [str(t.get("workflow_id")) for t in seen if id(t) in live]
     ctx.require_equal(
         sorted(rest), sorted(started - held), "a duplicate poll leases nothing beyond the one task it returns"
     )
