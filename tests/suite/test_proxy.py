@@ -509,8 +509,6 @@ def test_plugin_refuses_a_bad_spec(tmp_path: Path) -> None:
 
 
 def test_the_longest_hold_is_the_delay_and_reorder_window_of_the_faults_that_fire() -> None:
-    from suite.proxy import FaultSpec
-
     assert FaultSpec.parse("standard").longest_hold() == pytest.approx(0.4)
     assert FaultSpec.parse("delay=0.1:500").longest_hold() == pytest.approx(0.5)
     assert FaultSpec.parse("drop_response=0.5").longest_hold() == 0.0
