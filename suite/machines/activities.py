@@ -59,6 +59,8 @@ MAX_TIMEOUT_WAITS = 1  # start_to_close deadlines waited out per example
 MAX_EMPTY_PROBES = 2  # workflow-task polls per example that may hold a full second
 MAX_RACES = 2  # races per example: each one with more pollers than ready tasks holds a second
 MAX_HEARTBEAT_RETRIES = 2  # heartbeat_then_fail per example: the hard history, then room for the other rules
+# Polls for a retry: one per task the model knows is ready (other ready tasks may come first), and one more.
+RETRY_PICKUP_POLLS = 2 * MAX_RUNS + 1
 MAX_CLOSES = 1  # run cancels/terminates per example: a closed run's activities can only be fenced after it
 START_TO_CLOSE = 2  # seconds: the "short timeout"; used only when it ends before the lease does
 ACTIVITY_TYPE = "conformance.act"
@@ -407,16 +409,26 @@ class ActivityMachine(MachineBase):
             self.report(a, who, "fail", kind=kind, detail=detail)
 
     @precondition(lambda self: self.world.running_any())
-    @rule(e=execs, kind=st.sampled_from(["retryable", "unlisted"]), detail=st.integers(0, 2**31), pickup=st.booleans())
-    def fail_retryable(self, e: Execution, kind: str, detail: int, pickup: bool) -> None:
+    @rule(
+        e=execs,
+        kind=st.sampled_from(["retryable", "unlisted"]),
+        detail=st.integers(0, 2**31),
+        pickup=st.booleans(),
+        beat=st.booleans(),
+    )
+    def fail_retryable(self, e: Execution, kind: str, detail: int, pickup: bool, beat: bool) -> None:
         """The owner fails a running attempt that has attempts left with a retryable failure (no type, or a type
-        the policy does not list): a retry. With ``pickup`` a worker then long-polls for the retry, which must
-        not arrive before its backoff."""
+        the policy does not list): a retry. With ``beat`` it heartbeats first (§11.6: the retry is still
+        attempt n + 1); with ``pickup`` a worker then long-polls for the retry, which must not arrive before
+        its backoff."""
         a = self.world.decisive_attempt(e, kind)
+        if beat:
+            renewed = self.report(a, "owner", "heartbeat")
+            if renewed is None or renewed[0] != "ok":
+                return
         res = self.report(a, "owner", "fail", kind=kind, detail=detail)
         if pickup and res is not None and res[0] == "ok" and a.end == "retry":
-            worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
-            self.adopt(self.poll_activity(worker, 2), worker)
+            self.pick_up_retry(a)
 
     @precondition(lambda self: self.heartbeat_retries < MAX_HEARTBEAT_RETRIES and bool(self.world.retryable()))
     @rule(e=execs, detail=st.integers(0, 2**31))
@@ -433,10 +445,22 @@ class ActivityMachine(MachineBase):
         res = self.report(a, "owner", "fail", kind="retryable", detail=detail)
         if res is None or res[0] != "ok" or a.end != "retry":
             return
-        worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
-        retry = self.adopt(self.poll_activity(worker, 2), worker)
-        if retry is not None and retry.execution is a.execution:
+        retry = self.pick_up_retry(a)
+        if retry is not None:
             self.report(retry, "owner", "heartbeat")
+
+    def pick_up_retry(self, a: Attempt) -> Attempt | None:
+        """Another worker long-polls for the retry of ``a``; the retry's attempt, or ``None`` when it did not
+        come (a lost answer, or the model lost track). Other ready tasks of the queue may come first: each is an
+        ordinary lease, judged and kept, and the worker polls on (the ones ``a``'s retry queued behind)."""
+        worker = self.workers[(self.workers.index(a.owner) + 1) % WORKERS]
+        for _ in range(min(RETRY_PICKUP_POLLS, self.world.ready_work(self.now()) + 1)):
+            got = self.adopt(self.poll_activity(worker, 2), worker)
+            if got is None or not a.execution.certain:
+                return None
+            if got.execution is a.execution:
+                return got
+        return None
 
     # Hypothesis draws rules uniformly: listed twice, this one is drawn twice as often (a hard history).
     heartbeat_then_fail_weight = heartbeat_then_fail
