@@ -56,9 +56,9 @@ SERVER_ARGS = ("--lease-seconds", "3", "--activity-lease-seconds", "3", "--query
 
 # Through --faults standard an example that meets a fault in its setup is discarded and replaced, lost answers cut
 # the hard histories short, and Hypothesis' swarm testing switches a hard-history rule off in some examples: the
-# activity machine's retry after a heartbeat came 2-8 times in 24 examples over four fault seeds (four runs
-# side by side on two cores), and not once in 24 on a loaded CI machine. The run stops at its first failure, so a budget that is
-# ample for the rarest history costs only the examples until the fault shows.
+# activity machine's retry after a heartbeat came 2-8 times in 24 examples over four fault seeds (four runs side
+# by side on two cores), and not once in 24 on a loaded CI machine. The run stops at its first failure, so a
+# budget ample for the rarest history costs only the examples until the fault shows.
 FAULT_EXAMPLES = 64
 
 
