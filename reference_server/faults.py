@@ -85,6 +85,11 @@ FAULTS: dict[str, Fault] = {
         "A repeated poll_request_id returns the same task but increments its workflow_task_attempt.",
         ("IDEMPOTENT-POLL-REPLAY",),
     ),
+    "replay-for-any-worker": Fault(
+        "The poll replay cache ignores the worker: another worker's poll with the same poll_request_id is answered"
+        " with the owner's lease.",
+        ("IDEMPOTENT-POLL-OTHER-WORKER",),
+    ),
     "poll-replay-forgotten-on-disconnect": Fault(
         "When the connection that carried a poll closes, the poll_request_id replay records of the polls answered"
         " on it are forgotten, so a retry after a lost answer (on a new connection) gets no replay.",

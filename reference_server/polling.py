@@ -115,15 +115,24 @@ def replayed_task(t: T, poll: Poll) -> str | None:
         return None
     key = poll.replay_key()
     row = t.one(
-        "SELECT task_id, attempt FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
+        "SELECT task_id, attempt, worker_id FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
         " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
         *key,
     )
+    if row is None and fault(t.settings, "replay-for-any-worker"):
+        # The bug: the cache is looked up without the worker, so another worker's poll reusing the
+        # poll_request_id is answered with the owner's lease.
+        row = t.one(
+            "SELECT task_id, attempt, worker_id FROM poll_requests WHERE namespace = ? AND kind = ?"
+            " AND task_queue = ? AND build_id = ? AND poll_request_id = ?",
+            *key[:4],
+            key[5],
+        )
     if row is None:
         return None
     live = t.db.execute(
         LIVE_LEASE[poll.kind],
-        {"task_id": row["task_id"], "worker": poll.worker_id, "now": t.now, "attempt": row["attempt"]},
+        {"task_id": row["task_id"], "worker": row["worker_id"], "now": t.now, "attempt": row["attempt"]},
     ).fetchone()
     if live is None:
         t.db.execute(
