@@ -98,6 +98,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.maxschedchunk = 1
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` starts one worker more than there are CPUs. Many of these tests spend much of their time
+    waiting rather than computing — on subprocesses, on a fault proxy's delays, on leases that run out in real
+    time — so one more worker keeps the CPUs busy through those waits. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still
+    decides when it is set (xdist's own hook reads it), and a conformance run started from this directory
+    (``--target``) keeps one worker per CPU."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.getoption("--target", default=None) is not None:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the whole-suite runs, then the other slow tests, then the rest (a stable sort), so that
     under ``-n`` the workers start with the long tests and finish together instead of one running a long test
