@@ -104,9 +104,11 @@ def append_event(
     workflow_command_id: str | None = None,
 ) -> int:
     """Append one event; sequences start at 1 and increase by exactly 1 (§8.2)."""
-    row = t.one("SELECT last_sequence FROM runs WHERE run_id = ?", run_id)
+    # The run's counter moves and answers its new value in one statement; the event takes that sequence in the same
+    # transaction, so the counter and the history never disagree.
+    row = t.one("UPDATE runs SET last_sequence = last_sequence + 1 WHERE run_id = ? RETURNING last_sequence", run_id)
     assert row is not None, run_id
-    seq = int(row["last_sequence"]) + 1
+    seq = int(row["last_sequence"])
     t.db.execute(
         "INSERT INTO history (run_id, sequence, event_id, event_type, payload, workflow_task_id,"
         " workflow_command_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -121,7 +123,6 @@ def append_event(
             t.now,
         ),
     )
-    t.db.execute("UPDATE runs SET last_sequence = ? WHERE run_id = ?", (seq, run_id))
     t.fx.run_changed.add(run_id)
     return seq
 

@@ -12,9 +12,9 @@ wire format (RFC 3339) is produced at the edge.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -48,12 +48,13 @@ def new_id(now_us: int | None = None) -> str:
     Upstream uses ULIDs for task, run, attempt and query-task ids (PROTOCOL.md §0); ids stay opaque.
     """
     ms = (now_us if now_us is not None else time.time_ns() // 1000) // 1000
-    value = (ms << 80) | secrets.randbits(80)
-    out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    # 26 characters of 5 bits are 130 bits: shifted left by 6, the 128-bit value fills 17 bytes whose first 130
+    # bits, in base32 (in C), are the ULID's characters in the RFC 4648 alphabet, translated to Crockford's.
+    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].translate(_TO_CROCKFORD).decode("ascii")
+
+
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
