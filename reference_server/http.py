@@ -60,7 +60,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType, TracebackType
@@ -740,22 +740,18 @@ class HttpServer:
     async def _run_handler(self, connection: _Connection, request: Request) -> tuple[object, bool]:
         """Run the handler while watching the socket; returns (result or ``_PEER_GONE``, peer closed).
 
-        Most handlers answer in their first step (a transaction runs without an ``await``): the socket is
-        watched only for a handler still running after it, such as a long poll, so the common request costs
-        no watcher task and no cancelled read."""
-        handler_task: asyncio.Task[object] = asyncio.create_task(
-            _call(self._handler, request), name=f"handler {request.method} {request.raw_path}"
-        )
+        Most handlers answer in their first step (a transaction runs without an ``await``), so that step runs
+        here, at once: the common request costs no task of its own, no turn of the event loop and no watcher.
+        Only a handler still running after it, such as a long poll, goes on in a task of its own while the
+        socket is watched. An exception of the first step propagates from here, as the task's would."""
+        coro = _call(self._handler, request)
         try:
-            # The handler's first step runs before this task resumes (the loop runs ready callbacks in order).
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:  # cancelled ourselves (server close)
-            await _cancel_and_wait(handler_task)
-            raise
-        if handler_task.done():
-            if handler_task.cancelled():
-                raise RuntimeError("the handler's task was cancelled although the client is still connected")
-            return handler_task.result(), False
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return stop.value, False
+        handler_task: asyncio.Task[object] = asyncio.create_task(
+            _resume(coro, yielded), name=f"handler {request.method} {request.raw_path}"
+        )
         watcher = asyncio.create_task(self._watch_for_disconnect(connection), name="disconnect watcher")
         try:
             waiting: set[asyncio.Task[Any]] = {handler_task, watcher}
@@ -886,6 +882,37 @@ async def _call(handler: Handler, request: Request) -> object:
     # Typed as ``object`` on purpose: the result is validated, not trusted.
     result: object = await handler(request)
     return result
+
+
+class _Resumed:
+    """Awaitable that goes on with a coroutine whose first step already ran and yielded ``yielded`` (what a
+    coroutine yields to its task: a future it waits on, or ``None`` to let the loop run once). The task that
+    awaits this sees the same yields, sends and throws the coroutine would have seen as the task's own
+    coroutine, so waiting, cancellation and exceptions behave as if it had been a task from the start."""
+
+    def __init__(self, coro: Coroutine[Any, Any, object], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, object]:
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # thrown in by the task (a cancellation): the coroutine gets it
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _resume(coro: Coroutine[Any, Any, object], yielded: Any) -> object:
+    return await _Resumed(coro, yielded)
 
 
 async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:

@@ -43,6 +43,12 @@ class App:
         self.queries.append(request.raw_query)
         if request.path == "/boom":
             raise RuntimeError("boom")
+        if request.path in ("/later", "/boom-later"):
+            # Not answered in the handler's first step: it goes on in a task of its own.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
+            if request.path == "/boom-later":
+                raise RuntimeError("boom later")
         if request.path == "/not-a-response":
             return "surprise"  # type: ignore[return-value]
         if request.path == "/slow":
@@ -380,6 +386,27 @@ def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptur
         run_async(scenario())
     failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
     assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom"]
+
+
+def test_a_handler_that_awaits_answers_and_its_later_exception_is_500(caplog: pytest.LogCaptureFixture) -> None:
+    """The shell runs a handler's first step at once and only then gives it a task: whatever follows an await
+    is answered the same way — its result, or its exception as a 500 with keep-alive intact."""
+
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get("/later?n=1"))
+            response = await read_response(reader)
+            assert (response.status, response.json()["query"]) == (200, {"n": "1"})
+            writer.write(get("/boom-later"))
+            response = await read_response(reader)
+            assert (response.status, response.json()["reason"]) == (500, "internal_error")
+            writer.write(get("/echo"))
+            assert (await read_response(reader)).status == 200
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run_async(scenario())
+    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom later"]
 
 
 def test_handler_returning_a_non_response_is_500(caplog: pytest.LogCaptureFixture) -> None:
