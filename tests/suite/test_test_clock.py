@@ -16,15 +16,25 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from suite.checks import polling
 from suite.client import Exchange, ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import Indeterminate
-from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer
-from suite.timing import GRACE_FACTOR, GRACE_FLOOR, HELD_GRACE, LATENCY_SAMPLES, REAL_TIME_REASONS, TargetClock
+from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS, EmbeddedServer, probe_cluster_info
+from suite.timing import (
+    GRACE_FACTOR,
+    GRACE_FLOOR,
+    HELD_GRACE,
+    LATENCY_SAMPLES,
+    REAL_TIME_REASONS,
+    TargetClock,
+    advertised_route,
+)
 from tests.conftest import ServerProcess, SuiteRun, run_suite
 
 # Checks whose every wait is time-driven: leases, timers, backoffs, timeouts and long-poll holds.
@@ -247,3 +257,46 @@ def test_two_xdist_workers_each_move_only_their_own_servers_clock(
     run = run_suite(shared.url, tmp_path / "shared", "-k", "long_poll_clamps_min", "-n", "2")
     assert _time(run)["real_time_reason"] == REAL_TIME_REASONS["shared"].format(n=2)
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+def test_a_redelivery_to_the_other_worker_is_no_replay_and_the_check_cannot_judge_it(
+    server_factory: Callable[..., ServerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``poll_replay_not_for_other_worker`` when the owner's lease runs out before the other worker's poll is
+    answered (a poll resent late under ``--faults``, a slow machine): the other worker gets the task as a
+    redelivery (attempt 2), which is not a replay of the owner's lease, and the owner holds no lease left to
+    judge. The check says it cannot judge (Indeterminate, so it runs again), never IDEMPOTENT-POLL-OTHER-WORKER.
+    The target's test clock makes the lease run out between the two polls."""
+    server = server_factory(*EMBEDDED_ARGS)
+    seen: list[dict[str, Any] | None] = []
+    real_poll = polling._poll
+    owner: list[str | None] = []
+
+    async def poll_late(ctx: CheckContext, kind: str, worker: str | None, *args: Any, **kwargs: Any) -> Reply:
+        if not owner:
+            owner.append(worker)
+        elif worker != owner[0]:
+            await ctx.wait(float(ctx.target.test_profile["workflow_task_lease_seconds"]) + 1)
+        reply = await real_poll(ctx, kind, worker, *args, **kwargs)
+        if worker != owner[0]:
+            seen.append(reply.body.get("task") if isinstance(reply.body, dict) else None)
+        return reply
+
+    monkeypatch.setattr(polling, "_poll", poll_late)
+
+    async def go() -> None:
+        target = TargetInfo(server.url, probe_cluster_info(server.url, None))
+        route = advertised_route(target.test_profile)
+        assert route is not None
+        target.clock = TargetClock(url=server.url + route, skips=True)
+        async with ProtocolClient(server.url) as client:
+            ctx = CheckContext(target=target, client=client, check_name="poll_replay_not_for_other_worker")
+            with pytest.raises(Indeterminate, match="expired before the other worker's poll"):
+                await polling.poll_replay_not_for_other_worker(ctx)
+
+    asyncio.run(go())
+    # The other worker really got the owner's task, as its second attempt: without the redelivery rule the check
+    # would have reported that lease as a replay handed to the wrong worker.
+    (task,) = seen
+    assert task is not None
+    assert task["workflow_task_attempt"] == 2
