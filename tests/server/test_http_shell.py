@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -368,6 +368,14 @@ async def test_400_on_garbage_request_line() -> None:
     assert body["error"] == body["message"]
 
 
+def _handler_errors_logged(caplog: pytest.LogCaptureFixture, scenario: Coroutine[Any, Any, None]) -> list[str]:
+    """Run ``scenario``; the messages of the handler exceptions the shell logged meanwhile."""
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run_async(scenario)
+    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
+    return [str(r.exc_info[1]) for r in failures if r.exc_info]
+
+
 def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         async with serving(App()) as server:
@@ -382,10 +390,7 @@ def test_handler_exception_is_500_and_serving_continues(caplog: pytest.LogCaptur
                 writer.write(get("/echo"))
                 assert (await read_response(reader)).status == 200
 
-    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run_async(scenario())
-    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
-    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom"]
+    assert _handler_errors_logged(caplog, scenario()) == ["boom"]
 
 
 def test_a_handler_that_awaits_answers_and_its_later_exception_is_500(caplog: pytest.LogCaptureFixture) -> None:
@@ -403,10 +408,7 @@ def test_a_handler_that_awaits_answers_and_its_later_exception_is_500(caplog: py
             writer.write(get("/echo"))
             assert (await read_response(reader)).status == 200
 
-    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
-        run_async(scenario())
-    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
-    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["boom later"]
+    assert _handler_errors_logged(caplog, scenario()) == ["boom later"]
 
 
 def test_handler_returning_a_non_response_is_500(caplog: pytest.LogCaptureFixture) -> None:
