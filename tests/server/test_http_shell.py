@@ -44,9 +44,12 @@ class App:
         if request.path == "/boom":
             raise RuntimeError("boom")
         if request.path in ("/later", "/boom-later"):
-            # Not answered in the handler's first step: it goes on in a task of its own.
+            # Not answered in the handler's first step: it goes on in a task of its own, which lets the loop run
+            # once (a bare yield) and then waits on a future the loop resolves.
             await asyncio.sleep(0)
-            await asyncio.sleep(0.01)
+            resolved = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(resolved.set_result, None)
+            await resolved
             if request.path == "/boom-later":
                 raise RuntimeError("boom later")
         if request.path == "/not-a-response":
