@@ -155,8 +155,10 @@ class MessageRun(RunShadow):
 # -- workflow tasks of a run ----------------------------------------------------------------------------
 
 
-def judge_slot(run: MessageRun, task_id: str, attempt: int, sent: datetime, margin: float) -> None:
-    """At most one open workflow task per run, and a live lease is never handed out again."""
+def judge_slot(run: MessageRun, task_id: str, attempt: int, received: datetime, margin: float) -> None:
+    """At most one open workflow task per run, and a live lease is never handed out again. ``received`` is when
+    the lease's answer arrived: the server granted it no later than that (a long poll sent while the current
+    lease was live may be granted the task once it expired)."""
     if not run.open:
         raise Violation(
             "CANCEL-NO-NEW-LEASES",
@@ -166,7 +168,7 @@ def judge_slot(run: MessageRun, task_id: str, attempt: int, sent: datetime, marg
         )
     current = run.task if run.slot is Slot.LEASED else None
     if current is not None:
-        _judge_lease_again(run, current, task_id, attempt, sent, margin)
+        _judge_lease_again(run, current, task_id, attempt, received, margin)
         return
     if run.slot is Slot.NONE:
         if run.coalesced:
@@ -187,7 +189,7 @@ def judge_slot(run: MessageRun, task_id: str, attempt: int, sent: datetime, marg
 
 
 def _judge_lease_again(
-    run: MessageRun, current: MessageTask, task_id: str, attempt: int, sent: datetime, margin: float
+    run: MessageRun, current: MessageTask, task_id: str, attempt: int, received: datetime, margin: float
 ) -> None:
     """A lease of a run whose task the model holds: only that task again, once its lease expired, as the
     next attempt (§9)."""
@@ -200,7 +202,7 @@ def _judge_lease_again(
             expected=f"no task, or {current.task_id} again once its lease expired",
             received=f"{task_id}#{attempt}",
         )
-    if current.expires > sent + timedelta(seconds=margin):
+    if current.expires > received + timedelta(seconds=margin):
         raise Violation(
             "LEASE-NOT-SHARED-WHILE-LIVE",
             f"task {task_id} was leased again while its lease to {current.owner} was live",

@@ -183,7 +183,7 @@ class QuerySignalMachine(QueryWorker):
     def adopt(self, polled: Polled, worker: str) -> TaskM:
         """Judge a granted workflow-task lease against the run's slot, record it, then read its history back
         in full and judge it by what the run had acknowledged before the poll left."""
-        task_obj, reply, sent = polled.task, polled.reply, polled.sent
+        task_obj, reply = polled.task, polled.reply
         assert task_obj is not None
         assert reply is not None
         run = self.leased_run(task_obj, worker, self.run_by_id, reply)
@@ -196,7 +196,7 @@ class QuerySignalMachine(QueryWorker):
             )
         if not run.uncertain:
             with self.judged(reply):
-                judge_slot(run, task_id, attempt, sent, self.MARGIN)
+                judge_slot(run, task_id, attempt, polled.received, self.MARGIN)
         task = self.task_by_id.get(task_id)
         if task is None:
             task = TaskM(task_id=task_id, run=run, attempt=attempt, owner=worker, expires=expires)
