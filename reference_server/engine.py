@@ -22,6 +22,7 @@ from suite.protocol.lifecycles import (
     LeaseEvent,
     RunEvent,
     RunStatus,
+    TaskStatus,
     lease_state_at,
 )
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
@@ -174,10 +175,15 @@ def history_page(db: sqlite3.Connection, run_id: str, after_sequence: int, limit
 
 
 def open_workflow_task(t: T, run_id: str) -> sqlite3.Row | None:
-    return t.one(
-        "SELECT * FROM workflow_tasks WHERE run_id = ? AND status IN ('ready', 'leased') ORDER BY created_at LIMIT 1",
-        run_id,
-    )
+    """The run's open (ready or leased) workflow task, if any. A run has at most one, and a task is only created
+    when the run has none open (:func:`wake_run`, a completion or a failure creating the follow-up after closing
+    its own task), so the open one is always the run's newest: one index entry is read, however many tasks the
+    run has had (``wt_of_run``; rowids only grow, since tasks are never deleted)."""
+    newest = t.one("SELECT * FROM workflow_tasks WHERE run_id = ? ORDER BY rowid DESC LIMIT 1", run_id)
+    return newest if newest is not None and newest["status"] in _OPEN_TASK_STATUSES else None
+
+
+_OPEN_TASK_STATUSES = frozenset({TaskStatus.READY.value, TaskStatus.LEASED.value})
 
 
 def wake_run(t: T, run_id: str, resume: Mapping[str, Any] | None = None, *, available_at: int | None = None) -> None:
