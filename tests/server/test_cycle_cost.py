@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from reference_server.app import Ctx
+from reference_server.engine import open_workflow_task
 from reference_server.http import json_bytes
 from reference_server.polling import Poll
 from reference_server.tx import T
@@ -141,6 +142,35 @@ def test_a_polls_cost_does_not_grow_with_the_backlog_of_its_queue(make: HarnessF
         counted.append(steps[0])
     small, large = counted
     assert large <= 1.1 * small, counted
+
+
+WAIT = {"type": "start_timer", "delay_seconds": 3600}  # a batch that leaves the run waiting
+
+
+def test_finding_a_runs_open_task_does_not_grow_with_the_tasks_it_had(make: HarnessFactory) -> None:
+    """Every wake asks for its run's open task. The run's tasks are indexed by run alone (a status in the key is
+    rewritten by every claim and completion), and the open one is the newest: a run that had 120 tasks is asked
+    in about the steps of one that had 3, whether its newest task is open or not (scanning the run's tasks for an
+    open one ran about ten times more)."""
+    counted: list[tuple[int, int]] = []
+    for tasks in (3, 120):
+        h = make()
+        h.register("w1")
+        h.start("wf-1")
+        for _ in range(tasks):
+            h.completed(h.lease("w1"), WAIT)  # the run waits, its task completed
+            h.signal("wf-1")  # a wake: the run's next task
+        run_id = h.rows("SELECT run_id FROM runs")[0]["run_id"]
+        assert len(h.rows("SELECT 1 FROM workflow_tasks WHERE run_id = ?", run_id)) == tasks + 1
+        with vm_steps(h) as open_steps:
+            assert h.server.run_tx(lambda t, run_id=run_id: open_workflow_task(t, run_id)) is not None
+        h.completed(h.lease("w1"), WAIT)
+        with vm_steps(h) as none_steps:
+            assert h.server.run_tx(lambda t, run_id=run_id: open_workflow_task(t, run_id)) is None
+        counted.append((open_steps[0], none_steps[0]))
+    (small_open, small_none), (large_open, large_none) = counted
+    assert large_open <= 1.1 * small_open, counted
+    assert large_none <= 1.1 * small_none, counted
 
 
 def test_a_claim_takes_the_oldest_ready_task_then_an_expired_lease_by_age(h: Harness) -> None:
