@@ -9,6 +9,7 @@ the ``kill -9`` tests of ``tests/integration``.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,11 +163,12 @@ def test_finding_a_runs_open_task_does_not_grow_with_the_tasks_it_had(make: Harn
             h.signal("wf-1")  # a wake: the run's next task
         run_id = h.rows("SELECT run_id FROM runs")[0]["run_id"]
         assert len(h.rows("SELECT 1 FROM workflow_tasks WHERE run_id = ?", run_id)) == tasks + 1
+        open_task = functools.partial(open_workflow_task, run_id=run_id)
         with vm_steps(h) as open_steps:
-            assert h.server.run_tx(lambda t, run_id=run_id: open_workflow_task(t, run_id)) is not None
+            assert h.server.run_tx(open_task) is not None
         h.completed(h.lease("w1"), WAIT)
         with vm_steps(h) as none_steps:
-            assert h.server.run_tx(lambda t, run_id=run_id: open_workflow_task(t, run_id)) is None
+            assert h.server.run_tx(open_task) is None
         counted.append((open_steps[0], none_steps[0]))
     (small_open, small_none), (large_open, large_none) = counted
     assert large_open <= 1.1 * small_open, counted
