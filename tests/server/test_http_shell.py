@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import h11
 import httpx
 import pytest
 
@@ -54,6 +55,10 @@ class App:
                 raise RuntimeError("boom later")
         if request.path == "/not-a-response":
             return "surprise"  # type: ignore[return-value]
+        if request.path == "/bad-header-value":
+            return Response(200, b"{}", [("X-Split", "one\r\nX-Injected: two")])
+        if request.path == "/bad-header-name":
+            return Response(200, b"{}", [("Bad Name", "value")])
         if request.path == "/slow":
             self.slow_started.set()
             try:
@@ -423,6 +428,68 @@ def test_handler_returning_a_non_response_is_500(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.ERROR, logger="reference_server.http"):
         run_async(scenario())
     assert any("unusable response" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("path", ["/bad-header-value", "/bad-header-name"])
+def test_a_response_with_an_illegal_header_is_500_and_nothing_of_it_is_sent(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shell frames responses itself: a header that would split the response (or is no token) is refused
+    before any byte is written, and the connection goes on."""
+
+    async def scenario() -> None:
+        async with serving(App()) as server, connect(server) as (reader, writer):
+            writer.write(get(path))
+            refused = await read_response(reader)
+            assert refused.status == 500
+            assert "x-injected" not in refused.headers
+            assert "bad name" not in refused.headers
+            writer.write(get("/echo?after=refused"))
+            assert (await read_response(reader)).json()["query"] == {"after": "refused"}
+
+    with caplog.at_level(logging.ERROR, logger="reference_server.http"):
+        run_async(scenario())
+    assert any("unusable response" in r.getMessage() for r in caplog.records)
+
+
+@scenario
+async def test_pipelined_answers_parse_with_a_strict_http_client() -> None:
+    """Every kind of answer, read back to back by h11 as a client: framed exactly (no stray or missing byte),
+    and the last one, to ``Connection: close``, ends the connection."""
+    requests = [
+        get("/echo?n=1"),
+        get("/echo?n=2").replace(b"GET", b"HEAD", 1),
+        get("/empty"),
+        post("/echo?n=4", b"four"),
+        get("/not-a-response"),
+        get("/echo?n=6", "Connection: close"),
+    ]
+    async with serving(App()) as server, connect(server) as (reader, writer):
+        writer.write(b"".join(requests))
+        client = h11.Connection(h11.CLIENT)
+        answers: list[tuple[int, bytes]] = []
+        for request in requests:
+            client.send(h11.Request(method=request.split(b" ", 1)[0], target="/", headers=[("Host", "test")]))
+            client.send(h11.EndOfMessage())
+            status, body = 0, b""
+            while True:
+                event = client.next_event()
+                if event is h11.NEED_DATA:
+                    client.receive_data(await within(reader.read(65536)))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+            answers.append((status, body))
+            if client.our_state is h11.DONE and client.their_state is h11.DONE:
+                client.start_next_cycle()
+        assert [status for status, _ in answers] == [200, 200, 204, 200, 500, 200]
+        assert json.loads(answers[3][1])["body"] == "four"
+        assert answers[1][1] == b""  # HEAD: the length of a GET's body, none of its bytes
+        assert client.their_state is h11.MUST_CLOSE
+        assert await read_eof(reader) == b""
 
 
 def test_error_responder_renders_shell_errors() -> None:
