@@ -12,7 +12,6 @@ wire format (RFC 3339) is produced at the edge.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sqlite3
@@ -48,13 +47,28 @@ def new_id(now_us: int | None = None) -> str:
     Upstream uses ULIDs for task, run, attempt and query-task ids (PROTOCOL.md §0); ids stay opaque.
     """
     ms = (now_us if now_us is not None else time.time_ns() // 1000) // 1000
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    # 26 characters of 5 bits are 130 bits: shifted left by 6, the 128-bit value fills 17 bytes whose first 130
-    # bits, in base32 (in C), are the ULID's characters in the RFC 4648 alphabet, translated to Crockford's.
-    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].translate(_TO_CROCKFORD).decode("ascii")
+    v = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    # 26 characters of 5 bits are 130 bits, the 128-bit value with two leading zero bits: 13 pairs of characters,
+    # each looked up by 10 bits (base64.b32encode is a Python loop in 3.11, and pads; this is a third of its time).
+    p = _PAIRS
+    return (
+        p[v >> 120]
+        + p[(v >> 110) & 1023]
+        + p[(v >> 100) & 1023]
+        + p[(v >> 90) & 1023]
+        + p[(v >> 80) & 1023]
+        + p[(v >> 70) & 1023]
+        + p[(v >> 60) & 1023]
+        + p[(v >> 50) & 1023]
+        + p[(v >> 40) & 1023]
+        + p[(v >> 30) & 1023]
+        + p[(v >> 20) & 1023]
+        + p[(v >> 10) & 1023]
+        + p[v & 1023]
+    )
 
 
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode("ascii"))
+_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)  # 10 bits → two Crockford characters
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
