@@ -197,9 +197,16 @@ def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
     also = (
         "attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?,"
         " seen_sequence = (SELECT last_sequence FROM runs WHERE runs.run_id = workflow_tasks.run_id),"
-        " resume_context = json_remove(resume_context, ?)"
+        # Only a context holding a deferred resume is parsed and rewritten (nearly every lease leaves it as it is).
+        " resume_context = CASE WHEN instr(resume_context, ?) THEN json_remove(resume_context, ?)"
+        " ELSE resume_context END"
     )
-    args = (poll.worker_id, t.now + t.settings.lease_seconds * US, f"$.{DEFERRED_RESUME_KEY}")
+    args = (
+        poll.worker_id,
+        t.now + t.settings.lease_seconds * US,
+        f'"{DEFERRED_RESUME_KEY}"',
+        f"$.{DEFERRED_RESUME_KEY}",
+    )
     moved = claim(t, WORKFLOW_TASKS, task_id, status, also=also, args=args)
     if moved is None:
         return None
@@ -474,9 +481,11 @@ def fail_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, An
 def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task, run = guarded_task(t, namespace, task_id, body)
     run_id = task["run_id"]
-    open_updates = [
-        r["update_id"] for r in t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
-    ]
+    # The run's open updates matter only to a batch that closes one (§8.7.1); most batches close none.
+    open_updates: list[str] = []
+    if _closes_an_update(body.get("commands")):
+        accepted = t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
+        open_updates = [r["update_id"] for r in accepted]
     if fault(t.settings, "accept-two-terminal") and isinstance(body.get("commands"), list):
         ends = [c for c in body["commands"] if isinstance(c, dict) and c.get("type") in cmdmodel.TERMINAL_TYPES]
         body = {**body, "commands": [c for c in body["commands"] if not any(c is e for e in ends[1:])]}
@@ -516,6 +525,13 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
         "created_task_ids": created,
         "reason": None,
     }
+
+
+def _closes_an_update(commands: object) -> bool:
+    """Whether a batch, as sent, holds a ``complete_update`` or ``fail_update`` (valid or not: validation decides)."""
+    return isinstance(commands, list) and any(
+        isinstance(c, dict) and c.get("type") in ("complete_update", "fail_update") for c in commands
+    )
 
 
 def _after_open_batch(t: T, task: sqlite3.Row, run: sqlite3.Row, new_events_arrived: bool, created: list[str]) -> None:

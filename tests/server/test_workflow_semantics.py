@@ -772,6 +772,24 @@ def test_events_during_a_lease_make_exactly_one_follow_up_task(h: Harness) -> No
     assert h.describe("wf-1")["status"] == "waiting"
 
 
+def test_a_redelivery_forgets_the_wake_its_history_shows(h: Harness) -> None:
+    """§8.3: a signal during a lease is kept for the follow-up task; when that lease expires instead, the
+    redelivery's history shows the signal, so the next follow-up names what arrived after it, not the signal."""
+    run_id = h.start("wf-1")
+    task = h.lease()
+    h.signal("wf-1", "a")
+    h.clock.advance(61)  # the 60 s lease expired
+    again = h.lease()
+    assert (again["task_id"], again["workflow_task_attempt"]) == (task["task_id"], 2)
+    assert [e["event_type"] for e in again["history_events"]][-1] == "SignalReceived"
+    second = h.signal("wf-1", "b")  # during the redelivery's lease
+    h.completed(again, WAIT)
+    [follow_up] = h.open_tasks(run_id)
+    nxt = h.lease()
+    assert nxt["task_id"] == follow_up["task_id"]
+    assert (nxt["workflow_signal_id"], nxt["signal_name"]) == (second["signal_id"], "b")
+
+
 @pytest.mark.parametrize("first", ["activity", "signal"])
 def test_the_follow_up_task_names_the_first_event_of_the_lease(h: Harness, first: str) -> None:
     """§8.3: the resume context names what woke the task. A task leased for signal ``s0`` that sees an activity
