@@ -8,9 +8,12 @@ handling relies on (``suite.client.LOST_ANSWER``: the answer was lost; anything 
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -261,3 +264,41 @@ def test_a_proxy_of_the_environment_keeps_httpx_own_transport(monkeypatch: pytes
     assert not direct_http("http://127.0.0.1:8080")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert direct_http("http://127.0.0.1:8080")
+
+
+class _Lookups(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing and records what was looked for: an import of a module not yet loaded."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
+        self.names.append(fullname)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        *clients(),
+        # httpx's own transport: an https target's, a proxied target's (above), the benchmark's client.
+        pytest.param(httpx.AsyncClient, id="httpx-own-transport"),
+    ],
+)
+def test_a_request_imports_nothing(make: Callable[[], Any]) -> None:
+    """httpcore imports ``sniffio`` in every request to tell asyncio from trio; anyio no longer brings it in,
+    and an import that fails is looked for along the whole of ``sys.path`` again each time (four times a
+    request, about 0.1 ms each). The suite depends on ``sniffio`` so that the import is found once."""
+    lookups = _Lookups()
+
+    async def go() -> None:
+        async with peer(keep_alive) as (url, _), make() as client:
+            await _get(client, url)  # the first request may import what it needs, once
+            sys.meta_path.insert(0, lookups)
+            try:
+                for _ in range(5):
+                    assert (await _get(client, url)).status_code == 200
+            finally:
+                sys.meta_path.remove(lookups)
+
+    run(go())
+    assert lookups.names == []
