@@ -528,9 +528,9 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
 
 
 def _closes_an_update(commands: object) -> bool:
-    """Whether a batch, as sent, holds a ``complete_update`` or ``fail_update`` (valid or not: validation decides)."""
+    """Whether a batch, as sent, holds a command that closes an update (valid or not: validation decides)."""
     return isinstance(commands, list) and any(
-        isinstance(c, dict) and c.get("type") in ("complete_update", "fail_update") for c in commands
+        isinstance(c, dict) and c.get("type") in cmdmodel.UPDATE_CLOSING_TYPES for c in commands
     )
 
 

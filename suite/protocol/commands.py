@@ -75,6 +75,7 @@ __all__ = [
     "SUPPORTED_PAYLOAD_CODECS",
     "TERMINAL_TYPES",
     "TIMEOUT_TYPES",
+    "UPDATE_CLOSING_TYPES",
     "WORKFLOW_ID_MAX_LENGTH",
     "WORKFLOW_TASK_FENCE",
     "ActivityFailure",
@@ -105,6 +106,8 @@ __all__ = [
 
 # §5.2 `supported_workflow_task_commands`: "Terminal types first, then non-terminal" in S0's order.
 TERMINAL_TYPES: Final[tuple[str, ...]] = ("complete_workflow", "fail_workflow", "continue_as_new")
+# Commands that close an accepted update (§8.7.1): valid only for an update open on the run.
+UPDATE_CLOSING_TYPES: Final[tuple[str, ...]] = ("complete_update", "fail_update")
 NON_TERMINAL_TYPES: Final[tuple[str, ...]] = (
     "schedule_activity",
     "start_timer",
@@ -764,7 +767,7 @@ def _check_batch_semantics(
             )
     open_updates = set(open_update_ids)
     for command in parsed:
-        if command.type in ("complete_update", "fail_update"):
+        if command.type in UPDATE_CLOSING_TYPES:
             # §8.7.1: "The update must be accepted and open for this run, otherwise it is invalid".
             update_id = command.fields["update_id"]
             if update_id in open_updates:
