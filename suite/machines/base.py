@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis import note as _hypothesis_note
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import HypothesisException, InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine
 
 from suite.client import ProtocolClient, Reply
@@ -51,7 +51,7 @@ from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, jud
 
 from .world import CLOSE_EVENTS, RunShadow
 
-__all__ = ["EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
+__all__ = ["ESCAPED", "EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
 
 R = TypeVar("R")
 RunT = TypeVar("RunT", bound=RunShadow)
@@ -67,6 +67,11 @@ LEDGER: dict[str, Counter[str]] = {}
 FOUND: list[CheckFailure] = []
 # Every time a step could not go on because a fault left an outcome unknown (the example is then discarded).
 UNKNOWN: list[Indeterminate] = []
+# Every exception that ended an example of a machine in this process, in order, whatever raised it: the first
+# execution of a failing example and Hypothesis' replay of it each add theirs. Under --faults the replay meets
+# other faults and may go another way, and Hypothesis then raises Flaky* in place of what the example raised;
+# this list keeps what it raised.
+ESCAPED: list[BaseException] = []
 
 
 def note(text: str) -> None:
@@ -517,7 +522,24 @@ class MachineBase(RuleBasedStateMachine):
             return page_of(reply.json(), after=previous.next_after, page_size=style.page)
 
     def teardown(self) -> None:
+        # Hypothesis calls teardown in the ``finally`` of an example, so an exception that ends the example is the
+        # one being handled here. Only one raised through this machine's own code is the example's: a teardown
+        # after a passing example may run while an exception of Hypothesis' engine is being handled further up.
+        # Hypothesis' own exceptions (a rejected example, a draw that went another way, the end of a test case)
+        # are its control flow, not what the example raised.
+        ending = sys.exc_info()[1]
+        if isinstance(ending, Exception) and not isinstance(ending, HypothesisException) and self._raised_here(ending):
+            ESCAPED.append(ending)
         try:
             self.run(self.client.aclose())
         finally:
             self.loop.close()
+
+    def _raised_here(self, exc: BaseException) -> bool:
+        """Whether ``exc`` went through a method of this machine (a rule, an invariant, or what they called)."""
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_locals.get("self") is self:
+                return True
+            tb = tb.tb_next
+        return False

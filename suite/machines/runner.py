@@ -29,7 +29,7 @@ from suite.context import TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotCovered, Record, Verdict, broken
 from suite.protocol.requirements import REGISTRY, applicable
 
-from .base import FOUND, LEDGER, UNKNOWN, MachineBase
+from .base import ESCAPED, FOUND, LEDGER, UNKNOWN, MachineBase
 
 __all__ = ["MachineBudget", "MachineResult", "run_machine"]
 
@@ -137,19 +137,25 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
     for i in range(2 * budget.examples):
         if completed >= budget.examples:
             break
-        unknown_before = len(UNKNOWN)
+        unknown_before, escaped_before = len(UNKNOWN), len(ESCAPED)
         exc = _run(bound, budget.seed * 1009 + i, one)
         if exc is None:
             completed += 1
             continue
+        # When Hypothesis' replay of a failing example went another way (Flaky*), what the example raised in its
+        # first execution is what happened: a violation the client found is a failure, and anything else is
+        # reported as itself, not as the replay's inconsistency.
+        first = ESCAPED[escaped_before] if _is_flaky(exc) and len(ESCAPED) > escaped_before else None
         # A step met an unknown outcome; what Hypothesis raised is that, or its replay that went another way
         # under other faults (Flaky*).
         met_unknown = len(UNKNOWN) > unknown_before
-        harmless = _is_flaky(exc) and (met_unknown or not faulty)
-        if not FOUND and (harmless or (faulty and met_unknown and _only_indeterminate(exc))):
-            discarded += 1
-            continue
-        return exc
+        if not FOUND and _failure_of(first) is None:
+            unknown_first = first is not None and _only_indeterminate(first)
+            harmless = _is_flaky(exc) and (met_unknown or unknown_first or not faulty)
+            if harmless or (faulty and met_unknown and _only_indeterminate(exc)):
+                discarded += 1
+                continue
+        return first if first is not None and not FOUND else exc
     if discarded:
         LEDGER.setdefault(name, Counter())["example_discarded_by_faults" if faulty else "example_discarded"] += (
             discarded
@@ -163,6 +169,11 @@ def _message(outcome: BaseException, failure: CheckFailure | None, steps: str) -
     message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
     for inner in outcome.exceptions if isinstance(outcome, BaseExceptionGroup) else ():
         message += "\n  caused by: " + "".join(traceback.format_exception(inner)).strip()
+    own = not isinstance(outcome, HarnessError | BaseExceptionGroup) and not _is_flaky(outcome)
+    if own and outcome.__traceback__ is not None:
+        # Not a problem the harness named (the target unreachable, an answer lost): a fault of the machine's own
+        # code, which its last frames locate.
+        message += "\n" + "".join(traceback.format_tb(outcome.__traceback__)[-6:]).rstrip()
     return message
 
 

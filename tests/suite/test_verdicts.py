@@ -17,12 +17,14 @@ from typing import ClassVar
 import pytest
 
 from suite.context import TargetInfo
+from suite.machines.base import MachineBase
 from suite.outcomes import (
     EXIT_CODES,
     EXIT_HARNESS_ERROR,
     EXIT_INCOMPLETE_CERTIFY,
     CheckFailure,
     HarnessError,
+    Indeterminate,
     NotCovered,
     RunVerdict,
     Unimplemented,
@@ -258,6 +260,74 @@ def test_a_machine_whose_examples_the_targets_timing_made_flaky_runs_them_again_
     assert [r.verdict for r in result.records] == [Verdict.PASSED]
     assert result.records[0].ledger is not None
     assert result.records[0].ledger["examples_rerun_one_by_one"] == 1
+
+
+def _replayed_another_way(first: BaseException, replay: BaseException) -> tuple[type[MachineBase], list[int]]:
+    """A machine whose first example raises ``first`` after one draw, and whose replay of it (Hypothesis re-runs a
+    failing example to report it) raises ``replay`` before drawing: the replay stops drawing earlier, so
+    Hypothesis raises FlakyStrategyDefinition in place of ``first`` — what a fault proxy does to a machine whose
+    failing example meets other faults when it is replayed. Later examples pass."""
+    from hypothesis import strategies as st
+    from hypothesis.stateful import rule
+
+    executions = [0]
+
+    class Replayed(MachineBase):
+        name = "replayed"
+        REQUIREMENTS: ClassVar[dict[str, str | None]] = {"VERSION-TRIM": None}
+
+        @rule(data=st.data())
+        def step(self, data: st.DataObject) -> None:
+            executions[0] += 1
+            if executions[0] == 1:
+                data.draw(st.booleans())
+                raise first
+            if executions[0] == 2:
+                raise replay
+
+    return Replayed, executions
+
+
+FAULTY = TargetInfo(url="http://127.0.0.1:1", cluster_info={"worker_protocol": {}}, fault_ledger=object())
+
+
+def test_under_faults_a_replay_that_went_another_way_reports_what_the_example_raised() -> None:
+    """The first execution's harness problem is the machine's outcome, named as itself: not Hypothesis'
+    "Inconsistent data generation", which only says that the replay met other faults."""
+    from suite.machines.runner import MachineBudget, run_machine
+
+    machine, executions = _replayed_another_way(HarnessError("the test clock did not move"), HarnessError("other"))
+    result = run_machine(machine, FAULTY, MachineBudget(examples=2, steps=3, seed=1, shrink=False), None)
+    assert executions[0] == 2
+    assert result.failed
+    assert [r.verdict for r in result.records] == [Verdict.ERROR]
+    assert "the test clock did not move" in result.message
+    assert "Inconsistent data generation" not in result.message
+
+
+def test_under_faults_a_violation_the_replay_did_not_repeat_is_still_a_failure() -> None:
+    """A violation raised where the machine's own judging does not record it (the client's judgment of a resent
+    or duplicated request) is the target's failure, even when the replay went another way."""
+    from suite.machines.runner import MachineBudget, run_machine
+
+    violation = CheckFailure("the resent poll was answered with another task", requirement="VERSION-TRIM")
+    machine, _ = _replayed_another_way(violation, HarnessError("other"))
+    result = run_machine(machine, FAULTY, MachineBudget(examples=2, steps=3, seed=1, shrink=False), None)
+    assert [(r.verdict, r.failed_requirement) for r in result.records] == [(Verdict.FAILED, "VERSION-TRIM")]
+    assert "the resent poll was answered with another task" in result.message
+
+
+def test_under_faults_an_example_an_unknown_outcome_stopped_is_discarded_wherever_it_was_raised() -> None:
+    """An unknown outcome ends the example without a verdict, also when it was raised outside ``run`` (so the
+    machine did not count it): the example is discarded and another one runs."""
+    from suite.machines.runner import MachineBudget, run_machine
+
+    machine, executions = _replayed_another_way(Indeterminate("the answer was lost"), Indeterminate("lost again"))
+    result = run_machine(machine, FAULTY, MachineBudget(examples=2, steps=3, seed=1, shrink=False), None)
+    assert not result.failed, result.message
+    assert [r.verdict for r in result.records] == [Verdict.PASSED]
+    assert result.records[0].ledger == {"example_discarded_by_faults": 1}
+    assert executions[0] > 2  # the examples after the discarded one ran
 
 
 def _name_of(requirement: str) -> str:
