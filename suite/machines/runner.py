@@ -100,12 +100,17 @@ def _explore(
     faulty = target.fault_ledger is not None
     with with_reporter(lambda text: reported.append(str(text))):
         if not faulty:
+            escaped_before = len(ESCAPED)
             outcome = _run(bound, budget.seed, _settings(budget))
             # A precondition reads the model, which the target's answers shape; when the target's timing makes
             # one choice sequence take two paths, Hypothesis' data tree raises Flaky* although nothing was
-            # violated. That is neither a verdict nor a harness fault: the examples run again one by one.
+            # violated. That is neither a verdict nor a harness fault: the examples run again one by one —
+            # unless an example did raise a violation on the way (a check of the context's, not the machine's).
             if outcome is None or FOUND or not _is_flaky(outcome):
                 return outcome, reported
+            violation = _escaped_violation(escaped_before)
+            if violation is not None:
+                return violation, reported
             LEDGER.setdefault(name, Counter())["examples_rerun_one_by_one"] += 1
         outcome = _one_by_one(bound, budget, name, faulty)
     return outcome, reported
@@ -128,7 +133,8 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
     sequence behave two ways: there a failure is reported as found (shrinking would replay it under other
     faults), and an example a fault left unable to go on (a setup step whose answer was lost: Indeterminate)
     is discarded and another one runs instead, up to twice the budget. Without faults an example whose replay
-    went another way without a violation is discarded the same way.
+    went another way without a violation is discarded the same way. When the replay went another way, the example
+    is judged by what its first execution raised (``ESCAPED``), never by Hypothesis' Flaky* in its place.
     """
     settings = _settings(budget)
     one = hypothesis_settings(settings, max_examples=1, phases=(Phase.generate,) if faulty else settings.phases)
@@ -142,24 +148,39 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
         if exc is None:
             completed += 1
             continue
-        # When Hypothesis' replay of a failing example went another way (Flaky*), what the example raised in its
-        # first execution is what happened: a violation the client found is a failure, and anything else is
-        # reported as itself, not as the replay's inconsistency.
-        first = ESCAPED[escaped_before] if _is_flaky(exc) and len(ESCAPED) > escaped_before else None
+        first: BaseException | None = None
+        if _is_flaky(exc) and not FOUND:
+            # Hypothesis' replay of a failing example went another way (under --faults: met other faults) and
+            # Flaky* took the place of what the example raised. A violation raised on the way (one the client or
+            # the context found, not the machine's own judging) is the target's failure; otherwise what the
+            # example raised in its first execution is the outcome, not the replay's inconsistency.
+            violation = _escaped_violation(escaped_before)
+            if violation is not None:
+                return violation
+            if len(ESCAPED) > escaped_before:
+                first = ESCAPED[escaped_before]
         # A step met an unknown outcome; what Hypothesis raised is that, or its replay that went another way
         # under other faults (Flaky*).
         met_unknown = len(UNKNOWN) > unknown_before
-        if not FOUND and _failure_of(first) is None:
-            unknown_first = first is not None and _only_indeterminate(first)
-            harmless = _is_flaky(exc) and (met_unknown or unknown_first or not faulty)
-            if harmless or (faulty and met_unknown and _only_indeterminate(exc)):
-                discarded += 1
-                continue
-        return first if first is not None and not FOUND else exc
+        unknown_first = first is not None and _only_indeterminate(first)
+        harmless = _is_flaky(exc) and (met_unknown or unknown_first or not faulty)
+        if not FOUND and (harmless or (faulty and met_unknown and _only_indeterminate(exc))):
+            discarded += 1
+            continue
+        return first if first is not None else exc
     if discarded:
         LEDGER.setdefault(name, Counter())["example_discarded_by_faults" if faulty else "example_discarded"] += (
             discarded
         )
+    return None
+
+
+def _escaped_violation(since: int) -> CheckFailure | None:
+    """The first violation among what ended the examples since ``ESCAPED[since]``."""
+    for exc in ESCAPED[since:]:
+        found = _failure_of(exc)
+        if found is not None:
+            return found
     return None
 
 

@@ -317,6 +317,20 @@ def test_under_faults_a_violation_the_replay_did_not_repeat_is_still_a_failure()
     assert "the resent poll was answered with another task" in result.message
 
 
+def test_a_violation_whose_replay_went_another_way_is_a_failure_without_faults_too() -> None:
+    """Without faults a replay that goes another way sends the machine's examples to run again one by one; a
+    violation the first execution raised (a check of the context's, so not the machine's own record) is still
+    the target's failure, not lost among examples that pass."""
+    from suite.machines.runner import MachineBudget, run_machine
+
+    violation = CheckFailure("the poll answered without poll_status", requirement="VERSION-TRIM")
+    machine, _ = _replayed_another_way(violation, HarnessError("other"))
+    target = TargetInfo(url="http://127.0.0.1:1", cluster_info={"worker_protocol": {}})
+    result = run_machine(machine, target, MachineBudget(examples=2, steps=3, seed=1), None)
+    assert [(r.verdict, r.failed_requirement) for r in result.records] == [(Verdict.FAILED, "VERSION-TRIM")]
+    assert "the poll answered without poll_status" in result.message
+
+
 def test_under_faults_an_example_an_unknown_outcome_stopped_is_discarded_wherever_it_was_raised() -> None:
     """An unknown outcome ends the example without a verdict, also when it was raised outside ``run`` (so the
     machine did not count it): the example is discarded and another one runs."""
