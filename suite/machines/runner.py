@@ -58,6 +58,7 @@ def run_machine(
     """Run ``cls`` against ``target`` within ``budget``; one record per requirement the machine judges."""
     LEDGER[cls.name] = Counter()
     FOUND.clear()
+    ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
     started = time.monotonic()
     outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
     failure = _failure_of(outcome)
@@ -143,7 +144,8 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
     for i in range(2 * budget.examples):
         if completed >= budget.examples:
             break
-        unknown_before, escaped_before = len(UNKNOWN), len(ESCAPED)
+        ESCAPED.clear()  # what ended the examples before (and the machines it holds) was judged already
+        unknown_before = len(UNKNOWN)
         exc = _run(bound, budget.seed * 1009 + i, one)
         if exc is None:
             completed += 1
@@ -154,11 +156,11 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
             # Flaky* took the place of what the example raised. A violation raised on the way (one the client or
             # the context found, not the machine's own judging) is the target's failure; otherwise what the
             # example raised in its first execution is the outcome, not the replay's inconsistency.
-            violation = _escaped_violation(escaped_before)
+            violation = _escaped_violation(0)
             if violation is not None:
                 return violation
-            if len(ESCAPED) > escaped_before:
-                first = ESCAPED[escaped_before]
+            if ESCAPED:
+                first = ESCAPED[0]
         # A step met an unknown outcome; what Hypothesis raised is that, or its replay that went another way
         # under other faults (Flaky*).
         met_unknown = len(UNKNOWN) > unknown_before
@@ -168,6 +170,7 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
             discarded += 1
             continue
         return first if first is not None else exc
+    ESCAPED.clear()
     if discarded:
         LEDGER.setdefault(name, Counter())["example_discarded_by_faults" if faulty else "example_discarded"] += (
             discarded
