@@ -67,10 +67,10 @@ LEDGER: dict[str, Counter[str]] = {}
 FOUND: list[CheckFailure] = []
 # Every time a step could not go on because a fault left an outcome unknown (the example is then discarded).
 UNKNOWN: list[Indeterminate] = []
-# Every exception that ended an example of a machine in this process, in order, whatever raised it: the first
+# Every exception that ended an example of the machine being run, in order, whatever raised it: the first
 # execution of a failing example and Hypothesis' replay of it each add theirs. Under --faults the replay meets
 # other faults and may go another way, and Hypothesis then raises Flaky* in place of what the example raised;
-# this list keeps what it raised.
+# this list keeps what it raised. The runner clears it once it judged the examples (it holds their machines).
 ESCAPED: list[BaseException] = []
 
 
