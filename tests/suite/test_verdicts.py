@@ -305,6 +305,18 @@ def test_under_faults_a_replay_that_went_another_way_reports_what_the_example_ra
     assert "Inconsistent data generation" not in result.message
 
 
+def test_a_fault_of_the_machines_own_code_is_located_by_its_last_frames() -> None:
+    """An exception the harness did not name (a bug in the machine's own bookkeeping) is a harness error whose
+    message ends with the frames that raised it, so it can be found without rerunning."""
+    from suite.machines.runner import MachineBudget, run_machine
+
+    machine, _ = _replayed_another_way(KeyError("bookkeeping"), HarnessError("other"))
+    result = run_machine(machine, FAULTY, MachineBudget(examples=2, steps=3, seed=1, shrink=False), None)
+    assert [r.verdict for r in result.records] == [Verdict.ERROR]
+    assert result.message.startswith("KeyError: 'bookkeeping'")
+    assert ", in step\n" in result.message  # the rule of _replayed_another_way that raised it
+
+
 def test_under_faults_a_violation_the_replay_did_not_repeat_is_still_a_failure() -> None:
     """A violation raised where the machine's own judging does not record it (the client's judgment of a resent
     or duplicated request) is the target's failure, even when the replay went another way."""
