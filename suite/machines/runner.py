@@ -101,7 +101,6 @@ def _explore(
     faulty = target.fault_ledger is not None
     with with_reporter(lambda text: reported.append(str(text))):
         if not faulty:
-            escaped_before = len(ESCAPED)
             outcome = _run(bound, budget.seed, _settings(budget))
             # A precondition reads the model, which the target's answers shape; when the target's timing makes
             # one choice sequence take two paths, Hypothesis' data tree raises Flaky* although nothing was
@@ -109,7 +108,7 @@ def _explore(
             # unless an example did raise a violation on the way (a check of the context's, not the machine's).
             if outcome is None or FOUND or not _is_flaky(outcome):
                 return outcome, reported
-            violation = _escaped_violation(escaped_before)
+            violation = _escaped_violation()
             if violation is not None:
                 return violation, reported
             LEDGER.setdefault(name, Counter())["examples_rerun_one_by_one"] += 1
@@ -156,7 +155,7 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
             # Flaky* took the place of what the example raised. A violation raised on the way (one the client or
             # the context found, not the machine's own judging) is the target's failure; otherwise what the
             # example raised in its first execution is the outcome, not the replay's inconsistency.
-            violation = _escaped_violation(0)
+            violation = _escaped_violation()
             if violation is not None:
                 return violation
             if ESCAPED:
@@ -178,9 +177,9 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
     return None
 
 
-def _escaped_violation(since: int) -> CheckFailure | None:
-    """The first violation among what ended the examples since ``ESCAPED[since]``."""
-    for exc in ESCAPED[since:]:
+def _escaped_violation() -> CheckFailure | None:
+    """The first violation among what ended the examples being judged (``ESCAPED`` is cleared before each run)."""
+    for exc in ESCAPED:
         found = _failure_of(exc)
         if found is not None:
             return found
