@@ -8,11 +8,14 @@ driven through each server's handler without sockets, so what is counted is the 
 * **WAL pages** — pages appended to the write-ahead log per cycle (the WAL file's growth, with automatic
   checkpoints off for the measurement only), i.e. what the two fsyncs of a cycle write;
 * **CPU** — ``time.process_time`` per cycle, the handler path only (no HTTP framing, no scheduler loop).
+  ``--pause-ms`` sleeps that long before each timed cycle, as a server with one worker idles between its
+  requests: the same work then shows what it costs when it starts cold.
 
 ::
 
     python bench/cycle_cost.py                      # both servers, 1000 cycles each, on /dev/shm when present
     python bench/cycle_cost.py --server reference --cycles 3000 --profile   # + the top of a cProfile
+    python bench/cycle_cost.py --pause-ms 1                                  # each timed cycle after 1 ms idle
 
 Counts are exact; the CPU figure is a measurement (load-dependent). Speed is never asserted in tests.
 """
@@ -96,7 +99,7 @@ async def cycle(call: Call) -> None:
         raise RuntimeError(f"the completion was refused: {status} {doc}")
 
 
-async def measure(kind: str, directory: str, cycles: int, profile: bool) -> dict[str, Any]:
+async def measure(kind: str, directory: str, cycles: int, profile: bool, pause_ms: float = 0.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dw-cycle-cost-", dir=directory) as tmp:
         path = Path(tmp) / "cycle.sqlite"
         call, db = reference(path) if kind == "reference" else minimal(path)
@@ -122,12 +125,15 @@ async def measure(kind: str, directory: str, cycles: int, profile: bool) -> dict
         wal_after = wal.stat().st_size
         db.set_trace_callback(None)
 
-        # Timed: the other half of the runs, nothing traced.
+        # Timed: the other half of the runs, nothing traced. A pause is a blocking sleep: the process idles (as a
+        # server waiting for its one worker's next request), and process_time does not count it.
         profiler = cProfile.Profile() if profile else None
         began = time.process_time()
         if profiler is not None:
             profiler.enable()
         for _ in range(cycles):
+            if pause_ms:
+                time.sleep(pause_ms / 1000)
             await cycle(call)
         if profiler is not None:
             profiler.disable()
@@ -142,6 +148,7 @@ async def measure(kind: str, directory: str, cycles: int, profile: bool) -> dict
         "statements_by_kind": {k: round(v / cycles, 2) for k, v in sorted(seen.items())},
         "wal_pages_per_cycle": round(frames / cycles, 2),
         "cpu_ms_per_cycle": round(1000 * cpu / cycles, 3),
+        "pause_ms": pause_ms,
     }
 
 
@@ -155,9 +162,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Where the database lives (default /dev/shm when present: fsync costs nothing there).",
     )
     p.add_argument("--profile", action="store_true", help="Print the top of a cProfile of the timed cycles.")
+    p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="Idle this many milliseconds before each timed cycle (default 0: a tight loop).",
+    )
     args = p.parse_args(argv)
     if args.cycles < 1:
         p.error("--cycles must be >= 1")
+    if not 0 <= args.pause_ms <= 1000:
+        p.error("--pause-ms must be between 0 and 1000")
     return args
 
 
@@ -166,11 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
     results = []
     for kind in kinds:
-        result = asyncio.run(measure(kind, args.dir, args.cycles, args.profile))
+        result = asyncio.run(measure(kind, args.dir, args.cycles, args.profile, args.pause_ms))
         results.append(result)
         print(
             f"{kind:>9}: {result['statements_per_cycle']} statements, {result['wal_pages_per_cycle']} WAL pages, "
-            f"{result['cpu_ms_per_cycle']} ms CPU per cycle (in process, {args.cycles} cycles)",
+            f"{result['cpu_ms_per_cycle']} ms CPU per cycle (in process, {args.cycles} cycles"
+            f"{f', {args.pause_ms:g} ms idle before each' if args.pause_ms else ''})",
             flush=True,
         )
     print(json.dumps({"benchmark": "cycle_cost", "results": results}, separators=(",", ":")))
