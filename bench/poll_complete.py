@@ -274,6 +274,14 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     return result
 
 
+def pair_ratios(runs: Sequence[dict[str, Any]], concurrency: int) -> list[float]:
+    """Reference / minimal cycles per second of each round (the two servers measured back to back), in order."""
+    mine = [r for r in runs if r["concurrency"] == concurrency]
+    reference = [r["cycles_per_second"] for r in mine if r["server"] == "reference"]
+    minimal = [r["cycles_per_second"] for r in mine if r["server"] == "minimal"]
+    return [round(a / b, 3) for a, b in zip(reference, minimal, strict=True) if b > 0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
@@ -297,11 +305,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row[f"{kind}_{side}_cpu_ms_per_cycle"] = round(statistics.median(cpu), 3) if cpu else None
         if len(kinds) == 2 and row["minimal"] > 0:
             row["ratio"] = round(row["reference"] / row["minimal"], 3)
+            # Each round measured the two servers back to back: its own ratio is untouched by the machine's load
+            # changing between rounds, which the ratio of the medians is not (one slow minimal round lifts it).
+            pairs = pair_ratios(runs, concurrency)
+            row["pair_ratios"] = pairs
+            row["pair_ratio_median"] = round(statistics.median(pairs), 3) if pairs else None
             print(
                 f"{concurrency} workers: reference {row['reference']} / minimal {row['minimal']} cycles/s "
                 f"(medians of {args.rounds}) = {row['ratio']:.2f} × (CPU per cycle: server "
                 f"{row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
-                f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms)"
+                f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms); "
+                f"round by round {', '.join(f'{r:.2f}' for r in pairs)} × (median {row['pair_ratio_median']:.2f} ×)"
             )
         summary.append(row)
     print(json.dumps({"benchmark": "poll_complete", "summary": summary, "runs": runs}, separators=(",", ":")))
