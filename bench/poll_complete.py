@@ -305,8 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row[f"{kind}_{side}_cpu_ms_per_cycle"] = round(statistics.median(cpu), 3) if cpu else None
         if len(kinds) == 2 and row["minimal"] > 0:
             row["ratio"] = round(row["reference"] / row["minimal"], 3)
-            # Each round measured the two servers back to back: its own ratio is untouched by the machine's load
-            # changing between rounds, which the ratio of the medians is not (one slow minimal round lifts it).
+            # Each round measured the two servers back to back, so a change in the machine's load between rounds
+            # moves no round's ratio; one slow round of one server moves its own round's ratio, which the median
+            # of the rounds sets aside, but it can move the ratio of the medians (run 30 in bench/README.md).
             pairs = pair_ratios(runs, concurrency)
             row["pair_ratios"] = pairs
             row["pair_ratio_median"] = round(statistics.median(pairs), 3) if pairs else None
