@@ -70,7 +70,8 @@ UNKNOWN: list[Indeterminate] = []
 # Every exception that ended an example of the machine being run, in order, whatever raised it: the first
 # execution of a failing example and Hypothesis' replay of it each add theirs. Under --faults the replay meets
 # other faults and may go another way, and Hypothesis then raises Flaky* in place of what the example raised;
-# this list keeps what it raised. The runner clears it once it judged the examples (it holds their machines).
+# this list keeps what it raised. The runner clears it before each run it judges and once the machine is judged
+# (it holds the examples' machines).
 ESCAPED: list[BaseException] = []
 
 

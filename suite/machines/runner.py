@@ -60,7 +60,10 @@ def run_machine(
     FOUND.clear()
     ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
     started = time.monotonic()
-    outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
+    try:
+        outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
+    finally:
+        ESCAPED.clear()  # judged: the outcome is kept, not the machines of every example that ended
     failure = _failure_of(outcome)
     if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
         failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
@@ -169,7 +172,6 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
             discarded += 1
             continue
         return first if first is not None else exc
-    ESCAPED.clear()
     if discarded:
         LEDGER.setdefault(name, Counter())["example_discarded_by_faults" if faulty else "example_discarded"] += (
             discarded
