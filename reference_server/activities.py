@@ -70,9 +70,10 @@ from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 from .transitions import ACTIVITY_ATTEMPTS, ACTIVITY_EXECUTIONS, ACTIVITY_TASKS, claim, initial, move
-from .tx import T
+from .tx import T, Watch
 
 __all__ = [
+    "TIMEOUT_WATCHES",
     "activity_due_in",
     "claim_activity_task",
     "complete_activity_task",
@@ -914,6 +915,39 @@ def enforce_activity_timeouts(t: T, *, execution_id: str | None = None) -> float
     ):
         _closed_run_tidied(t, _execution(t, leased["execution_id"]))
     return _next_deadline(t)
+
+
+# The writes that can make enforce_activity_timeouts due sooner (tx.Watch): each deadline of _next_deadline as an
+# execution, task or attempt takes it (scheduled, leased, heartbeat, retried), and the leases of a run's activity
+# tasks as the run closes (a leased task of a closed run is closed once its lease ran out).
+TIMEOUT_WATCHES = (
+    Watch(
+        "activity_executions",
+        ("closed_at", "schedule_to_close_deadline"),
+        "NEW.closed_at IS NULL",
+        ("NEW.schedule_to_close_deadline",),
+    ),
+    Watch(
+        "activity_tasks",
+        ("status", "schedule_to_start_deadline"),
+        "NEW.status = 'ready'",
+        ("NEW.schedule_to_start_deadline",),
+    ),
+    Watch(
+        "activity_attempts",
+        ("status", "start_to_close_deadline", "heartbeat_deadline"),
+        "NEW.status = 'running'",
+        ("NEW.start_to_close_deadline", "NEW.heartbeat_deadline"),
+    ),
+    Watch(
+        "runs",
+        ("status",),
+        # A run that never scheduled an activity (most) is told apart by the executions' index of runs.
+        f"NEW.status IN ({_TERMINAL_RUNS_SQL})"
+        " AND EXISTS (SELECT 1 FROM activity_executions WHERE run_id = NEW.run_id)",
+        ("(SELECT MIN(lease_expires_at) FROM activity_tasks WHERE status = 'leased' AND run_id = NEW.run_id)",),
+    ),
+)
 
 
 def _execution(t: T, execution_id: str) -> sqlite3.Row:

@@ -47,9 +47,15 @@ from .transitions import (
     pending_moves,
     step,
 )
-from .tx import T
+from .tx import T, Watch
 
-__all__ = ["apply_parent_close_policies", "child_closed", "close_run", "enforce_cancellation_deadlines"]
+__all__ = [
+    "CLEANUP_DEADLINE_WATCHES",
+    "apply_parent_close_policies",
+    "child_closed",
+    "close_run",
+    "enforce_cancellation_deadlines",
+]
 
 
 def close_run(
@@ -232,6 +238,17 @@ def _retry_child(t: T, call: sqlite3.Row, child_run: sqlite3.Row, parent: sqlite
         },
     )
     return True
+
+
+# A cooperative-cancellation request's cleanup deadline, as the request is recorded (tx.Watch).
+CLEANUP_DEADLINE_WATCHES = (
+    Watch(
+        "cancellation_requests",
+        ("status", "cleanup_deadline_at"),
+        "NEW.status != 'resolved'",
+        ("NEW.cleanup_deadline_at",),
+    ),
+)
 
 
 def enforce_cancellation_deadlines(t: T) -> float | None:

@@ -54,9 +54,10 @@ from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 from .transitions import QUERY_TASKS, claim, initial, move
-from .tx import T
+from .tx import T, Watch
 
 __all__ = [
+    "DEADLINE_WATCHES",
     "MAX_PENDING_PER_QUEUE",
     "MAX_QUERY_NAME_LENGTH",
     "TERMINAL_RETENTION_SECONDS",
@@ -106,6 +107,12 @@ def _time_out(t: T, row: sqlite3.Row) -> None:
 
 
 # -- maintenance ---------------------------------------------------------------------------------------
+
+
+# A live query task's deadline, as the task is created (sweep_query_tasks' next due work; tx.Watch).
+DEADLINE_WATCHES = (
+    Watch("query_tasks", ("status", "deadline"), f"NEW.status IN ('{_LIVE[0]}', '{_LIVE[1]}')", ("NEW.deadline",)),
+)
 
 
 def sweep_query_tasks(t: T) -> float | None:

@@ -2,12 +2,17 @@
 
 The scheduler runs a list of **steps**, each ``step(t) -> seconds until its next due work`` (``None`` when
 nothing is pending), all in one transaction (each behind its own savepoint), and then sleeps until the earliest
-due moment or a wake-up (any committed change to a queue or a run wakes it). The commits of a burst of requests
-are let settle for :data:`WAKE_SETTLE_SECONDS` into one pass, so a busy server runs a pass per burst, not one
-per request. Its own steps fire due timers, start child retries whose backoff passed and time out runs past
-their deadline; the activity and query modules register theirs (§11.7 timeouts, §10.5 query deadlines).
-Expired leases and delayed tasks need no step: pollers compute their own due time from durable state
-(:mod:`reference_server.polling`).
+due moment, at most ``scheduler_max_sleep_seconds``. Its own steps fire due timers, start child retries whose
+backoff passed and time out runs past their deadline; the activity, query, session and cancellation modules
+register theirs (§11.7 timeouts, §10.5 query deadlines, session expiry, cleanup deadlines).
+
+A step names with :class:`Watch` the writes that can make it due sooner than the scheduler planned (a timer
+inserted, a lease renewed, a run closed with an activity lease out). Each watch is a TEMP trigger on this
+server's connection, so every writer of a watched table is seen, whatever module it is in: it reports the
+deadline written, and a commit that wrote one earlier than the next pass wakes the scheduler (the commits of a
+burst settle for :data:`WAKE_SETTLE_SECONDS` into one pass). Commits that write no deadline — a poll, a
+completion, a start without timeouts — run no pass. Expired leases and delayed tasks need no step: pollers
+compute their own due time from durable state (:mod:`reference_server.polling`).
 
 Steps are independent on purpose: one that fails is rolled back to its savepoint (its writes and the effects it
 would have published forgotten) and logged, and the others still run and commit, so one bad row cannot stop
@@ -21,6 +26,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +37,17 @@ from .closing import close_run
 from .config import Settings
 from .engine import TERMINAL_RUN_STATUSES
 from .transitions import CHILDREN, CONDITION_WAITS, TIMERS, move, move_all
-from .tx import Effects, T
+from .tx import Effects, T, Watch
 
-__all__ = ["WAKE_SETTLE_SECONDS", "Scheduler", "Step", "fire_timers", "retry_children", "time_out_runs"]
+__all__ = [
+    "OWN_WATCHES",
+    "WAKE_SETTLE_SECONDS",
+    "Scheduler",
+    "Step",
+    "fire_timers",
+    "retry_children",
+    "time_out_runs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +59,47 @@ WAKE_SETTLE_SECONDS = 0.02
 FAILED_PASS_RETRY_SECONDS = 1.0
 
 Step = Callable[[T], float | None]
+US = 1_000_000
+NEVER = 2**62  # an instant no deadline reaches (µs)
 
 
 class Scheduler:
     """Runs the steps in the background; :meth:`maintenance_pass` runs them all once in one transaction."""
 
-    def __init__(self, settings: Settings, run_tx: Callable[[Step], float | None]) -> None:
+    def __init__(self, settings: Settings, run_tx: Callable[[Step], float | None], now_us: Callable[[], int]) -> None:
         self.settings = settings
         self._run_tx = run_tx
+        self._now_us = now_us
         self.steps: list[Step] = [fire_timers, retry_children, time_out_runs]
+        self.watches: list[Watch] = list(OWN_WATCHES)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._next_pass_us = 0  # when the loop will pass next, on the server's clock (0: not running)
 
-    def add(self, step: Step) -> None:
+    def add(self, step: Step, *watches: Watch) -> None:
+        """Run ``step`` in every pass; ``watches`` are the writes that can make it due sooner."""
         self.steps.append(step)
+        self.watches.extend(watches)
+
+    def install(self, db: sqlite3.Connection) -> None:
+        """Create the watches' TEMP triggers on ``db`` (the connection every transaction of the server uses)."""
+        for i, watch in enumerate(self.watches):
+            for sql in watch.triggers(f"scheduler_watch_{i}"):
+                db.execute(sql)
+
+    @property
+    def next_pass_us(self) -> int:
+        """When the running loop passes next, on the server's clock (0 when it is not running)."""
+        return self._next_pass_us
+
+    def note_due(self, at_us: int) -> None:
+        """A commit wrote work due at ``at_us``: pass then if that is before the planned pass (after the settle)."""
+        if at_us < self._next_pass_us:
+            self._next_pass_us = at_us
+            self._wake.set()
 
     def wake(self) -> None:
-        """Durable state changed: recompute what is due now rather than at the end of the current sleep."""
+        """Durable state changed in a way no watch sees (a test-clock advance): recompute what is due now."""
         self._wake.set()
 
     def start(self) -> None:
@@ -73,6 +111,7 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._next_pass_us = 0
 
     def run_steps(self) -> float:
         """Every step once, in one transaction; the seconds until the earliest due work (at most
@@ -103,10 +142,13 @@ class Scheduler:
 
     async def _loop(self) -> None:
         while True:
+            self._next_pass_us = NEVER  # a deadline the pass itself writes is noted (note_due) and kept below
             delay = self.run_steps()
             self._wake.clear()
+            now = self._now_us()
+            self._next_pass_us = min(self._next_pass_us, now + round(delay * US))
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, delay))
+                await asyncio.wait_for(self._wake.wait(), max(0.0, (self._next_pass_us - now) / US))
             except TimeoutError:
                 continue
             await asyncio.sleep(WAKE_SETTLE_SECONDS)
@@ -223,3 +265,12 @@ def time_out_runs(t: T) -> float | None:
     return _seconds_until(
         t, "SELECT MIN(run_deadline) AS at FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL"
     )
+
+
+# What can make the scheduler's own steps due sooner: a pending timer's fire time, a child's retry time as it
+# goes into backoff, an open run's deadline (set when the run is created).
+OWN_WATCHES = (
+    Watch("timers", ("status", "fire_at"), "NEW.status = 'pending'", ("NEW.fire_at",)),
+    Watch("children", ("status", "retry_at"), "NEW.status = 'backoff'", ("NEW.retry_at",)),
+    Watch("runs", ("run_deadline",), "NEW.closed_at IS NULL", ("NEW.run_deadline",)),
+)

@@ -14,10 +14,10 @@ from typing import TypeVar
 from suite.protocol import capabilities as caps
 
 from . import cancellation, sessions
-from .activities import enforce_activity_timeouts
+from .activities import TIMEOUT_WATCHES, enforce_activity_timeouts
 from .app import CONTROL, OPEN, WORKER, App
 from .clock import Clock, ServerClock, SystemClock
-from .closing import enforce_cancellation_deadlines
+from .closing import CLEANUP_DEADLINE_WATCHES, enforce_cancellation_deadlines
 from .commands import IMPLEMENTED_OPTIONAL_COMMANDS
 from .config import Settings
 from .faults import fault
@@ -25,7 +25,7 @@ from .http import HttpServer, Request, Response
 from .hub import Hub
 from .observers import JsonLinesEventLog, ObserverSet
 from .polling import Poller
-from .queries import sweep_query_tasks
+from .queries import DEADLINE_WATCHES, sweep_query_tasks
 from .routes import open as open_routes
 from .routes.control import messages, task_queues, test_clock, workflows
 from .routes.control import worker_sessions as session_visibility
@@ -77,11 +77,12 @@ class Server:
         self.app.advertise(capabilities)
         self.server_id = new_id()
         self.poller = Poller(settings, self, self.hub, self.clock)
-        self.scheduler = Scheduler(settings, self.run_tx)
-        self.scheduler.add(enforce_activity_timeouts)
-        self.scheduler.add(sweep_query_tasks)
-        self.scheduler.add(sessions.settle_due)
-        self.scheduler.add(enforce_cancellation_deadlines)
+        self.scheduler = Scheduler(settings, self.run_tx, self.clock.now_us)
+        self.scheduler.add(enforce_activity_timeouts, *TIMEOUT_WATCHES)
+        self.scheduler.add(sweep_query_tasks, *DEADLINE_WATCHES)
+        self.scheduler.add(sessions.settle_due, *sessions.DUE_WATCHES)
+        self.scheduler.add(enforce_cancellation_deadlines, *CLEANUP_DEADLINE_WATCHES)
+        self.scheduler.install(self.store.db)
         self.http: HttpServer | None = None
         with self.engine.tx() as t:
             t.db.execute("INSERT OR IGNORE INTO namespaces (name, created_at) VALUES ('default', ?)", (t.now,))
@@ -149,8 +150,8 @@ class Server:
             self.hub.notify(key)
         for run_id in t.fx.run_changed:
             self.hub.notify(("run", run_id))
-        if t.fx.wake or t.fx.run_changed:
-            self.scheduler.wake()
+        if t.fx.due is not None:  # a watched write (tx.Watch): perhaps work due before the scheduler's next pass
+            self.scheduler.note_due(t.fx.due)
         self.observers.offer(t.fx.transitions)
 
     def namespace_exists(self, namespace: str) -> bool:

@@ -21,10 +21,11 @@ from .engine import ts
 from .faults import fault
 from .store import dumps, from_us, loads, to_us
 from .transitions import WORKER_SESSIONS, move, step
-from .tx import T
+from .tx import T, Watch
 
 __all__ = [
     "DDL",
+    "DUE_WATCHES",
     "activity_snapshot",
     "admit_claim",
     "close_session",
@@ -431,6 +432,19 @@ def note_registration(t: T, namespace: str, worker_id: str, max_sessions: int | 
         "INSERT OR REPLACE INTO worker_session_limits (namespace, worker_id, max_sessions) VALUES (?, ?, ?)",
         (namespace, worker_id, max_sessions),
     )
+
+
+# The writes that can make settle_due due sooner (tx.Watch): a session's TTL and its lease as they are set or renewed.
+# A holder going stale (its heartbeats stopped, its registration ended) is no deadline a write sets: the pass at
+# most scheduler_max_sleep_seconds later settles it, and every read of the session settles it first (_settle).
+DUE_WATCHES = (
+    Watch(
+        "worker_sessions",
+        ("status", "lease_expires_at", "ttl_expires_at"),
+        "NEW.status IN ('active', 'expired', 'orphaned')",
+        ("NEW.ttl_expires_at", "CASE WHEN NEW.status = 'active' THEN NEW.lease_expires_at END"),
+    ),
+)
 
 
 def settle_due(t: T) -> float | None:

@@ -2,9 +2,9 @@
 
 Every state change takes a :class:`T` — one open SQLite transaction, the current time and an effects
 collector — so a route composes several steps into one atomic change. Effects (queue wake-ups, lifecycle
-events for observers) are published only after the transaction commits: a notification is a hint that
-follows durable state, never the other way round (seed 003: "the queue is a notification, the lease is
-ownership").
+events for observers, the earliest deadline written for the scheduler) are published only after the transaction
+commits: a notification is a hint that follows durable state, never the other way round (seed 003: "the queue is
+a notification, the lease is ownership").
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ from typing import Any
 from .config import Settings
 from .store import Clock, Store
 
-__all__ = ["Effects", "Engine", "T"]
+__all__ = ["DUE_FUNCTION", "Effects", "Engine", "T", "Watch"]
+
+DUE_FUNCTION = "scheduler_due"
+"""The SQL function the scheduler's watches (:class:`Watch`, TEMP triggers) call with each deadline a write puts on
+the table they watch; the open transaction's effects keep the earliest (:attr:`Effects.due`)."""
 
 
 @dataclass
@@ -28,6 +32,13 @@ class Effects:
     wake: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, namespace, task_queue)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     run_changed: set[str] = field(default_factory=set)  # run ids whose waiters (updates, queries) re-check
+    due: int | None = None  # the earliest deadline the transaction wrote for the scheduler (µs; 0 = at once)
+
+    def note_due(self, *instants: int | None) -> None:
+        """A watched write put scheduler work at ``instants`` (``None``: this one puts none)."""
+        for at in instants:
+            if at is not None and (self.due is None or at < self.due):
+                self.due = int(at)
 
     def transition(self, entity: str, entity_id: str, from_state: str | None, to_state: str, **extra: Any) -> None:
         self.transitions.append({"entity": entity, "id": entity_id, "from": from_state, "to": to_state, **extra})
@@ -68,12 +79,46 @@ class Engine:
         self.store = store
         self.clock = clock
         self.settings = settings
+        self._open: T | None = None
+        store.db.create_function(DUE_FUNCTION, -1, self._due_written)
 
     @contextmanager
     def tx(self) -> Iterator[T]:
         fx = Effects()
         with self.store.tx() as db:
-            yield T(db=db, now=self.clock.now_us(), settings=self.settings, fx=fx)
+            self._open = T(db=db, now=self.clock.now_us(), settings=self.settings, fx=fx)
+            try:
+                yield self._open
+            finally:
+                self._open = None
+
+    def _due_written(self, *instants: int | None) -> None:
+        # Looked up at each call: a scheduler step that fails gets its effects replaced (scheduler._pass).
+        if self._open is not None:
+            self._open.fx.note_due(*instants)
 
     def now(self) -> int:
         return self.clock.now_us()
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A write that can put a scheduler step's work (:mod:`reference_server.scheduler`) earlier than planned: a
+    row of ``table`` inserted, or updated in one of ``columns``, for which ``when`` holds puts work at the
+    earliest of ``due`` that is not NULL. ``when`` and each of ``due`` are SQL on the row as written (``NEW``)."""
+
+    table: str
+    columns: tuple[str, ...]
+    when: str
+    due: tuple[str, ...]
+
+    def triggers(self, name: str) -> list[str]:
+        """The TEMP triggers of this watch, named from ``name``: one after an insert, one after an update. A write
+        with no deadline (most: a run started without timeouts) calls nothing back."""
+        some = " OR ".join(f"({d}) IS NOT NULL" for d in self.due)
+        body = f"WHEN ({self.when}) AND ({some}) BEGIN SELECT {DUE_FUNCTION}({', '.join(self.due)}); END"
+        return [
+            f"CREATE TEMP TRIGGER IF NOT EXISTS {name}_insert AFTER INSERT ON main.{self.table} {body}",
+            f"CREATE TEMP TRIGGER IF NOT EXISTS {name}_update AFTER UPDATE OF {', '.join(self.columns)}"
+            f" ON main.{self.table} {body}",
+        ]

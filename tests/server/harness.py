@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+import math
+import sqlite3
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -27,6 +29,7 @@ from reference_server.engine import RESUME_KEYS
 from reference_server.http import Request, Response
 from reference_server.server import Server
 from reference_server.store import from_us
+from reference_server.tx import Effects, T
 
 __all__ = [
     "CONTROL_HEADERS",
@@ -37,6 +40,7 @@ __all__ = [
     "FakeClock",
     "Harness",
     "HarnessFactory",
+    "SchedulerDues",
     "harnesses",
     "run_async",
     "scenario",
@@ -317,6 +321,60 @@ class Harness(Clocked):
 HarnessFactory = Callable[..., Harness]
 
 
+class SchedulerDues:
+    """What the scheduler's watches promise (``reference_server.tx.Watch``), checked on every transaction of one
+    server: a transaction after which the scheduler's next due work is sooner than before it has noted a deadline
+    at or before that instant, so a sleeping scheduler is woken in time.
+
+    The seconds until the next due work are what a scheduler pass computes, on a second connection to the same
+    file, in a transaction rolled back (the server's own connection, its trace and its counts are untouched).
+    A transaction that raises changes nothing and is not judged."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._probe = sqlite3.connect(server.store.path, isolation_level=None, timeout=0)
+        self._probe.row_factory = sqlite3.Row
+        self._noted: list[int | None] = []
+        self._run_tx, self._publish = server.run_tx, server.publish
+        server.run_tx = self.run_tx  # type: ignore[method-assign]
+        server.publish = self.publish  # type: ignore[method-assign]
+
+    def due_in(self) -> float | None:
+        """Seconds until the scheduler's next due work as a pass now finds it (``None``: the file is busy)."""
+        engine = self.server.engine
+        t = T(db=self._probe, now=engine.now(), settings=self.server.settings, fx=Effects())
+        try:
+            self._probe.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return None  # another transaction is open: nothing to compare with
+        try:
+            # Each step's own answer, not the pass's: that one is capped at scheduler_max_sleep_seconds.
+            dues = [due for step in self.server.scheduler.steps if (due := step(t)) is not None]
+        finally:
+            self._probe.execute("ROLLBACK")
+        return min(dues, default=math.inf)
+
+    def publish(self, t: T) -> None:
+        self._noted.append(t.fx.due)
+        self._publish(t)
+
+    def run_tx(self, fn: Callable[[T], R]) -> R:
+        before = self.due_in()
+        self._noted.clear()
+        result = self._run_tx(fn)
+        after = self.due_in()
+        if before is not None and after is not None and after < before:
+            due = self.server.engine.now() + round(after * 1_000_000)
+            noted = [at for at in self._noted if at is not None]
+            unseen = f"work came due {after:.6f} s from now (before: {before:.6f} s): no watch saw the write"
+            assert noted, unseen
+            assert min(noted) <= due + 1, f"{unseen} (it noted {noted})"
+        return result
+
+    def close(self) -> None:
+        self._probe.close()
+
+
 H = TypeVar("H", bound="_HasServer")
 
 
@@ -326,17 +384,21 @@ class _HasServer(Protocol):
     def __init__(self, tmp_path: Path, **settings: Any) -> None: ...
 
 
-def harnesses(tmp_path: Path, cls: type[H]) -> Iterator[Callable[..., H]]:
+def harnesses(tmp_path: Path, cls: type[H]) -> Generator[Callable[..., H], None, None]:
     """Build harnesses of ``cls`` with extra settings, each on its own files; every one is closed after."""
     made: list[H] = []
+
+    dues: list[SchedulerDues] = []
 
     def build(**settings: Any) -> H:
         harness = cls(tmp_path / f"server-{len(made)}", **settings)
         made.append(harness)
+        dues.append(SchedulerDues(harness.server))
         return harness
 
     yield build
-    for harness in made:
+    for harness, checked in zip(made, dues, strict=True):
+        checked.close()
         harness.server.store.close()
 
 

@@ -10,8 +10,9 @@ the ``kill -9`` tests of ``tests/integration``.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,16 +30,47 @@ from tests.server.harness import Harness, HarnessFactory, h, make, run_async
 __all__ = ["h", "make"]  # the fixtures, re-exported so pytest finds them here
 
 
+class _Executing:
+    """Stands in for the server's connection to tell its statements from the trigger programs they run."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.executing = False  # inside execute()
+        self.traced_it = False  # and the statement it runs was traced
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
+        self.executing, self.traced_it = True, False
+        try:
+            return self.db.execute(sql, parameters)
+        finally:
+            self.executing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
 @contextmanager
 def statements(h: Harness) -> Iterator[Counter[str]]:
     """Every statement the server sends SQLite meanwhile, counted by its first word (BEGIN counts the write
     transactions: the store begins every one IMMEDIATE)."""
     seen: Counter[str] = Counter()
     db = h.server.store.db
-    db.set_trace_callback(lambda sql: seen.update([sql.split(None, 1)[0].upper()]))
+    executing = _Executing(db)
+
+    def trace(sql: str) -> None:
+        # SQLite traces a statement once more for each trigger program it runs (the scheduler's watches,
+        # reference_server.tx.Watch), while the statement runs: after its own trace, inside the same execute().
+        if executing.executing and executing.traced_it:
+            return
+        executing.traced_it = executing.executing
+        seen.update([sql.split(None, 1)[0].upper()])
+
+    db.set_trace_callback(trace)
+    h.server.store.db = executing  # type: ignore[assignment]
     try:
         yield seen
     finally:
+        h.server.store.db = db
         db.set_trace_callback(None)
 
 

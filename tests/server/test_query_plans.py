@@ -53,6 +53,8 @@ class Recording:
     traced: list[str] = field(default_factory=list)
     steps: int = 0
     on: bool = False
+    executing: bool = False  # inside RecordingConnection.execute
+    traced_it: bool = False  # and the statement it runs was traced
 
 
 class RecordingConnection:
@@ -65,7 +67,11 @@ class RecordingConnection:
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
         if self._recording.on:
             self._recording.statements.append((sql, tuple(parameters)))
-        return self._db.execute(sql, parameters)
+        self._recording.executing, self._recording.traced_it = True, False
+        try:
+            return self._db.execute(sql, parameters)
+        finally:
+            self._recording.executing = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
@@ -76,6 +82,11 @@ def instrument(server: Server) -> Recording:
     db = server.store.db
 
     def trace(sql: str) -> None:
+        # SQLite traces a statement once more for each trigger program it runs (the scheduler's watches,
+        # reference_server.tx.Watch), while the statement runs: after its own trace, inside the same execute().
+        if recording.executing and recording.traced_it:
+            return
+        recording.traced_it = recording.executing
         if recording.on:
             recording.traced.append(sql)
 
