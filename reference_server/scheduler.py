@@ -40,6 +40,7 @@ from .transitions import CHILDREN, CONDITION_WAITS, TIMERS, move, move_all
 from .tx import Effects, T, Watch
 
 __all__ = [
+    "NEVER",
     "OWN_WATCHES",
     "WAKE_SETTLE_SECONDS",
     "Scheduler",
@@ -146,7 +147,8 @@ class Scheduler:
             delay = self.run_steps()
             self._wake.clear()
             now = self._now_us()
-            self._next_pass_us = min(self._next_pass_us, now + round(delay * US))
+            planned = now + round(delay * US) if delay < (NEVER - now) / US else NEVER  # an endless sleep too
+            self._next_pass_us = min(self._next_pass_us, planned)
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, (self._next_pass_us - now) / US))
             except TimeoutError:

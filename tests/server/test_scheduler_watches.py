@@ -10,6 +10,7 @@ pass, and a noted deadline moves the running scheduler's next pass only when it 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from reference_server.activities import TIMEOUT_WATCHES
 from reference_server.closing import CLEANUP_DEADLINE_WATCHES
 from reference_server.config import Settings
 from reference_server.queries import DEADLINE_WATCHES
-from reference_server.scheduler import OWN_WATCHES, Scheduler
+from reference_server.scheduler import NEVER, OWN_WATCHES, Scheduler
 from reference_server.server import Server
 from reference_server.sessions import DUE_WATCHES
 from reference_server.tx import Watch
@@ -151,23 +152,25 @@ def test_a_cycle_of_a_run_without_deadlines_notes_nothing_for_the_scheduler(
     assert len(noted) == 1
 
 
-def test_a_noted_deadline_moves_the_next_pass_only_when_it_is_earlier(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sleep", [30.0, math.inf], ids=["30s", "endless"])
+def test_a_noted_deadline_moves_the_next_pass_only_when_it_is_earlier(tmp_path: Path, sleep: float) -> None:
     now = [1_000_000_000]
     passes: list[int] = []
 
     def run_tx(step: Callable[[Any], float | None]) -> float:
         passes.append(now[0])
-        return 30.0  # nothing due for 30 s
+        return sleep  # nothing due for this long
 
     async def scenario() -> None:
-        settings = Settings(db_path=str(tmp_path / "unused.sqlite"), scheduler_max_sleep_seconds=60)
+        settings = Settings(db_path=str(tmp_path / "unused.sqlite"), scheduler_max_sleep_seconds=sleep)
         scheduler = Scheduler(settings, run_tx, lambda: now[0])
+        planned = NEVER if sleep == math.inf else now[0] + 30_000_000
         scheduler.start()
         try:
             await until(lambda: len(passes) == 1)
-            assert scheduler.next_pass_us == now[0] + 30_000_000
-            scheduler.note_due(now[0] + 40_000_000)  # later than planned: nothing changes
-            assert scheduler.next_pass_us == now[0] + 30_000_000
+            assert scheduler.next_pass_us == planned
+            scheduler.note_due(planned + 10_000_000 if sleep != math.inf else NEVER)  # not earlier: no change
+            assert scheduler.next_pass_us == planned
             scheduler.note_due(now[0] + 5_000_000)  # earlier: the next pass comes after the settle
             assert scheduler.next_pass_us == now[0] + 5_000_000
             await until(lambda: len(passes) == 2)
