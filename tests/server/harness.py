@@ -17,7 +17,7 @@ import functools
 import json
 import math
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -41,6 +41,7 @@ __all__ = [
     "Harness",
     "HarnessFactory",
     "SchedulerDues",
+    "TracedConnection",
     "harnesses",
     "run_async",
     "scenario",
@@ -319,6 +320,36 @@ class Harness(Clocked):
 
 
 HarnessFactory = Callable[..., Harness]
+
+
+class TracedConnection:
+    """Stands in for a server's ``sqlite3.Connection`` and hands ``on_statement`` every statement SQLite runs for it,
+    once each, as SQLite traces it (``set_trace_callback``, installed here; the caller removes it). SQLite traces a
+    statement once more for each trigger program it runs (the scheduler's watches, ``reference_server.tx.Watch``)
+    while the statement runs: inside the same ``execute()``, after the statement's own trace. Those are left out."""
+
+    def __init__(self, db: sqlite3.Connection, on_statement: Callable[[str], object]) -> None:
+        self.db = db
+        self._on_statement = on_statement
+        self._executing = False  # inside execute()
+        self._traced_it = False  # and the statement it runs was traced
+        db.set_trace_callback(self._trace)
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
+        self._executing, self._traced_it = True, False
+        try:
+            return self.db.execute(sql, parameters)
+        finally:
+            self._executing = False
+
+    def _trace(self, sql: str) -> None:
+        if self._executing and self._traced_it:
+            return
+        self._traced_it = self._executing
+        self._on_statement(sql)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
 
 
 class SchedulerDues:

@@ -10,9 +10,8 @@ the ``kill -9`` tests of ``tests/integration``.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,28 +24,9 @@ from reference_server.polling import Poll
 from reference_server.tx import T
 from suite.protocol.codec import encode_blob
 from suite.protocol.errors import Rejection
-from tests.server.harness import Harness, HarnessFactory, h, make, run_async
+from tests.server.harness import Harness, HarnessFactory, TracedConnection, h, make, run_async
 
 __all__ = ["h", "make"]  # the fixtures, re-exported so pytest finds them here
-
-
-class _Executing:
-    """Stands in for the server's connection to tell its statements from the trigger programs they run."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-        self.executing = False  # inside execute()
-        self.traced_it = False  # and the statement it runs was traced
-
-    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
-        self.executing, self.traced_it = True, False
-        try:
-            return self.db.execute(sql, parameters)
-        finally:
-            self.executing = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)
 
 
 @contextmanager
@@ -55,18 +35,7 @@ def statements(h: Harness) -> Iterator[Counter[str]]:
     transactions: the store begins every one IMMEDIATE)."""
     seen: Counter[str] = Counter()
     db = h.server.store.db
-    executing = _Executing(db)
-
-    def trace(sql: str) -> None:
-        # SQLite traces a statement once more for each trigger program it runs (the scheduler's watches,
-        # reference_server.tx.Watch), while the statement runs: after its own trace, inside the same execute().
-        if executing.executing and executing.traced_it:
-            return
-        executing.traced_it = executing.executing
-        seen.update([sql.split(None, 1)[0].upper()])
-
-    db.set_trace_callback(trace)
-    h.server.store.db = executing  # type: ignore[assignment]
+    h.server.store.db = TracedConnection(db, lambda sql: seen.update([sql.split(None, 1)[0].upper()]))  # type: ignore[assignment]
     try:
         yield seen
     finally:

@@ -31,7 +31,7 @@ from reference_server.config import Settings
 from reference_server.http import Request
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
-from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock
+from tests.server.harness import CONTROL_HEADERS, WORKER_HEADERS, FakeClock, TracedConnection
 
 # Tables whose size grows with every run ever finished (the first six are cloned by the seeding).
 GROWING_TABLES = frozenset(
@@ -53,49 +53,35 @@ class Recording:
     traced: list[str] = field(default_factory=list)
     steps: int = 0
     on: bool = False
-    executing: bool = False  # inside RecordingConnection.execute
-    traced_it: bool = False  # and the statement it runs was traced
 
 
-class RecordingConnection:
-    """Stands in for the server's ``sqlite3.Connection``: records each statement with its parameters."""
+class RecordingConnection(TracedConnection):
+    """Stands in for the server's ``sqlite3.Connection``: records each statement with its parameters, and each
+    statement SQLite traces."""
 
     def __init__(self, db: sqlite3.Connection, recording: Recording) -> None:
-        self._db = db
+        super().__init__(db, self._traced)
         self._recording = recording
+
+    def _traced(self, sql: str) -> None:
+        if self._recording.on:
+            self._recording.traced.append(sql)
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
         if self._recording.on:
             self._recording.statements.append((sql, tuple(parameters)))
-        self._recording.executing, self._recording.traced_it = True, False
-        try:
-            return self._db.execute(sql, parameters)
-        finally:
-            self._recording.executing = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
+        return super().execute(sql, parameters)
 
 
 def instrument(server: Server) -> Recording:
     recording = Recording()
     db = server.store.db
 
-    def trace(sql: str) -> None:
-        # SQLite traces a statement once more for each trigger program it runs (the scheduler's watches,
-        # reference_server.tx.Watch), while the statement runs: after its own trace, inside the same execute().
-        if recording.executing and recording.traced_it:
-            return
-        recording.traced_it = recording.executing
-        if recording.on:
-            recording.traced.append(sql)
-
     def step() -> int:
         if recording.on:
             recording.steps += 1
         return 0  # 0 = go on
 
-    db.set_trace_callback(trace)
     db.set_progress_handler(step, 1)  # called for every virtual-machine instruction
     server.store.db = RecordingConnection(db, recording)  # type: ignore[assignment]
     return recording
