@@ -8,14 +8,19 @@ and its accepted completion: two HTTP requests and two committed SQLite transact
 records the worker's liveness, and the completion), each fsynced (``PRAGMA synchronous=FULL``).
 
 The minimal server does the same cycle in the same two transactions, with no validation, history or fencing
-beyond the conditional update. With ``--server both`` (the default) the two
-servers are measured alternately, ``--rounds`` times each for every concurrency in ``--concurrency``, in one
-run, and the median cycles per second of each are printed with their ratio.
+beyond the conditional update. With ``--server both`` (the default) the two servers run at once, each on a
+fresh database, and each one's ``--cycles`` (default 4000) are run in ``--blocks`` blocks (default 20) taken
+alternately — reference, minimal, minimal, reference, … — for every concurrency in ``--concurrency``; the ratio
+of each pair of blocks, measured a second apart, is printed with their median and quartiles. ``--blocks 0``
+measures in rounds instead: a fresh server for each of ``--rounds`` measurements of ``--cycles`` (default 2000)
+per server, alternating, with the median cycles per second of each and their ratio.
 
 Prints a one-line summary per measurement, then one JSON line. Each measurement is bounded in work
-(``--cycles``) and in time (``--max-seconds``): at the deadline it stops and reports what it measured. Example::
+(``--cycles``) and in time (``--max-seconds``): at the deadline a round stops and reports what it measured, and
+a block stops the run (exit 2). Examples::
 
-    python bench/poll_complete.py --cycles 2000 --concurrency 1,8 --rounds 3
+    python bench/poll_complete.py                        # both servers, interleaved blocks, 1 and 8 workers
+    python bench/poll_complete.py --blocks 0 --rounds 3  # both servers, a fresh pair of servers per round
 
 Speed is measured here, never asserted in tests (tests/README.md).
 """
@@ -61,7 +66,12 @@ def _positive_ints(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Measure poll→complete cycles per second against the reference server.")
-    p.add_argument("--cycles", type=int, default=2000, help="Workflows to run, one cycle each (default 2000).")
+    p.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        help="Cycles per server: per round (default 2000), or split into the blocks (default 4000: 20 blocks of 200).",
+    )
     p.add_argument(
         "--concurrency",
         type=_positive_ints,
@@ -74,13 +84,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="both",
         help="Which server to measure; 'both' alternates them in one run and prints the ratio (default both).",
     )
-    p.add_argument("--rounds", type=int, default=3, help="Measurements per server and concurrency (default 3).")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="With --blocks 0: measurements per server and concurrency (default 3)."
+    )
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="With --server both: both servers run at once and each one's --cycles are split into this many blocks, "
+        "run alternately (reference, minimal, minimal, reference, …); 0 measures in --rounds instead (default 20).",
+    )
     p.add_argument("--lease-seconds", type=int, default=30, help="Workflow-task lease of the server (default 30).")
-    p.add_argument("--max-seconds", type=float, default=120.0, help="Stop after this long at most (default 120).")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=120.0,
+        help="A round stops after this long at most and reports what it measured; a block that takes longer stops "
+        "the run (default 120).",
+    )
     p.add_argument("--db", default=None, help="Database file (default: a fresh file in a temporary directory).")
     args = p.parse_args(argv)
+    if args.blocks is None:
+        args.blocks = 20 if args.server == "both" and args.db is None else 0
+    if args.cycles is None:
+        args.cycles = 4000 if args.blocks else 2000
     if args.cycles < 1 or args.rounds < 1 or args.lease_seconds < 1 or args.max_seconds <= 0:
         p.error("--cycles, --rounds and --lease-seconds must be >= 1 and --max-seconds > 0")
+    if args.blocks:
+        if not 2 <= args.blocks <= args.cycles:
+            p.error("--blocks must be 0 (rounds) or from 2 to --cycles")
+        if args.server != "both" or args.db is not None:
+            p.error("--blocks measures both servers, each on a fresh database: drop --server and --db")
     return args
 
 
@@ -159,30 +193,33 @@ async def register(url: str, worker_id: str) -> None:
 
 
 async def worker(url: str, worker_id: str, tally: Tally) -> None:
-    poll = {"worker_id": worker_id, "task_queue": QUEUE, "timeout_seconds": 1}
     async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
-        while not tally.done.is_set():
-            sent = time.perf_counter()
-            status, doc = await post(client, "/api/worker/workflow-tasks/poll", poll, WORKER_HEADERS)
-            task = doc.get("task") if status == 200 else None
-            if task is None:
-                tally.empty_polls += 1
-                continue
-            body = {
-                "lease_owner": worker_id,
-                "workflow_task_attempt": task["workflow_task_attempt"],
-                "commands": [{"type": "complete_workflow", "result": RESULT_BLOB}],
-            }
-            status, doc = await post(
-                client, f"/api/worker/workflow-tasks/{task['task_id']}/complete", body, WORKER_HEADERS
-            )
-            if status != 200:
-                tally.rejected += 1  # e.g. the lease ran out under load; the task is redelivered
-                continue
-            tally.latencies.append(time.perf_counter() - sent)
-            tally.completed += 1
-            if tally.completed >= tally.target:
-                tally.done.set()
+        await work(client, worker_id, tally)
+
+
+async def work(client: httpx.AsyncClient, worker_id: str, tally: Tally) -> None:
+    """Loop poll → complete on ``client`` until ``tally`` is done (the cycle in flight is finished first)."""
+    poll = {"worker_id": worker_id, "task_queue": QUEUE, "timeout_seconds": 1}
+    while not tally.done.is_set():
+        sent = time.perf_counter()
+        status, doc = await post(client, "/api/worker/workflow-tasks/poll", poll, WORKER_HEADERS)
+        task = doc.get("task") if status == 200 else None
+        if task is None:
+            tally.empty_polls += 1
+            continue
+        body = {
+            "lease_owner": worker_id,
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "commands": [{"type": "complete_workflow", "result": RESULT_BLOB}],
+        }
+        status, doc = await post(client, f"/api/worker/workflow-tasks/{task['task_id']}/complete", body, WORKER_HEADERS)
+        if status != 200:
+            tally.rejected += 1  # e.g. the lease ran out under load; the task is redelivered
+            continue
+        tally.latencies.append(time.perf_counter() - sent)
+        tally.completed += 1
+        if tally.completed >= tally.target:
+            tally.done.set()
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -274,6 +311,112 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     return result
 
 
+@dataclass
+class Block:
+    """One block of an interleaved measurement: ``cycles`` cycles of one server, back to back with the other's."""
+
+    server: str
+    cycles: int
+    seconds: float
+    server_cpu: float | None
+    client_cpu: float
+    empty_polls: int
+    rejected: int
+
+
+async def _block(
+    server: str, clients: Sequence[httpx.AsyncClient], names: Sequence[str], cycles: int, pid: int, limit: float
+) -> Block:
+    tally = Tally(target=cycles)
+    cpu_before = cpu_seconds(pid)
+    client_before = time.process_time()
+    began = time.perf_counter()
+    workers = [asyncio.create_task(work(client, name, tally)) for client, name in zip(clients, names, strict=True)]
+    try:
+        # Each worker finishes the cycle it is in, so a block with several workers may end a few cycles over.
+        async with asyncio.timeout(limit):
+            await asyncio.gather(*workers)
+    except TimeoutError:
+        raise BenchError(f"a block of {cycles} cycles of the {server} server took over {limit:g} s") from None
+    seconds = time.perf_counter() - began
+    cpu_after = cpu_seconds(pid)
+    server_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+    client_cpu = time.process_time() - client_before
+    return Block(server, tally.completed, seconds, server_cpu, client_cpu, tally.empty_polls, tally.rejected)
+
+
+async def _interleave(
+    urls: dict[str, str], pids: dict[str, int], args: argparse.Namespace, concurrency: int
+) -> list[Block]:
+    names = [f"bench-w{i}" for i in range(concurrency)]
+    per_block = args.cycles // args.blocks
+    for url in urls.values():
+        await asyncio.gather(*(register(url, name) for name in names))
+        # A block may end up to concurrency - 1 cycles over, so no block ever waits on an empty queue.
+        await start_workflows(url, per_block * args.blocks + concurrency * args.blocks, concurrency)
+    clients = {kind: [httpx.AsyncClient(base_url=url, timeout=30.0) for _ in names] for kind, url in urls.items()}
+    blocks: list[Block] = []
+    try:
+        for i in range(args.blocks):
+            # reference, minimal, then minimal, reference: a drift of the machine's speed meets both alike.
+            order = ("reference", "minimal") if i % 2 == 0 else ("minimal", "reference")
+            for kind in order:
+                blocks.append(await _block(kind, clients[kind], names, per_block, pids[kind], args.max_seconds))
+    finally:
+        for mine in clients.values():
+            await asyncio.gather(*(client.aclose() for client in mine))
+    return blocks
+
+
+def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Both servers at once, each on a fresh database, measured in alternating blocks; their ratios block by block."""
+    with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
+        procs: dict[str, subprocess.Popen[str]] = {}
+        urls: dict[str, str] = {}
+        try:
+            for kind in ("reference", "minimal"):
+                procs[kind], urls[kind] = start_server(Path(tmp) / f"{kind}.sqlite", args.lease_seconds, kind)
+            blocks = asyncio.run(_interleave(urls, {k: p.pid for k, p in procs.items()}, args, concurrency))
+        finally:
+            for proc in procs.values():
+                stop_server(proc)
+    row: dict[str, Any] = {"concurrency": concurrency, "blocks": args.blocks}
+    for kind in ("reference", "minimal"):
+        mine = [b for b in blocks if b.server == kind]
+        cycles = sum(b.cycles for b in mine)
+        row[f"{kind}_cycles"] = cycles
+        row[kind] = round(cycles / sum(b.seconds for b in mine), 1)
+        cpu = [b.server_cpu for b in mine]
+        row[f"{kind}_server_cpu_ms_per_cycle"] = (
+            round(1000 * sum(c for c in cpu if c is not None) / cycles, 3) if None not in cpu else None
+        )
+        row[f"{kind}_client_cpu_ms_per_cycle"] = round(1000 * sum(b.client_cpu for b in mine) / cycles, 3)
+        row[f"{kind}_empty_polls"] = sum(b.empty_polls for b in mine)
+        row[f"{kind}_rejected_completes"] = sum(b.rejected for b in mine)
+    row["ratio"] = round(row["reference"] / row["minimal"], 3)
+    # Block i of each server, measured next to each other: the machine's state between them hardly changes.
+    pairs = [
+        round((a.cycles / a.seconds) / (b.cycles / b.seconds), 3)
+        for a, b in zip(
+            [b for b in blocks if b.server == "reference"], [b for b in blocks if b.server == "minimal"], strict=True
+        )
+    ]
+    row["block_ratios"] = pairs
+    row["block_ratio_median"] = round(statistics.median(pairs), 3)
+    quartiles = statistics.quantiles(pairs, n=4) if len(pairs) >= 2 else [pairs[0]] * 3
+    row["block_ratio_quartiles"] = [round(quartiles[0], 3), round(quartiles[2], 3)]
+    print(
+        f"{concurrency} workers, {args.blocks} blocks of {args.cycles // args.blocks} cycles each, interleaved: "
+        f"reference {row['reference']} / minimal {row['minimal']} cycles/s = {row['ratio']:.2f} × (CPU per cycle: "
+        f"server {row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
+        f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms); block by "
+        f"block median {row['block_ratio_median']:.2f} × (quartiles {row['block_ratio_quartiles'][0]:.2f}–"
+        f"{row['block_ratio_quartiles'][1]:.2f})",
+        flush=True,
+    )
+    return row
+
+
 def pair_ratios(runs: Sequence[dict[str, Any]], concurrency: int) -> list[float]:
     """Reference / minimal cycles per second of each round (the two servers measured back to back), in order."""
     mine = [r for r in runs if r["concurrency"] == concurrency]
@@ -286,6 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
     runs: list[dict[str, Any]] = []
+    if args.blocks:
+        try:
+            rows = [measure_interleaved(concurrency, args) for concurrency in args.concurrency]
+        except BenchError as exc:
+            print(f"poll_complete: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps({"benchmark": "poll_complete", "interleaved": rows}, separators=(",", ":")))
+        return 0
     try:
         # Alternate the servers round by round, so a change in the machine's load meets both alike.
         for concurrency in args.concurrency:
