@@ -33,7 +33,7 @@ from suite.protocol.lifecycles import CancellationRequestEvent
 
 from .app import validation_error
 from .engine import append_event, ts, wake_run
-from .store import dumps, loads, new_id
+from .store import apply_schema, dumps, loads, new_id
 from .transitions import CANCELLATION_REQUESTS as REQUESTS
 from .transitions import initial, move
 from .tx import T
@@ -195,5 +195,5 @@ def deliver(t: T, task: sqlite3.Row, fields: Mapping[str, Any]) -> dict[str, Any
 
 def install(db: sqlite3.Connection, capabilities: dict[str, Any]) -> None:
     """Create the table; advertise ``cooperative_cancellation`` (SDK 2.12.0 takes part only when it is)."""
-    db.executescript(DDL)
+    apply_schema(db, DDL)
     capabilities["cooperative_cancellation"] = True

@@ -19,7 +19,7 @@ from suite.protocol.sessions import SESSION, Admission, SessionEvent, SessionOpt
 
 from .engine import ts
 from .faults import fault
-from .store import dumps, from_us, loads, to_us
+from .store import apply_schema, dumps, from_us, loads, to_us
 from .transitions import WORKER_SESSIONS, move, step
 from .tx import T, Watch
 
@@ -548,6 +548,6 @@ def describe_session(t: T, namespace: str, session_id: str) -> dict[str, Any]:
 def install(server_db: sqlite3.Connection, capabilities: dict[str, Any]) -> None:
     """Create the session tables and advertise the capability (§5.2 / A.1: "Add worker_session_verbs and
     worker_sessions (A.2) only if worker sessions are implemented")."""
-    server_db.executescript(DDL)
+    apply_schema(server_db, DDL)
     capabilities["worker_session_verbs"] = list(model.SESSION_VERBS)
     capabilities["worker_sessions"] = dict(model.RUNTIME_CONTRACT)

@@ -29,6 +29,7 @@ __all__ = [
     "Clock",
     "Store",
     "SystemClock",
+    "apply_schema",
     "dumps",
     "from_us",
     "loads",
@@ -100,6 +101,20 @@ DDL = (resources.files(__package__) / "schema.sql").read_text(encoding="utf-8")
 """The schema (``schema.sql`` beside this module), applied at every start: every statement is idempotent."""
 
 
+def apply_schema(db: sqlite3.Connection, ddl: str) -> None:
+    """Apply ``ddl`` (idempotent ``CREATE … IF NOT EXISTS`` statements) as one transaction.
+
+    Run bare, each statement would commit on its own, with an fsync each (``synchronous=FULL``); as one
+    transaction the whole script costs one. And a start that fails part-way leaves none of the script behind,
+    where a bare script would leave the statements before the one that failed."""
+    try:
+        db.executescript(f"BEGIN IMMEDIATE;\n{ddl}\nCOMMIT;")
+    except BaseException:
+        if db.in_transaction:  # executescript stops at the failing statement, inside the transaction
+            db.execute("ROLLBACK")
+        raise
+
+
 class Store:
     """The SQLite file and the one way to change it: :meth:`tx`."""
 
@@ -119,7 +134,7 @@ class Store:
         self.db.execute("PRAGMA wal_autocheckpoint=4000")
         self.db.execute("PRAGMA foreign_keys=OFF")
         self.db.execute("PRAGMA busy_timeout=5000")
-        self.db.executescript(DDL)
+        apply_schema(self.db, DDL)
         with self.tx() as db:
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
