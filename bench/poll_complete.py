@@ -381,8 +381,8 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
             for proc in procs.values():
                 stop_server(proc)
     row: dict[str, Any] = {"concurrency": concurrency, "blocks": args.blocks}
-    for kind in ("reference", "minimal"):
-        mine = [b for b in blocks if b.server == kind]
+    by_server = {kind: [b for b in blocks if b.server == kind] for kind in ("reference", "minimal")}
+    for kind, mine in by_server.items():
         cycles = sum(b.cycles for b in mine)
         row[f"{kind}_cycles"] = cycles
         row[kind] = round(cycles / sum(b.seconds for b in mine), 1)
@@ -397,13 +397,11 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
     # Block i of each server, measured next to each other: the machine's state between them hardly changes.
     pairs = [
         round((a.cycles / a.seconds) / (b.cycles / b.seconds), 3)
-        for a, b in zip(
-            [b for b in blocks if b.server == "reference"], [b for b in blocks if b.server == "minimal"], strict=True
-        )
+        for a, b in zip(by_server["reference"], by_server["minimal"], strict=True)
     ]
     row["block_ratios"] = pairs
     row["block_ratio_median"] = round(statistics.median(pairs), 3)
-    quartiles = statistics.quantiles(pairs, n=4) if len(pairs) >= 2 else [pairs[0]] * 3
+    quartiles = statistics.quantiles(pairs, n=4)  # --blocks is at least 2
     row["block_ratio_quartiles"] = [round(quartiles[0], 3), round(quartiles[2], 3)]
     print(
         f"{concurrency} workers, {args.blocks} blocks of {args.cycles // args.blocks} cycles each, interleaved: "
