@@ -55,6 +55,13 @@ def _job(
     )
 
 
+def _evidence(job: subprocess.CompletedProcess[str]) -> str:
+    """What a failed job said: the end of its output and of its errors, without pip's notes on index locations
+    that hold no such package (hundreds of lines that would push the reason out of the message)."""
+    errors = "\n".join(line for line in job.stderr.splitlines() if not line.startswith("WARNING: Location "))
+    return f"{job.stdout[-3000:]}\n--- stderr ---\n{errors[-3000:]}"
+
+
 @pytest.mark.slow
 @pytest.mark.whole_suite
 def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path: Path) -> None:
@@ -63,7 +70,7 @@ def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path
     profile = " ".join(EMBEDDED_ARGS)
 
     job = _job(tmp_path, venv, "certify", profile, "--certify", f"--sign-key={private}")
-    assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
+    assert job.returncode == 0, _evidence(job)
     assert "\nCONFORMANT: http://127.0.0.1:" in job.stdout
     # The suite ran from the wheel in the job's own virtualenv, not from this checkout.
     where = subprocess.run(
@@ -94,11 +101,11 @@ def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path
     broken = _job(
         tmp_path, venv, "broken", f"{profile} --fault ignore-version-header", "--requirement", "VERSION-MISSING"
     )
-    assert broken.returncode == 1, (broken.stdout + broken.stderr)[-4000:]
+    assert broken.returncode == 1, _evidence(broken)
     assert "\nNOT CONFORMANT: " in broken.stdout
     # A server that exits before it answers fails the job with the recipe's own status.
     dead = _job(tmp_path, venv, "dead", "--no-such-option")
-    assert dead.returncode == 3, (dead.stdout + dead.stderr)[-4000:]
+    assert dead.returncode == 3, _evidence(dead)
     assert "did not answer GET" in dead.stderr
 
 
