@@ -7,6 +7,7 @@ composes several steps into one atomic state change. Every status change goes th
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -89,7 +90,19 @@ def json_view(blob: str | None) -> Any:
 
 
 def ts(us: int | None) -> str | None:
-    return None if us is None else rfc3339(from_us(us))
+    """``us`` (microseconds since the epoch) as :func:`rfc3339` writes it. The date and time of day are formatted
+    once per second (a poll answer shows three or more instants, mostly of the same second or two); only the
+    microseconds are formatted each time."""
+    if us is None:
+        return None
+    seconds, micro = divmod(us, 1_000_000)
+    return f"{_second(seconds)}.{micro:06d}Z"
+
+
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of the whole second ``seconds``: :func:`rfc3339` without ``.ffffffZ``."""
+    return rfc3339(from_us(seconds * 1_000_000))[:-8]
 
 
 # -- history ---------------------------------------------------------------------------------------------
