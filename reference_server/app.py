@@ -112,6 +112,11 @@ class Route:
     name: str
 
 
+# How many accepted worker-plane version header values are remembered: "1.20", "1.8", " 1.20 " … A bound, so a
+# fuzzer sending a new valid spelling each time cannot grow the map without limit.
+_ACCEPTED_VERSIONS_KEPT = 16
+
+
 def compile_path(template: str) -> re.Pattern[str]:
     """``/api/workflows/{workflow_id}`` → a regex with named groups; a segment never spans a ``/``."""
     out = re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m.group(1)}>[^/]+)", template)
@@ -133,9 +138,13 @@ class App:
         faults: frozenset[str] = frozenset(),
     ) -> None:
         self.routes: list[Route] = []
+        self._accepted_versions: dict[str, int] = {}  # worker-plane header value → its negotiated minor
         # The routes by how many "/" their path has: a path parameter never spans a "/", so only the routes with
         # as many as the request's path can match it (in registration order, as in ``routes``).
-        self._routes_by_depth: dict[int, list[Route]] = {}
+        # The routes a path can match, by its shape: its number of "/" and its last segment, when some route ends
+        # in that literal segment (else None: only the routes ending in a parameter). Registration order within.
+        self._routes_by_shape: dict[tuple[int, str | None], list[Route]] = {}
+        self._route_shapes: list[tuple[Route, int, str | None]] = []
         self.tokens: dict[str, str] = {}
         for role, token in (
             (ROLE_WORKER, worker_token),
@@ -196,7 +205,9 @@ class App:
             fn.__name__,
         )
         self.routes.append(route)
-        self._routes_by_depth.setdefault(template.count("/"), []).append(route)
+        last = template.rsplit("/", 1)[-1]
+        self._route_shapes.append((route, template.count("/"), None if "{" in last else last))
+        self._routes_by_shape = _index_by_shape(self._route_shapes)
 
     def mount(self, plane: str, group: object) -> None:
         """Register every method of ``group`` marked with :func:`route`, in definition order."""
@@ -261,8 +272,14 @@ class App:
 
     def _match(self, request: Request, plane: str) -> tuple[Route, dict[str, str]]:
         allowed: list[str] = []
-        for route in self._routes_by_depth.get(request.path.count("/"), ()):
-            m = route.pattern.match(request.path)
+        path = request.path
+        # A pattern's "$" also matches before a final newline (a decoded "%0A"): that path has the shape of the one
+        # without it.
+        last = path[path.rfind("/") + 1 :].removesuffix("\n")
+        depth = path.count("/")
+        candidates = self._routes_by_shape.get((depth, last)) or self._routes_by_shape.get((depth, None), [])
+        for route in candidates:
+            m = route.pattern.match(path)
             if m is None:
                 continue
             if route.method != request.method:
@@ -277,6 +294,16 @@ class App:
                 {"allowed_methods": sorted(set(allowed))},
             )
         raise Rejection(404, "route_not_found", f"No route for {request.method} {request.path}.")
+
+    def _worker_minor(self, raw: str | None) -> int:
+        """:func:`negotiate_worker_version` of a worker-plane header value, remembered for the few values that
+        were accepted (a worker sends the same one on every request); a rejected one is negotiated each time."""
+        minor = self._accepted_versions.get(raw) if raw is not None else None
+        if minor is None:
+            minor = negotiate_worker_version(raw)
+            if raw is not None and len(self._accepted_versions) < _ACCEPTED_VERSIONS_KEPT:
+                self._accepted_versions[raw] = minor
+        return minor
 
     def _authenticate(self, request: Request) -> str | None:
         """The caller's role, or None for "full access" when no tokens are configured (§4.1 driver none)."""
@@ -315,7 +342,7 @@ class App:
                 request = dataclasses.replace(request, headers=served)
         minor: int | None = None
         if route.plane == WORKER and not self.ignore_version_header:
-            minor = negotiate_worker_version(request.header(WORKER_VERSION_HEADER.lower()))
+            minor = self._worker_minor(request.header(WORKER_VERSION_HEADER.lower()))
         elif route.plane == CONTROL:
             negotiate_control_plane_version(request.header(CONTROL_VERSION_HEADER.lower()))
         namespace = namespace_of(request)
@@ -338,6 +365,18 @@ class App:
             envelope = {**self.worker_envelope(body), "protocol_version": echoed}
             return json_response(status, envelope, [*ctx.extra_headers, (WORKER_VERSION_HEADER, echoed)])
         return self.respond(route.plane, status, body, ctx.extra_headers)
+
+
+def _index_by_shape(shapes: list[tuple[Route, int, str | None]]) -> dict[tuple[int, str | None], list[Route]]:
+    """The candidates of each path shape (:attr:`App._routes_by_shape`): a path ending in a segment that some
+    route of its depth ends in literally can match those routes and the ones ending in a parameter; any other
+    path only the latter. Every route a path's regex could match is among its shape's candidates, in order."""
+    index: dict[tuple[int, str | None], list[Route]] = {}
+    for depth in {d for _, d, _ in shapes}:
+        same = [(route, last) for route, d, last in shapes if d == depth]
+        for literal in {last for _, last in same}:
+            index[(depth, literal)] = [route for route, last in same if last is None or last == literal]
+    return index
 
 
 def namespace_of(request: Request) -> str:
