@@ -239,12 +239,14 @@ def _threshold(t: T) -> int:
     return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
 
 
-# What a leased task's payload shows of its run: these columns of its 28.
 # A leased task's row and what its payload (§8.2) shows of its run, in one read: the task's columns, then the run's
 # that the task does not have (its namespace, run_id and workflow_type are the run's, copied when it was created).
+# ``cancel_open`` says whether the run has an open cooperative cancellation request, which the payload then shows
+# (nearly every run has none, and the flag spares reading it).
 _LEASED = (
-    "SELECT w.*, r.workflow_id, r.run_number, r.input_blob, r.status AS run_status, r.last_sequence"
-    " FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id WHERE w.task_id = ?"
+    "SELECT w.*, r.workflow_id, r.run_number, r.input_blob, r.status AS run_status, r.last_sequence,"
+    " EXISTS (SELECT 1 FROM cancellation_requests c WHERE c.run_id = w.run_id AND c.status != 'resolved')"
+    " AS cancel_open FROM workflow_tasks w JOIN runs r ON r.run_id = w.run_id WHERE w.task_id = ?"
 )
 
 
@@ -284,7 +286,7 @@ def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str |
         **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
         **task_resume(task),
     }
-    observed = cancellation.observation(t, task["run_id"])
+    observed = cancellation.observation(t, task["run_id"]) if task["cancel_open"] else None
     if observed is not None:
         # CANCEL-COOPERATIVE-REQUEST: the identity and deadline travel with every task of the child.
         body.update(cancel_requested=True, cancellation_request=observed)
