@@ -10,6 +10,10 @@ protocol's rules; ``poll_complete.py --server both`` prints the two side by side
     python bench/minimal_server.py --port 0 --db /tmp/minimal.sqlite     # prints its URL on the first line
 
 Not a protocol implementation: it exists only to be measured against.
+
+``--burn-ms`` is for calibrating the measurement, never for a figure: each poll that leases a task and each
+completion first spends that much CPU (process time, busy), so the benchmark shows how its ratio answers to a
+handler that costs more (``poll_complete.py --minimal-burn-ms``; bench/README.md, *What the ratio answers to*).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sqlite3
 import sys
@@ -39,8 +44,16 @@ CREATE INDEX IF NOT EXISTS tasks_ready ON tasks (task_queue, status, created_at)
 """
 
 
+def burn(seconds: float) -> None:
+    """Spend ``seconds`` of this process's CPU (``--burn-ms``)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 class Minimal:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, burn_ms: float = 0.0) -> None:
+        self.burn = burn_ms / 1000
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
@@ -83,6 +96,8 @@ class Minimal:
             deadline = time.monotonic() + float(body.get("timeout_seconds", 1))
             while True:
                 task = self.tx(self._claim, body["worker_id"], body["task_queue"], now)
+                if task is not None and self.burn:
+                    burn(self.burn)
                 if task is not None or time.monotonic() >= deadline:
                     return 200, {"task": task}
                 self.ready.clear()
@@ -91,6 +106,8 @@ class Minimal:
                 now = time.time_ns() // 1000
         parts = path.split("/")
         if method == "POST" and len(parts) == 6 and parts[5] == "complete":
+            if self.burn:
+                burn(self.burn)
             ok = self.tx(self._complete, parts[4], body["lease_owner"], int(body["workflow_task_attempt"]), body)
             return (200, {"outcome": "completed"}) if ok else (409, {"reason": "lease_owner_mismatch"})
         return 404, {"reason": "route_not_found"}
@@ -168,7 +185,7 @@ async def serve_connection(app: Minimal, reader: asyncio.StreamReader, writer: a
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    app = Minimal(args.db)
+    app = Minimal(args.db, args.burn_ms)
     server = await asyncio.start_server(lambda r, w: serve_connection(app, r, w), args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}", flush=True)
@@ -185,7 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--db", required=True)
-    asyncio.run(main_async(p.parse_args(argv)))
+    p.add_argument(
+        "--burn-ms",
+        type=float,
+        default=0.0,
+        help="Calibration only: CPU milliseconds spent in each poll that leases and each completion (default 0).",
+    )
+    args = p.parse_args(argv)
+    if not 0 <= args.burn_ms < math.inf:  # NaN fails this too
+        p.error("--burn-ms must be a finite number >= 0")
+    asyncio.run(main_async(args))
     return 0
 
 

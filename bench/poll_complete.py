@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -103,7 +104,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the run (default 120).",
     )
     p.add_argument("--db", default=None, help="Database file (default: a fresh file in a temporary directory).")
+    p.add_argument(
+        "--minimal-burn-ms",
+        type=float,
+        default=0.0,
+        help="Calibration only: the minimal server spends this many ms of CPU in each poll that leases and each "
+        "completion, to show how the ratio answers to a costlier handler; never a figure (default 0).",
+    )
     args = p.parse_args(argv)
+    if not 0 <= args.minimal_burn_ms < math.inf:  # NaN fails this too
+        p.error("--minimal-burn-ms must be a finite number >= 0")
+    if args.minimal_burn_ms and args.server == "reference":
+        p.error("--minimal-burn-ms changes the minimal server, which --server reference does not run")
     if args.blocks is None:
         args.blocks = 20 if args.server == "both" and args.db is None else 0
     if args.cycles is None:
@@ -126,10 +138,11 @@ class BenchError(Exception):
 
 
 def start_server(
-    db: Path, lease_seconds: int, kind: str = "reference", timeout: float = 30.0
+    db: Path, lease_seconds: int, kind: str = "reference", timeout: float = 30.0, burn_ms: float = 0.0
 ) -> tuple[subprocess.Popen[str], str]:
     if kind == "minimal":
         cmd = [sys.executable, str(ROOT / "bench" / "minimal_server.py"), "--port", "0", "--db", str(db)]
+        cmd += ["--burn-ms", str(burn_ms)] if burn_ms else []
     else:
         cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)]
         cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
@@ -292,7 +305,7 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     """One measurement: a fresh server of ``kind`` on a fresh database, the whole workload, then stopped."""
     with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "bench.sqlite"
-        proc, url = start_server(db, args.lease_seconds, kind)
+        proc, url = start_server(db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms)
         try:
             result = asyncio.run(measure(url, args, concurrency, proc.pid))
         finally:
@@ -375,12 +388,13 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
         urls: dict[str, str] = {}
         try:
             for kind in ("reference", "minimal"):
-                procs[kind], urls[kind] = start_server(Path(tmp) / f"{kind}.sqlite", args.lease_seconds, kind)
+                db = Path(tmp) / f"{kind}.sqlite"
+                procs[kind], urls[kind] = start_server(db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms)
             blocks = asyncio.run(_interleave(urls, {k: p.pid for k, p in procs.items()}, args, concurrency))
         finally:
             for proc in procs.values():
                 stop_server(proc)
-    row: dict[str, Any] = {"concurrency": concurrency, "blocks": args.blocks}
+    row: dict[str, Any] = {"concurrency": concurrency, "blocks": args.blocks, "minimal_burn_ms": args.minimal_burn_ms}
     by_server = {kind: [b for b in blocks if b.server == kind] for kind in ("reference", "minimal")}
     for kind, mine in by_server.items():
         cycles = sum(b.cycles for b in mine)
@@ -405,14 +419,21 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
     row["block_ratio_quartiles"] = [round(quartiles[0], 3), round(quartiles[2], 3)]
     print(
         f"{concurrency} workers, {args.blocks} blocks of {args.cycles // args.blocks} cycles each, interleaved: "
-        f"reference {row['reference']} / minimal {row['minimal']} cycles/s = {row['ratio']:.2f} × (CPU per cycle: "
-        f"server {row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
-        f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms); block by "
-        f"block median {row['block_ratio_median']:.2f} × (quartiles {row['block_ratio_quartiles'][0]:.2f}–"
-        f"{row['block_ratio_quartiles'][1]:.2f})",
+        f"reference {row['reference']} / {_minimal_label(args)} {row['minimal']} cycles/s = {row['ratio']:.2f} × "
+        f"(CPU per cycle: server {row['reference_server_cpu_ms_per_cycle']} / "
+        f"{row['minimal_server_cpu_ms_per_cycle']} ms, client {row['reference_client_cpu_ms_per_cycle']} / "
+        f"{row['minimal_client_cpu_ms_per_cycle']} ms); block by block median {row['block_ratio_median']:.2f} × "
+        f"(quartiles {row['block_ratio_quartiles'][0]:.2f}–{row['block_ratio_quartiles'][1]:.2f})",
         flush=True,
     )
     return row
+
+
+def _minimal_label(args: argparse.Namespace) -> str:
+    """The minimal server's name in a summary line, with its calibration burn when there is one: a calibrated run
+    must not read as a measurement."""
+    burn = args.minimal_burn_ms
+    return f"minimal (+{burn:g} ms CPU per request, calibration)" if burn else "minimal"
 
 
 def pair_ratios(runs: Sequence[dict[str, Any]], concurrency: int) -> list[float]:
@@ -445,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     summary: list[dict[str, Any]] = []
     for concurrency in args.concurrency:
-        row: dict[str, Any] = {"concurrency": concurrency}
+        row: dict[str, Any] = {"concurrency": concurrency, "minimal_burn_ms": args.minimal_burn_ms}
         for kind in kinds:
             mine = [r for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
             row[kind] = round(statistics.median(r["cycles_per_second"] for r in mine), 1)
@@ -461,8 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             row["pair_ratios"] = pairs
             row["pair_ratio_median"] = round(statistics.median(pairs), 3) if pairs else None
             print(
-                f"{concurrency} workers: reference {row['reference']} / minimal {row['minimal']} cycles/s "
-                f"(medians of {args.rounds}) = {row['ratio']:.2f} × (CPU per cycle: server "
+                f"{concurrency} workers: reference {row['reference']} / {_minimal_label(args)} {row['minimal']} "
+                f"cycles/s (medians of {args.rounds}) = {row['ratio']:.2f} × (CPU per cycle: server "
                 f"{row['reference_server_cpu_ms_per_cycle']} / {row['minimal_server_cpu_ms_per_cycle']} ms, client "
                 f"{row['reference_client_cpu_ms_per_cycle']} / {row['minimal_client_cpu_ms_per_cycle']} ms); "
                 f"round by round {', '.join(f'{r:.2f}' for r in pairs)} × (median {row['pair_ratio_median']:.2f} ×)"

@@ -57,6 +57,10 @@ def test_the_interleaved_benchmark_measures_both_servers_block_by_block() -> Non
         (("--blocks", "30", "--cycles", "10"), "--blocks must be 0 (rounds) or from 2 to --cycles"),
         (("--blocks", "4", "--server", "reference"), "--blocks measures both servers"),
         (("--blocks", "4", "--db", "x.sqlite"), "--blocks measures both servers"),
+        (("--minimal-burn-ms", "-0.5"), "--minimal-burn-ms must be a finite number >= 0"),
+        (("--minimal-burn-ms", "nan"), "--minimal-burn-ms must be a finite number >= 0"),
+        (("--minimal-burn-ms", "inf"), "--minimal-burn-ms must be a finite number >= 0"),
+        (("--minimal-burn-ms", "1", "--server", "reference"), "--minimal-burn-ms changes the minimal server"),
     ],
 )
 def test_bad_block_settings_are_refused_before_a_server_starts(args: tuple[str, ...], message: str) -> None:
@@ -64,3 +68,27 @@ def test_bad_block_settings_are_refused_before_a_server_starts(args: tuple[str, 
     assert run.returncode == 2
     assert run.stdout == ""
     assert message in run.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_calibration_burn_costs_the_minimal_server_its_cpu_and_says_so() -> None:
+    """``--minimal-burn-ms`` (calibration, bench/README.md): the minimal server spends that much CPU in each poll
+    that leases and each completion, and the run says it was calibrated, in its line and its JSON."""
+    args = ("--blocks", "2", "--cycles", "20", "--concurrency", "1", "--max-seconds", "30")
+    run = _bench(*args, "--minimal-burn-ms", "20")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    line, data = run.stdout.splitlines()[0], run.stdout.splitlines()[-1]
+    assert "/ minimal (+20 ms CPU per request, calibration) " in line
+    (row,) = json.loads(data)["interleaved"]
+    assert row["minimal_burn_ms"] == 20.0
+    # Process time, spent busy until it has passed: a floor by construction, not a timing. The benchmark reads the
+    # server's CPU in clock ticks (10 ms) before and after each of its 2 blocks: at most 20 ms, 1 ms a cycle, lost.
+    assert row["minimal_server_cpu_ms_per_cycle"] >= 2 * 20 - 1
+    assert row["minimal_empty_polls"] == row["minimal_rejected_completes"] == 0
+
+
+def test_without_a_burn_the_run_is_not_marked_calibrated() -> None:
+    run = _bench("--blocks", "2", "--cycles", "4", "--concurrency", "1", "--max-seconds", "30")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "calibration" not in run.stdout.splitlines()[0]
+    assert json.loads(run.stdout.splitlines()[-1])["interleaved"][0]["minimal_burn_ms"] == 0.0
