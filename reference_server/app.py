@@ -139,10 +139,10 @@ class App:
     ) -> None:
         self.routes: list[Route] = []
         self._accepted_versions: dict[str, int] = {}  # worker-plane header value → its negotiated minor
-        # The routes by how many "/" their path has: a path parameter never spans a "/", so only the routes with
-        # as many as the request's path can match it (in registration order, as in ``routes``).
-        # The routes a path can match, by its shape: its number of "/" and its last segment, when some route ends
-        # in that literal segment (else None: only the routes ending in a parameter). Registration order within.
+        # The routes a path can match, by its shape, in registration order (as in ``routes``). A path parameter
+        # never spans a "/", so only the routes with as many "/" as the path can match it; of those, a path whose
+        # last segment ends some route literally can match those routes and the ones ending in a parameter (key:
+        # that segment), any other path only the latter (key: None).
         self._routes_by_shape: dict[tuple[int, str | None], list[Route]] = {}
         self._route_shapes: list[tuple[Route, int, str | None]] = []
         self.tokens: dict[str, str] = {}
