@@ -202,12 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--db", required=True)
-    p.add_argument(
-        "--burn-ms",
-        type=float,
-        default=0.0,
-        help="Calibration only: CPU milliseconds spent in each poll that leases and each completion (default 0).",
-    )
+    p.add_argument("--burn-ms", type=float, default=0.0, help="Calibration only: CPU ms per lease and completion.")
     args = p.parse_args(argv)
     if not 0 <= args.burn_ms < math.inf:  # NaN fails this too
         p.error("--burn-ms must be a finite number >= 0")
