@@ -14,6 +14,15 @@ Not a protocol implementation: it exists only to be measured against.
 ``--burn-ms`` is for calibrating the measurement, never for a figure: each poll that leases a task and each
 completion first spends that much CPU (process time, busy), so the benchmark shows how its ratio answers to a
 handler that costs more (``poll_complete.py --minimal-burn-ms``; bench/README.md, *What the ratio answers to*).
+
+``--protocol-answers FILE`` answers as the protocol says a server answers, still with no validation, fencing
+beyond the conditional update, lifecycle tables, observers or scheduler: every worker-plane answer carries the
+envelope of §2.1 (``protocol_version`` and the ``server_capabilities`` object read from FILE, encoded once) and
+the version header, every answer a ``Date`` (RFC 9110 §6.6.1); the runs keep their history (§8.2: a start
+appends ``StartAccepted`` and ``WorkflowStarted``, a completion ``WorkflowCompleted``, each event's worker-plane
+JSON written once); a poll answers the whole task object of §8.2 with the run's history inline and the 20
+resume-context keys, a completion the fields of §8.7. It shows what of the reference server's cost is the size
+of the answers the protocol asks for (``poll_complete.py --minimal-answers protocol``).
 """
 
 from __future__ import annotations
@@ -29,9 +38,16 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from email.utils import formatdate
+from pathlib import Path
 from typing import Any
 
 import h11
+
+from suite.protocol.codec import encode_blob
+from suite.protocol.fencing import rfc3339
+from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 
 DDL = """
 CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, task_queue TEXT, last_seen INTEGER);
@@ -43,12 +59,25 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_ready ON tasks (task_queue, status, created_at);
 """
 
+# --protocol-answers: what a run must keep for the answers (its type, queue and input; its history, each event as
+# the worker-plane JSON object it is answered as).
+PROTOCOL_DDL = """
+ALTER TABLE runs ADD COLUMN workflow_type TEXT;
+ALTER TABLE runs ADD COLUMN task_queue TEXT;
+ALTER TABLE runs ADD COLUMN input_blob TEXT;
+ALTER TABLE runs ADD COLUMN last_sequence INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE history (run_id TEXT, sequence INTEGER, event TEXT, PRIMARY KEY (run_id, sequence)) WITHOUT ROWID;
+"""
+
 
 def burn(seconds: float) -> None:
     """Spend ``seconds`` of this process's CPU (``--burn-ms``)."""
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+
+
+Answer = dict[str, Any] | bytes  # a JSON object, or one already encoded (--protocol-answers)
 
 
 class Minimal:
@@ -70,26 +99,14 @@ class Minimal:
         self.db.execute("COMMIT")
         return out
 
-    async def handle(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def handle(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Answer]:
         now = time.time_ns() // 1000
         if method == "POST" and path == "/api/worker/register":
-            self.tx(
-                lambda: self.db.execute(
-                    "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)", (body["worker_id"], body["task_queue"], now)
-                )
-            )
-            return 201, {"registered": True}
+            self.tx(self._register, body, now)
+            return 201, self._registered(body)
         if method == "POST" and path == "/api/workflows":
             run_id = uuid.uuid4().hex
-
-            def start() -> None:
-                self.db.execute("INSERT INTO runs VALUES (?, ?, 'running', NULL)", (run_id, body["workflow_id"]))
-                self.db.execute(
-                    "INSERT INTO tasks VALUES (?, ?, ?, 'ready', NULL, 0, NULL, ?)",
-                    (uuid.uuid4().hex, run_id, body["task_queue"], now),
-                )
-
-            self.tx(start)
+            self.tx(self._start, run_id, body, now)
             self.ready.set()
             return 201, {"workflow_id": body["workflow_id"], "run_id": run_id}
         if method == "POST" and path == "/api/worker/workflow-tasks/poll":
@@ -99,7 +116,7 @@ class Minimal:
                 if task is not None and self.burn:
                     burn(self.burn)
                 if task is not None or time.monotonic() >= deadline:
-                    return 200, {"task": task}
+                    return 200, self._polled(task)
                 self.ready.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.ready.wait(), deadline - time.monotonic())
@@ -108,11 +125,33 @@ class Minimal:
         if method == "POST" and len(parts) == 6 and parts[5] == "complete":
             if self.burn:
                 burn(self.burn)
-            ok = self.tx(self._complete, parts[4], body["lease_owner"], int(body["workflow_task_attempt"]), body)
-            return (200, {"outcome": "completed"}) if ok else (409, {"reason": "lease_owner_mismatch"})
+            attempt = int(body["workflow_task_attempt"])
+            done = self.tx(self._complete, parts[4], body["lease_owner"], attempt, body, now)
+            if not done:
+                return 409, {"reason": "lease_owner_mismatch"}
+            return 200, self._completed(parts[4], attempt, done)
         return 404, {"reason": "route_not_found"}
 
-    def _claim(self, worker_id: str, queue: str, now: int) -> dict[str, Any] | None:
+    def headers(self, path: str) -> list[tuple[str, str]]:
+        """Headers of an answer besides ``content-type`` and ``content-length``: none."""
+        return []
+
+    def _register(self, body: dict[str, Any], now: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO workers VALUES (?, ?, ?)", (body["worker_id"], body["task_queue"], now))
+
+    def _registered(self, body: dict[str, Any]) -> Answer:
+        return {"registered": True}
+
+    def _start(self, run_id: str, body: dict[str, Any], now: int) -> None:
+        self.db.execute("INSERT INTO runs VALUES (?, ?, 'running', NULL)", (run_id, body["workflow_id"]))
+        self._task(run_id, body["task_queue"], now)
+
+    def _task(self, run_id: str, queue: str, now: int) -> None:
+        self.db.execute(
+            "INSERT INTO tasks VALUES (?, ?, ?, 'ready', NULL, 0, NULL, ?)", (uuid.uuid4().hex, run_id, queue, now)
+        )
+
+    def _claim(self, worker_id: str, queue: str, now: int) -> Any:
         row = self.db.execute(
             "SELECT task_id, run_id, attempt FROM tasks WHERE task_queue=? AND status='ready' "
             "ORDER BY created_at LIMIT 1",
@@ -121,25 +160,173 @@ class Minimal:
         if row is None:
             return None
         task_id, run_id, attempt = row
-        self.db.execute(
-            "UPDATE tasks SET status='leased', lease_owner=?, attempt=?, lease_expires_at=? WHERE task_id=?",
-            (worker_id, attempt + 1, now + 30_000_000, task_id),
-        )
-        self.db.execute("UPDATE workers SET last_seen=? WHERE worker_id=?", (now, worker_id))
+        self._lease(task_id, worker_id, attempt + 1, now)
         return {"task_id": task_id, "run_id": run_id, "lease_owner": worker_id, "workflow_task_attempt": attempt + 1}
 
-    def _complete(self, task_id: str, owner: str, attempt: int, body: dict[str, Any]) -> bool:
-        cur = self.db.execute(
-            "UPDATE tasks SET status='completed' WHERE task_id=? AND status='leased' AND lease_owner=? AND attempt=?",
-            (task_id, owner, attempt),
+    def _lease(self, task_id: str, worker_id: str, attempt: int, now: int) -> None:
+        self.db.execute(
+            "UPDATE tasks SET status='leased', lease_owner=?, attempt=?, lease_expires_at=? WHERE task_id=?",
+            (worker_id, attempt, now + LEASE_US, task_id),
         )
-        if cur.rowcount != 1:
+        self.db.execute("UPDATE workers SET last_seen=? WHERE worker_id=?", (now, worker_id))
+
+    def _polled(self, task: Any) -> Answer:
+        return {"task": task}
+
+    def _complete(self, task_id: str, owner: str, attempt: int, body: dict[str, Any], now: int) -> Any:
+        """The completion's writes; something true when it was accepted."""
+        if not self._release(task_id, owner, attempt):
             return False
         self.db.execute(
             "UPDATE runs SET status='completed', result=? WHERE run_id=(SELECT run_id FROM tasks WHERE task_id=?)",
             (json.dumps(body.get("commands")), task_id),
         )
         return True
+
+    def _release(self, task_id: str, owner: str, attempt: int) -> bool:
+        cur = self.db.execute(
+            "UPDATE tasks SET status='completed' WHERE task_id=? AND status='leased' AND lease_owner=? AND attempt=?",
+            (task_id, owner, attempt),
+        )
+        return cur.rowcount == 1
+
+    def _completed(self, task_id: str, attempt: int, done: Any) -> Answer:
+        return {"outcome": "completed"}
+
+
+LEASE_US = 30_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class ProtocolAnswers(Minimal):
+    """``--protocol-answers``: the same cycle, answered with what the protocol puts in each answer (module docstring).
+    Still no validation, fencing beyond the conditional update, lifecycle tables, observers or scheduler; each
+    answer is built the cheapest way (the capabilities and each history event encoded once, spliced in)."""
+
+    def __init__(self, path: str, capabilities: dict[str, Any], burn_ms: float = 0.0) -> None:
+        super().__init__(path, burn_ms)
+        if "history" not in {row[0] for row in self.db.execute("SELECT name FROM sqlite_master")}:
+            self.db.executescript(PROTOCOL_DDL)
+        caps = json.dumps(capabilities, separators=(",", ":"), ensure_ascii=False).encode()
+        self.envelope = b',"protocol_version":"1.20","server_capabilities":' + caps + b"}"
+        self._date = (0, "")
+
+    def headers(self, path: str) -> list[tuple[str, str]]:
+        second = int(time.time())
+        if self._date[0] != second:
+            self._date = (second, formatdate(second, usegmt=True))
+        extra = [("date", self._date[1])]
+        if path.startswith("/api/worker/"):
+            extra.append(("x-durable-workflow-protocol-version", "1.20"))
+        return extra
+
+    def _worker(self, members: dict[str, Any], inline: bytes = b"") -> bytes:
+        """``members`` then the envelope, as one JSON object; ``inline`` (encoded members) spliced before them."""
+        return b"{" + inline + _compact(members)[1:-1] + self.envelope
+
+    def _registered(self, body: dict[str, Any]) -> Answer:
+        return self._worker({"worker_id": body["worker_id"], "registered": True, "heartbeat_interval_seconds": 30})
+
+    def _start(self, run_id: str, body: dict[str, Any], now: int) -> None:
+        input_blob = encode_blob(body.get("input", []))
+        self.db.execute(
+            "INSERT INTO runs (run_id, workflow_id, status, workflow_type, task_queue, input_blob, last_sequence)"
+            " VALUES (?, ?, 'pending', ?, ?, ?, 2)",
+            (run_id, body["workflow_id"], body["workflow_type"], body["task_queue"], input_blob),
+        )
+        at = _ts(now)
+        common = {"workflow_id": body["workflow_id"], "workflow_type": body["workflow_type"]}
+        common |= {"task_queue": body["task_queue"], "run_id": run_id}
+        started = {**common, "run_number": 1, "arguments": input_blob, "payload_codec": "avro", "timestamp": at}
+        self._append(run_id, 1, "StartAccepted", common, None, at)
+        self._append(run_id, 2, "WorkflowStarted", started, None, at)
+        self._task(run_id, body["task_queue"], now)
+
+    def _append(
+        self, run_id: str, sequence: int, event_type: str, payload: dict[str, Any], task_id: str | None, at: str
+    ) -> None:
+        event = {"id": uuid.uuid4().hex, "sequence": sequence, "event_type": event_type, "namespace": "default"}
+        event |= {"payload": payload, "workflow_task_id": task_id, "workflow_command_id": None}
+        event |= {"recorded_at": at, "timestamp": at}
+        self.db.execute("INSERT INTO history VALUES (?, ?, ?)", (run_id, sequence, _compact(event).decode()))
+
+    def _claim(self, worker_id: str, queue: str, now: int) -> Any:
+        row = self.db.execute(
+            "SELECT t.task_id, t.run_id, t.attempt, r.workflow_id, r.workflow_type, r.input_blob, r.last_sequence"
+            " FROM tasks t JOIN runs r ON r.run_id = t.run_id WHERE t.task_queue=? AND t.status='ready'"
+            " ORDER BY t.created_at LIMIT 1",
+            (queue,),
+        ).fetchone()
+        if row is None:
+            return None
+        task_id, run_id, attempt, workflow_id, workflow_type, input_blob, last = row
+        self._lease(task_id, worker_id, attempt + 1, now)
+        events = self.db.execute(
+            "SELECT event FROM history WHERE run_id=? ORDER BY sequence LIMIT 501", (run_id,)
+        ).fetchall()
+        task = {
+            "task_id": task_id,
+            "namespace": "default",
+            "workflow_id": workflow_id,
+            "run_id": run_id,
+            "workflow_task_attempt": attempt + 1,
+            "workflow_type": workflow_type,
+            "payload_codec": "avro",
+            "arguments": {"codec": "avro", "blob": input_blob},
+            "run_status": "pending",
+            "last_history_sequence": last,
+            "total_history_events": last,
+            "next_history_page_token": None,
+            "has_more": False,
+            "next_after_sequence": None,
+            "task_queue": queue,
+            "connection": None,
+            "compatibility": None,
+            "lease_owner": worker_id,
+            "lease_expires_at": _ts(now + LEASE_US),
+            **dict.fromkeys(RESUME_CONTEXT_KEYS),
+        }
+        history = b'"history_events":[' + ",".join(e for (e,) in events).encode() + b"],"
+        return b'{"task":{' + history + _compact(task)[1:] + b',"poll_status":"leased"' + self.envelope
+
+    def _polled(self, task: Any) -> Answer:
+        return task if task is not None else self._worker({"task": None, "poll_status": "empty"})
+
+    def _complete(self, task_id: str, owner: str, attempt: int, body: dict[str, Any], now: int) -> Any:
+        if not self._release(task_id, owner, attempt):
+            return None
+        commands = body.get("commands") or [{}]
+        result = commands[0].get("result")
+        run_id, sequence = self.db.execute(
+            "UPDATE runs SET status='completed', result=?, last_sequence=last_sequence+1"
+            " WHERE run_id=(SELECT run_id FROM tasks WHERE task_id=?) RETURNING run_id, last_sequence",
+            (json.dumps(commands), task_id),
+        ).fetchone()
+        payload = {"output": result, "result": {"codec": "avro", "blob": result}, "payload_codec": "avro"}
+        self._append(run_id, sequence, "WorkflowCompleted", payload, task_id, _ts(now))
+        return run_id
+
+    def _completed(self, task_id: str, attempt: int, done: Any) -> Answer:
+        return self._worker(
+            {
+                "task_id": task_id,
+                "workflow_task_attempt": attempt,
+                "outcome": "completed",
+                "recorded": True,
+                "run_id": done,
+                "run_status": "completed",
+                "created_task_ids": [],
+                "reason": None,
+            }
+        )
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _ts(us: int) -> str:
+    return rfc3339(_EPOCH + timedelta(microseconds=us))
 
 
 async def serve_connection(app: Minimal, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -167,8 +354,9 @@ async def serve_connection(app: Minimal, reader: asyncio.StreamReader, writer: a
                 status, doc = await app.handle(
                     event.method.decode(), event.target.decode().split("?")[0], json.loads(raw) if raw else {}
                 )
-                payload = json.dumps(doc).encode()
-                headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
+                payload = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+                headers = [("content-type", "application/json"), *app.headers(event.target.decode())]
+                headers.append(("content-length", str(len(payload))))
                 writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
                 writer.write(conn.send(h11.Data(data=payload)))
                 writer.write(conn.send(h11.EndOfMessage()))
@@ -185,7 +373,11 @@ async def serve_connection(app: Minimal, reader: asyncio.StreamReader, writer: a
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    app = Minimal(args.db, args.burn_ms)
+    if args.protocol_answers is None:
+        app = Minimal(args.db, args.burn_ms)
+    else:
+        capabilities = json.loads(Path(args.protocol_answers).read_text(encoding="utf-8"))
+        app = ProtocolAnswers(args.db, capabilities, args.burn_ms)
     server = await asyncio.start_server(lambda r, w: serve_connection(app, r, w), args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}", flush=True)
@@ -203,6 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--db", required=True)
     p.add_argument("--burn-ms", type=float, default=0.0, help="Calibration only: CPU ms per lease and completion.")
+    p.add_argument(
+        "--protocol-answers",
+        metavar="CAPABILITIES_JSON",
+        default=None,
+        help="Answer as the protocol says (envelope, history, the whole task object), with these server_capabilities.",
+    )
     args = p.parse_args(argv)
     if not 0 <= args.burn_ms < math.inf:  # NaN fails this too
         p.error("--burn-ms must be a finite number >= 0")

@@ -111,11 +111,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Calibration only: the minimal server spends this many ms of CPU in each poll that leases and each "
         "completion, to show how the ratio answers to a costlier handler; never a figure (default 0).",
     )
+    p.add_argument(
+        "--minimal-answers",
+        choices=("bare", "protocol"),
+        default="bare",
+        help="'protocol': the minimal server answers with what the protocol puts in each answer (the envelope with "
+        "the reference server's capabilities, the run's history, the whole task object), still with none of its "
+        "rules; shows what of the gap is the size of the answers (default bare).",
+    )
     args = p.parse_args(argv)
     if not 0 <= args.minimal_burn_ms < math.inf:  # NaN fails this too
         p.error("--minimal-burn-ms must be a finite number >= 0")
     if args.minimal_burn_ms and args.server == "reference":
         p.error("--minimal-burn-ms changes the minimal server, which --server reference does not run")
+    if args.minimal_answers == "protocol" and (args.server != "both" or args.blocks == 0):
+        p.error(
+            "--minimal-answers protocol needs both servers in blocks (the default): it copies the capabilities "
+            "of the reference server running beside it"
+        )
     if args.blocks is None:
         args.blocks = 20 if args.server == "both" and args.db is None else 0
     if args.cycles is None:
@@ -138,11 +151,18 @@ class BenchError(Exception):
 
 
 def start_server(
-    db: Path, lease_seconds: int, kind: str = "reference", timeout: float = 30.0, burn_ms: float = 0.0
+    db: Path,
+    lease_seconds: int,
+    kind: str = "reference",
+    timeout: float = 30.0,
+    burn_ms: float = 0.0,
+    capabilities: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
+    """Start a server of ``kind``; for the minimal one, ``capabilities`` (a JSON file) asks for protocol answers."""
     if kind == "minimal":
         cmd = [sys.executable, str(ROOT / "bench" / "minimal_server.py"), "--port", "0", "--db", str(db)]
         cmd += ["--burn-ms", str(burn_ms)] if burn_ms else []
+        cmd += ["--protocol-answers", str(capabilities)] if capabilities is not None else []
     else:
         cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)]
         cmd += ["--lease-seconds", str(lease_seconds), "--long-poll-default", "1"]
@@ -158,6 +178,15 @@ def start_server(
 
 def stop_server(proc: subprocess.Popen[str]) -> None:
     stop_process(proc)
+
+
+def advertised_capabilities(url: str) -> dict[str, Any]:
+    """The ``server_capabilities`` the server at ``url`` advertises (``GET /api/cluster/info``)."""
+    response = httpx.get(f"{url}/api/cluster/info", timeout=30.0)
+    capabilities = response.json()["worker_protocol"]["server_capabilities"] if response.status_code == 200 else None
+    if not isinstance(capabilities, dict):
+        raise BenchError(f"the reference server's cluster info has no capabilities: {response.status_code}")
+    return capabilities
 
 
 # -- the workload -----------------------------------------------------------------------------------------------
@@ -387,14 +416,25 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
         procs: dict[str, subprocess.Popen[str]] = {}
         urls: dict[str, str] = {}
         try:
+            capabilities: Path | None = None
             for kind in ("reference", "minimal"):
                 db = Path(tmp) / f"{kind}.sqlite"
-                procs[kind], urls[kind] = start_server(db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms)
+                procs[kind], urls[kind] = start_server(
+                    db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms, capabilities=capabilities
+                )
+                if kind == "reference" and args.minimal_answers == "protocol":
+                    capabilities = Path(tmp) / "capabilities.json"
+                    capabilities.write_text(json.dumps(advertised_capabilities(urls[kind])), encoding="utf-8")
             blocks = asyncio.run(_interleave(urls, {k: p.pid for k, p in procs.items()}, args, concurrency))
         finally:
             for proc in procs.values():
                 stop_server(proc)
-    row: dict[str, Any] = {"concurrency": concurrency, "blocks": args.blocks, "minimal_burn_ms": args.minimal_burn_ms}
+    row: dict[str, Any] = {
+        "concurrency": concurrency,
+        "blocks": args.blocks,
+        "minimal_burn_ms": args.minimal_burn_ms,
+        "minimal_answers": args.minimal_answers,
+    }
     by_server = {kind: [b for b in blocks if b.server == kind] for kind in ("reference", "minimal")}
     for kind, mine in by_server.items():
         cycles = sum(b.cycles for b in mine)
@@ -430,10 +470,12 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
 
 
 def _minimal_label(args: argparse.Namespace) -> str:
-    """The minimal server's name in a summary line, with its calibration burn when there is one: a calibrated run
-    must not read as a measurement."""
-    burn = args.minimal_burn_ms
-    return f"minimal (+{burn:g} ms CPU per request, calibration)" if burn else "minimal"
+    """The minimal server's name in a summary line: with protocol answers when it gives them, and its calibration
+    burn when there is one (a calibrated run must not read as a measurement)."""
+    notes = ["protocol answers"] if args.minimal_answers == "protocol" else []
+    if args.minimal_burn_ms:
+        notes.append(f"+{args.minimal_burn_ms:g} ms CPU per request, calibration")
+    return f"minimal ({', '.join(notes)})" if notes else "minimal"
 
 
 def pair_ratios(runs: Sequence[dict[str, Any]], concurrency: int) -> list[float]:
@@ -466,7 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     summary: list[dict[str, Any]] = []
     for concurrency in args.concurrency:
-        row: dict[str, Any] = {"concurrency": concurrency, "minimal_burn_ms": args.minimal_burn_ms}
+        row: dict[str, Any] = {
+            "concurrency": concurrency,
+            "minimal_burn_ms": args.minimal_burn_ms,
+            "minimal_answers": args.minimal_answers,
+        }
         for kind in kinds:
             mine = [r for r in runs if r["server"] == kind and r["concurrency"] == concurrency]
             row[kind] = round(statistics.median(r["cycles_per_second"] for r in mine), 1)

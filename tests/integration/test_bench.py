@@ -61,6 +61,8 @@ def test_the_interleaved_benchmark_measures_both_servers_block_by_block() -> Non
         (("--minimal-burn-ms", "nan"), "--minimal-burn-ms must be a finite number >= 0"),
         (("--minimal-burn-ms", "inf"), "--minimal-burn-ms must be a finite number >= 0"),
         (("--minimal-burn-ms", "1", "--server", "reference"), "--minimal-burn-ms changes the minimal server"),
+        (("--minimal-answers", "protocol", "--blocks", "0"), "--minimal-answers protocol needs both servers in blocks"),
+        (("--minimal-answers", "protocol", "--server", "minimal"), "--minimal-answers protocol needs both servers"),
     ],
 )
 def test_bad_block_settings_are_refused_before_a_server_starts(args: tuple[str, ...], message: str) -> None:
@@ -92,3 +94,16 @@ def test_without_a_burn_the_run_is_not_marked_calibrated() -> None:
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "calibration" not in run.stdout.splitlines()[0]
     assert json.loads(run.stdout.splitlines()[-1])["interleaved"][0]["minimal_burn_ms"] == 0.0
+
+
+@pytest.mark.slow
+def test_with_protocol_answers_the_run_says_so() -> None:
+    run = _bench("--blocks", "2", "--cycles", "4", "--concurrency", "1", "--max-seconds", "30", *_PROTOCOL)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "/ minimal (protocol answers) " in run.stdout.splitlines()[0]
+    (row,) = json.loads(run.stdout.splitlines()[-1])["interleaved"]
+    assert row["minimal_answers"] == "protocol"
+    assert row["minimal_empty_polls"] == row["minimal_rejected_completes"] == 0
+
+
+_PROTOCOL = ("--minimal-answers", "protocol")

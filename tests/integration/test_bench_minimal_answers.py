@@ -1,0 +1,107 @@
+"""``bench/minimal_server.py --protocol-answers``: the minimal server answers a cycle with what the reference
+server's answers hold — the same members at every level, the same capabilities, the history inline — so that the
+benchmark's comparison with it (``poll_complete.py --minimal-answers protocol``) weighs the reference server's
+rules, not the size of the protocol's answers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("poll_complete", ROOT / "bench" / "poll_complete.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """One cycle on each server (register, start, poll, complete): every answer, by server and call."""
+    bench = _bench()
+    tmp = tmp_path_factory.mktemp("answers")
+    procs = []
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        capabilities: Path | None = None
+        for kind in ("reference", "minimal"):
+            proc, url = bench.start_server(tmp / f"{kind}.sqlite", 30, kind, capabilities=capabilities)
+            procs.append(proc)
+            if capabilities is None:
+                capabilities = tmp / "capabilities.json"
+                capabilities.write_text(json.dumps(bench.advertised_capabilities(url)), encoding="utf-8")
+            out[kind] = _cycle(url, bench)
+    finally:
+        for proc in procs:
+            bench.stop_server(proc)
+    return out
+
+
+def _cycle(url: str, bench: ModuleType) -> dict[str, Any]:
+    worker, control = bench.WORKER_HEADERS, bench.CONTROL_HEADERS
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        got: dict[str, Any] = {}
+        register = {"worker_id": "w", "task_queue": "q", "runtime": "python"}
+        got["register"] = client.post("/api/worker/register", json=register, headers=worker)
+        start = {"workflow_type": "bench", "workflow_id": "wf", "task_queue": "q", "input": []}
+        assert client.post("/api/workflows", json=start, headers=control).status_code == 201
+        got["poll"] = client.post(
+            "/api/worker/workflow-tasks/poll", json={"worker_id": "w", "task_queue": "q"}, headers=worker
+        )
+        task = got["poll"].json()["task"]
+        body = {
+            "lease_owner": "w",
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "commands": [{"type": "complete_workflow", "result": bench.RESULT_BLOB}],
+        }
+        got["complete"] = client.post(
+            f"/api/worker/workflow-tasks/{task['task_id']}/complete", json=body, headers=worker
+        )
+        return got
+
+
+def _shape(value: Any) -> Any:
+    """The members of every object, recursively (lists by their items); leaves by their JSON type."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return type(value).__name__
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["register", "poll", "complete"])
+def test_each_answer_has_the_reference_servers_members_at_every_level(
+    answers: dict[str, dict[str, Any]], call: str
+) -> None:
+    reference, minimal = answers["reference"][call], answers["minimal"][call]
+    assert minimal.status_code == reference.status_code
+    assert _shape(minimal.json()) == _shape(reference.json())
+    assert minimal.json()["server_capabilities"] == reference.json()["server_capabilities"]
+    assert minimal.headers["x-durable-workflow-protocol-version"] == "1.20"
+    assert "date" in minimal.headers
+    # The same members with ids of another length (32 hexadecimal digits against 26 of a ULID): within 2 %.
+    assert abs(len(minimal.content) - len(reference.content)) <= 0.02 * len(reference.content)
+
+
+@pytest.mark.slow
+def test_the_poll_shows_the_runs_history_as_the_reference_server_does(answers: dict[str, dict[str, Any]]) -> None:
+    for kind in ("reference", "minimal"):
+        task = answers[kind]["poll"].json()["task"]
+        events = task["history_events"]
+        assert [(e["sequence"], e["event_type"]) for e in events] == [(1, "StartAccepted"), (2, "WorkflowStarted")]
+        assert all(e["payload"]["run_id"] == task["run_id"] and e["payload"]["workflow_id"] == "wf" for e in events)
+        assert task["last_history_sequence"] == 2
