@@ -7,8 +7,12 @@ HTTP/1.1 keep-alive connections (httpx) until every run is completed. A *cycle* 
 and its accepted completion: two HTTP requests and two committed SQLite transactions (the claim, which also
 records the worker's liveness, and the completion), each fsynced (``PRAGMA synchronous=FULL``).
 
-The minimal server does the same cycle in the same two transactions, with no validation, history or fencing
-beyond the conditional update. With ``--server both`` (the default) the two servers run at once, each on a
+The minimal server does the same cycle in the same two transactions, with no validation, lifecycle tables or
+fencing beyond the conditional update; by default (``--minimal-answers protocol``) it answers as the protocol says
+— the envelope with the reference server's capabilities, the run's history inline, the whole task object — so the
+ratio weighs the reference server's rules and not the size of the protocol's answers; ``--minimal-answers bare``
+answers with the few fields the workload reads and keeps no history (the yardstick of runs B1–B12 and 1–36 in
+bench/README.md). With ``--server both`` (the default) the two servers run at once, each on a
 fresh database, and each one's ``--cycles`` (default 4000) are run in ``--blocks`` blocks (default 20) taken
 alternately — reference, minimal, minimal, reference, … — for every concurrency in ``--concurrency``; the ratio
 of each pair of blocks, measured a second apart, is printed with their median and quartiles. ``--blocks 0``
@@ -113,22 +117,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--minimal-answers",
-        choices=("bare", "protocol"),
-        default="bare",
+        choices=("protocol", "bare"),
+        default="protocol",
         help="'protocol': the minimal server answers with what the protocol puts in each answer (the envelope with "
         "the reference server's capabilities, the run's history, the whole task object), still with none of its "
-        "rules; shows what of the gap is the size of the answers (default bare).",
+        "rules; 'bare': with the few fields the workload reads, and it keeps no history (default protocol).",
     )
     args = p.parse_args(argv)
     if not 0 <= args.minimal_burn_ms < math.inf:  # NaN fails this too
         p.error("--minimal-burn-ms must be a finite number >= 0")
     if args.minimal_burn_ms and args.server == "reference":
         p.error("--minimal-burn-ms changes the minimal server, which --server reference does not run")
-    if args.minimal_answers == "protocol" and (args.server != "both" or args.blocks == 0):
-        p.error(
-            "--minimal-answers protocol needs both servers in blocks (the default): it copies the capabilities "
-            "of the reference server running beside it"
-        )
     if args.blocks is None:
         args.blocks = 20 if args.server == "both" and args.db is None else 0
     if args.cycles is None:
@@ -187,6 +186,21 @@ def advertised_capabilities(url: str) -> dict[str, Any]:
     if not isinstance(capabilities, dict):
         raise BenchError(f"the reference server's cluster info has no capabilities: {response.status_code}")
     return capabilities
+
+
+def protocol_capabilities(args: argparse.Namespace, directory: Path) -> Path | None:
+    """For a minimal server with protocol answers: the reference server's capabilities, read from one started for
+    that alone, in a JSON file in ``directory`` (``None`` when no minimal server answers so)."""
+    if args.minimal_answers != "protocol" or args.server == "reference":
+        return None
+    proc, url = start_server(directory / "capabilities.sqlite", args.lease_seconds)
+    try:
+        capabilities = advertised_capabilities(url)
+    finally:
+        stop_server(proc)
+    path = directory / "capabilities.json"
+    path.write_text(json.dumps(capabilities), encoding="utf-8")
+    return path
 
 
 # -- the workload -----------------------------------------------------------------------------------------------
@@ -334,7 +348,9 @@ def measure_one(kind: str, concurrency: int, args: argparse.Namespace) -> dict[s
     """One measurement: a fresh server of ``kind`` on a fresh database, the whole workload, then stopped."""
     with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "bench.sqlite"
-        proc, url = start_server(db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms)
+        proc, url = start_server(
+            db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms, capabilities=args.capabilities
+        )
         try:
             result = asyncio.run(measure(url, args, concurrency, proc.pid))
         finally:
@@ -416,15 +432,11 @@ def measure_interleaved(concurrency: int, args: argparse.Namespace) -> dict[str,
         procs: dict[str, subprocess.Popen[str]] = {}
         urls: dict[str, str] = {}
         try:
-            capabilities: Path | None = None
             for kind in ("reference", "minimal"):
                 db = Path(tmp) / f"{kind}.sqlite"
                 procs[kind], urls[kind] = start_server(
-                    db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms, capabilities=capabilities
+                    db, args.lease_seconds, kind, burn_ms=args.minimal_burn_ms, capabilities=args.capabilities
                 )
-                if kind == "reference" and args.minimal_answers == "protocol":
-                    capabilities = Path(tmp) / "capabilities.json"
-                    capabilities.write_text(json.dumps(advertised_capabilities(urls[kind])), encoding="utf-8")
             blocks = asyncio.run(_interleave(urls, {k: p.pid for k, p in procs.items()}, args, concurrency))
         finally:
             for proc in procs.values():
@@ -488,6 +500,16 @@ def pair_ratios(runs: Sequence[dict[str, Any]], concurrency: int) -> list[float]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="dw-bench-capabilities-") as tmp:
+        try:
+            args.capabilities = protocol_capabilities(args, Path(tmp))
+        except BenchError as exc:
+            print(f"poll_complete: {exc}", file=sys.stderr)
+            return 2
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     kinds = ["reference", "minimal"] if args.server == "both" else [args.server]
     runs: list[dict[str, Any]] = []
     if args.blocks:

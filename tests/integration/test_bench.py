@@ -61,8 +61,7 @@ def test_the_interleaved_benchmark_measures_both_servers_block_by_block() -> Non
         (("--minimal-burn-ms", "nan"), "--minimal-burn-ms must be a finite number >= 0"),
         (("--minimal-burn-ms", "inf"), "--minimal-burn-ms must be a finite number >= 0"),
         (("--minimal-burn-ms", "1", "--server", "reference"), "--minimal-burn-ms changes the minimal server"),
-        (("--minimal-answers", "protocol", "--blocks", "0"), "--minimal-answers protocol needs both servers in blocks"),
-        (("--minimal-answers", "protocol", "--server", "minimal"), "--minimal-answers protocol needs both servers"),
+        (("--minimal-answers", "none"), "argument --minimal-answers: invalid choice: 'none'"),
     ],
 )
 def test_bad_block_settings_are_refused_before_a_server_starts(args: tuple[str, ...], message: str) -> None:
@@ -80,7 +79,7 @@ def test_a_calibration_burn_costs_the_minimal_server_its_cpu_and_says_so() -> No
     run = _bench(*args, "--minimal-burn-ms", "20")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     line, data = run.stdout.splitlines()[0], run.stdout.splitlines()[-1]
-    assert "/ minimal (+20 ms CPU per request, calibration) " in line
+    assert "/ minimal (protocol answers, +20 ms CPU per request, calibration) " in line
     (row,) = json.loads(data)["interleaved"]
     assert row["minimal_burn_ms"] == 20.0
     # Process time, spent busy until it has passed: a floor by construction, not a timing. The benchmark reads the
@@ -97,13 +96,23 @@ def test_without_a_burn_the_run_is_not_marked_calibrated() -> None:
 
 
 @pytest.mark.slow
-def test_with_protocol_answers_the_run_says_so() -> None:
-    run = _bench("--blocks", "2", "--cycles", "4", "--concurrency", "1", "--max-seconds", "30", *_PROTOCOL)
+@pytest.mark.parametrize(("answers", "label"), [("protocol", "minimal (protocol answers)"), ("bare", "minimal")])
+def test_the_run_names_the_minimal_servers_answers(answers: str, label: str) -> None:
+    run = _bench(
+        "--blocks", "2", "--cycles", "4", "--concurrency", "1", "--max-seconds", "30", "--minimal-answers", answers
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "/ minimal (protocol answers) " in run.stdout.splitlines()[0]
+    assert f"/ {label} " in run.stdout.splitlines()[0]
     (row,) = json.loads(run.stdout.splitlines()[-1])["interleaved"]
-    assert row["minimal_answers"] == "protocol"
+    assert row["minimal_answers"] == answers
     assert row["minimal_empty_polls"] == row["minimal_rejected_completes"] == 0
 
 
-_PROTOCOL = ("--minimal-answers", "protocol")
+@pytest.mark.slow
+def test_rounds_of_the_minimal_server_alone_answer_as_the_protocol_says() -> None:
+    """Protocol answers copy the reference server's capabilities, from one started for that alone when the run
+    measures the minimal server only."""
+    run = _bench("--server", "minimal", "--blocks", "0", "--rounds", "1", "--cycles", "4", "--concurrency", "1")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    summary = json.loads(run.stdout.splitlines()[-1])["summary"]
+    assert [row["minimal_answers"] for row in summary] == ["protocol"]
