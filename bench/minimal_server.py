@@ -2,10 +2,11 @@
 
 Same stack as ``reference_server`` — asyncio streams, ``h11`` framing, one SQLite file in WAL mode with
 ``synchronous=FULL``, one ``BEGIN IMMEDIATE`` transaction per state-changing request — and nothing else: no
-protocol version negotiation, no validation, no auth, no history, no fencing beyond the conditional update,
-no observers, no scheduler. It answers the four calls ``bench/poll_complete.py`` makes (register, start, poll,
-complete) and 404 to anything else. What the reference server spends on top of this is the price of the
-protocol's rules; ``poll_complete.py --server both`` prints the two side by side.
+protocol version negotiation, no validation, no auth, no history (but with ``--protocol-answers``, below), no
+fencing beyond the conditional update, no observers, no scheduler. It answers the four calls
+``bench/poll_complete.py`` makes (register, start, poll, complete) and 404 to anything else. What the reference
+server spends on top of this is the price of the protocol's rules; ``poll_complete.py --server both`` prints the
+two side by side.
 
     python bench/minimal_server.py --port 0 --db /tmp/minimal.sqlite     # prints its URL on the first line
 
@@ -220,9 +221,9 @@ class ProtocolAnswers(Minimal):
             extra.append(("x-durable-workflow-protocol-version", "1.20"))
         return extra
 
-    def _worker(self, members: dict[str, Any], inline: bytes = b"") -> bytes:
-        """``members`` then the envelope, as one JSON object; ``inline`` (encoded members) spliced before them."""
-        return b"{" + inline + _compact(members)[1:-1] + self.envelope
+    def _worker(self, members: dict[str, Any]) -> bytes:
+        """``members`` then the envelope, as one JSON object."""
+        return b"{" + _compact(members)[1:-1] + self.envelope
 
     def _registered(self, body: dict[str, Any]) -> Answer:
         return self._worker({"worker_id": body["worker_id"], "registered": True, "heartbeat_interval_seconds": 30})
@@ -251,6 +252,7 @@ class ProtocolAnswers(Minimal):
         self.db.execute("INSERT INTO history VALUES (?, ?, ?)", (run_id, sequence, _compact(event).decode()))
 
     def _claim(self, worker_id: str, queue: str, now: int) -> Any:
+        """The leased task's object (§8.2) without its history, and the history's events as stored (JSON text)."""
         row = self.db.execute(
             "SELECT t.task_id, t.run_id, t.attempt, r.workflow_id, r.workflow_type, r.input_blob, r.last_sequence"
             " FROM tasks t JOIN runs r ON r.run_id = t.run_id WHERE t.task_queue=? AND t.status='ready'"
@@ -286,11 +288,15 @@ class ProtocolAnswers(Minimal):
             "lease_expires_at": _ts(now + LEASE_US),
             **dict.fromkeys(RESUME_CONTEXT_KEYS),
         }
-        history = b'"history_events":[' + ",".join(e for (e,) in events).encode() + b"],"
-        return b'{"task":{' + history + _compact(task)[1:] + b',"poll_status":"leased"' + self.envelope
+        return task, [event for (event,) in events]
 
     def _polled(self, task: Any) -> Answer:
-        return task if task is not None else self._worker({"task": None, "poll_status": "empty"})
+        """Encoded after the claim's transaction: the history's events spliced in as stored."""
+        if task is None:
+            return self._worker({"task": None, "poll_status": "empty"})
+        members, events = task
+        history = b'"history_events":[' + ",".join(events).encode() + b"],"
+        return b'{"task":{' + history + _compact(members)[1:] + b',"poll_status":"leased"' + self.envelope
 
     def _complete(self, task_id: str, owner: str, attempt: int, body: dict[str, Any], now: int) -> Any:
         if not self._release(task_id, owner, attempt):

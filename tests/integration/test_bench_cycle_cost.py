@@ -3,25 +3,16 @@ handler's time into SQL statements and the rest. The shape of the measurement is
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+
+from tests.integration.bench_scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "cycle_cost.py"
-
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cycle_cost", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_counting_sees_the_statements_and_pages_then_restores_the_checkpoints(tmp_path: Path) -> None:
@@ -32,7 +23,7 @@ def test_counting_sees_the_statements_and_pages_then_restores_the_checkpoints(tm
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA wal_autocheckpoint=123")
     db.execute("CREATE TABLE t (x TEXT)")
-    with _module().counting(db, path) as counted:
+    with load("cycle_cost").counting(db, path) as counted:
         assert int(db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0
         for i in range(40):
             db.execute("INSERT INTO t VALUES (?)", ("x" * 1000 + str(i),))

@@ -5,9 +5,7 @@ rules, not the size of the protocol's answers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,23 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("poll_complete", ROOT / "bench" / "poll_complete.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.integration.bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """One cycle on each server (register, start, poll, complete): every answer, by server and call."""
-    bench = _bench()
+    bench = load("poll_complete")
     tmp = tmp_path_factory.mktemp("answers")
     procs = []
     out: dict[str, dict[str, Any]] = {}
