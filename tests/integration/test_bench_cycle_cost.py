@@ -55,7 +55,6 @@ def test_split_times_the_statements_inside_the_handler(tmp_path: Path) -> None:
         assert "SQL statements" in line
         # Every statement runs inside the handler, so its time is a part of the handler's, and there is some.
         assert 0 < result["sql_ms_per_cycle"] <= result["handler_ms_per_cycle"]
-        assert result["handler_ms_per_cycle"] <= result["cpu_ms_per_cycle"] * 50  # a wall figure, not a unit slip
 
 
 def test_without_split_no_statement_is_timed(tmp_path: Path) -> None:
