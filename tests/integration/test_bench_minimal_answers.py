@@ -93,3 +93,58 @@ def test_the_poll_shows_the_runs_history_as_the_reference_server_does(answers: d
         assert [(e["sequence"], e["event_type"]) for e in events] == [(1, "StartAccepted"), (2, "WorkflowStarted")]
         assert all(e["payload"]["run_id"] == task["run_id"] and e["payload"]["workflow_id"] == "wf" for e in events)
         assert task["last_history_sequence"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("argv", "copied"),
+    [
+        ((), True),
+        (("--server", "minimal", "--blocks", "0"), True),
+        (("--minimal-answers", "bare"), False),
+        (("--server", "reference", "--blocks", "0"), False),
+    ],
+)
+def test_the_capabilities_are_copied_whenever_a_minimal_server_answers_as_the_protocol_says(
+    tmp_path: Path, argv: tuple[str, ...], copied: bool
+) -> None:
+    bench = load("poll_complete")
+    path = bench.protocol_capabilities(bench.parse_args(list(argv)), tmp_path)
+    if not copied:
+        assert path is None
+        return
+    capabilities = json.loads(path.read_text(encoding="utf-8"))
+    assert "complete_workflow" in capabilities["supported_workflow_task_commands"]
+    assert capabilities["worker_session_verbs"] == ["create", "heartbeat", "close"]  # the server's own additions
+
+
+class _Started(Exception):
+    """Stops a measurement when its minimal server is started, once the arguments are seen."""
+
+
+@pytest.mark.parametrize("blocks", ["20", "0"])
+def test_every_measurement_starts_its_minimal_server_with_the_copied_capabilities(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocks: str
+) -> None:
+    """Blocks and rounds alike: no server is run; the starts are recorded, the minimal server's ends the run."""
+    bench = load("poll_complete")
+    args = bench.parse_args(["--blocks", blocks, "--concurrency", "1"])
+    args.capabilities = tmp_path / "capabilities.json"
+    started: dict[str, Path | None] = {}
+
+    def start_server(db: Path, lease_seconds: int, kind: str = "reference", **options: Any) -> tuple[None, str]:
+        started[kind] = options.get("capabilities")
+        if kind == "minimal":
+            raise _Started
+        return None, "http://127.0.0.1:9"
+
+    monkeypatch.setattr(bench, "start_server", start_server)
+    monkeypatch.setattr(bench, "stop_server", lambda proc: None)
+    measure = (
+        (lambda: bench.measure_one("minimal", 1, args))
+        if blocks == "0"
+        else (lambda: bench.measure_interleaved(1, args))
+    )
+    with pytest.raises(_Started):
+        measure()
+    assert started["minimal"] == args.capabilities
