@@ -123,6 +123,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the reference server's capabilities, the run's history, the whole task object), still with none of its "
         "rules; 'bare': with the few fields the workload reads, and it keeps no history (default protocol).",
     )
+    p.set_defaults(capabilities=None)  # the copied capabilities' file: main() fills it in (protocol_capabilities)
     args = p.parse_args(argv)
     if not 0 <= args.minimal_burn_ms < math.inf:  # NaN fails this too
         p.error("--minimal-burn-ms must be a finite number >= 0")
