@@ -239,7 +239,7 @@ class CheckContext:
         if seconds > self.max_wait:
             cover = f"--max-wait {math.ceil(seconds)}"
             raise NotCovered(
-                f"{what} is {seconds:g}s, longer than --max-wait={self.target.max_wait:g}s",
+                f"waiting for {what} takes {seconds:g} s, longer than --max-wait allows ({self.target.max_wait:g} s)",
                 f"{cover}, or a shorter {profile_setting(setting)}" if setting else cover,
             )
         return seconds

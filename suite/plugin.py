@@ -47,6 +47,7 @@ from .outcomes import (
 from .registry import TEST_ID_ROOT, Check, entries
 from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
+from .text import plural
 
 __all__ = [
     "EXIT_HARNESS_ERROR",
@@ -643,8 +644,7 @@ class Recorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.collect_only:
-            session.exitstatus = EXIT_HARNESS_ERROR
+        if self.collect_only:  # pytest's own status: 0 when the items were listed
             return
         target = self.config.stash.get(TARGET_KEY, None)
         if target is None:
@@ -683,15 +683,15 @@ class Recorder:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.collect_only:
             terminalreporter.write_line(
-                f"{RunVerdict.HARNESS_ERROR.value}: no verdict — --collect-only lists the items of the suite and "
-                f"runs none (exit status {EXIT_HARNESS_ERROR})"
+                "no verdict: --collect-only lists the items of the suite and runs none (run without it for a verdict)"
             )
             return
         if self.results is None:
             return
         from .reports import terminal_lines
 
-        for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None):
+        width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 100)
+        for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None, width=width):
             terminalreporter.write_line(line)
 
 
@@ -705,20 +705,28 @@ def progress_line(area: str, records: list[Record]) -> str:
         seconds = max((r.duration_seconds for r in records), default=0.0)  # every record carries the whole run
         ledger = next((r.ledger for r in records if r.ledger is not None), {}) or {}
         budget = next((r.budget for r in records if r.budget), {}) or {}
+        reached = plural(sum(1 for v in ledger.values() if v), "hard state")
         return (
-            f"machine {name}: {judged} — {budget.get('examples', '?')} examples × {budget.get('steps', '?')} steps, "
-            f"{sum(1 for v in ledger.values() if v)} hard states reached, {seconds:.1f} s"
+            f"machine {name}: {judged} — {_counted(budget.get('examples'), 'example')} × "
+            f"{_counted(budget.get('steps'), 'step')}, {reached} reached, {seconds:.1f} s"
         )
     if kind == Kind.FUZZ.value:
         cases = sum(r.fuzz.cases for r in records if r.fuzz)
         seconds = sum(r.fuzz.seconds for r in records if r.fuzz)
         ops = sum(1 for r in records if r.fuzz)
         requests = sum(r.requests for r in records)
-        return f"fuzz {name}: {judged} — {ops} operations, {cases} cases, {requests} requests, {seconds:.1f} s"
+        return (
+            f"fuzz {name}: {judged} — {plural(ops, 'operation')}, {plural(cases, 'case')}, "
+            f"{plural(requests, 'request')}, {seconds:.1f} s"
+        )
     checks = len({r.check for r in records})
     requests = sum(r.requests for r in records)
-    plural = "" if checks == 1 else "s"
-    return f"{area}: {checks} check{plural} done — {judged} ({requests} requests, {seconds:.1f} s)"
+    return f"{area}: {plural(checks, 'check')} done — {judged} ({plural(requests, 'request')}, {seconds:.1f} s)"
+
+
+def _counted(n: Any, noun: str) -> str:
+    """A count from a record's budget, which a record of another version may lack (``? examples``)."""
+    return plural(n, noun) if isinstance(n, int) else f"? {noun}s"
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:

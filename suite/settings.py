@@ -126,7 +126,7 @@ class RunSettings:
         for name, value in asdict(self.budget).items():
             default = getattr(DEFAULT_BUDGET, name)
             if value < default:
-                out.append(f"{LIMITS[name].option} {value:g} is below the default {default:g}")
+                out.append(f"{LIMITS[name].option} {value:g} (below the default {default:g})")
         return out
 
     def to_json(self) -> dict[str, Any]:
