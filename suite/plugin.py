@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -48,6 +48,9 @@ from .registry import TEST_ID_ROOT, Check, entries
 from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
 from .text import plural
+
+if TYPE_CHECKING:
+    from .target import Credential
 
 __all__ = [
     "EXIT_HARNESS_ERROR",
@@ -343,7 +346,7 @@ def redacted_command(args: list[str]) -> str:
 
 
 def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
-    from .target import EmbeddedServer, measure_clock_skew, namespace_missing, probe_cluster_info
+    from .target import EmbeddedServer, TokenRefused, measure_clock_skew, probe_cluster_info, probe_credentials
 
     embedded = settings.target == "embedded"
     server = None
@@ -354,18 +357,20 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
     else:
         url = settings.target
     worker_token, operator_token, full_token = _tokens(config, server)
+    planes, full = _credentials(config, server)
+    try:
+        # Before anything else: a refused token is the user's to fix, never a verdict on the target.
+        credentials = probe_credentials(
+            url, settings.namespace, planes, full=full, worker_version=settings.protocol_version
+        )
+    except TokenRefused as exc:
+        _stop_embedded(config)
+        raise pytest.UsageError(str(exc)) from None
     info = probe_cluster_info(url, operator_token or worker_token)
-    missing = namespace_missing(
-        url,
-        settings.namespace,
-        worker_token=worker_token,
-        operator_token=operator_token,
-        worker_version=settings.protocol_version,
-    )
-    if missing is not None:
+    if credentials.namespace_missing is not None:
         _stop_embedded(config)
         raise pytest.UsageError(
-            f"--namespace={settings.namespace}: the target has no such namespace ({missing}); "
+            f"--namespace={settings.namespace}: the target has no such namespace ({credentials.namespace_missing}); "
             "create it or pass an existing one"
         )
     return TargetInfo(
@@ -374,6 +379,7 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
         worker_token=worker_token,
         operator_token=operator_token,
         full_token=full_token,
+        auth=credentials.to_json(),
         namespace=settings.namespace,
         protocol_version=settings.protocol_version,
         max_wait=settings.budget.max_wait,
@@ -394,6 +400,30 @@ def _tokens(config: pytest.Config, server: Any) -> tuple[str | None, str | None,
     if full_token and not (worker_token or operator_token):
         worker_token = operator_token = full_token  # one token for both planes
     return worker_token, operator_token, full_token
+
+
+def _credentials(config: pytest.Config, server: Any) -> tuple[tuple[Credential, Credential], Credential | None]:
+    """The token of each plane with the option that gave it (the one that would, when none did; ``None`` for
+    the embedded server's own), and a full-access token given beside role tokens."""
+    from .target import CONTROL_PLANE, WORKER_PLANE, Credential
+
+    worker_token, operator_token, full_token = _tokens(config, server)
+    given = {option: bool(config.getoption(option)) for option in _SECRET_OPTIONS}
+    own = server is not None and not any(given.values())
+
+    def option(role_option: str, token: str | None) -> str | None:
+        if own:
+            return None
+        if not given[role_option] and given["--auth-token"] and token == full_token:
+            return "--auth-token"
+        return role_option
+
+    planes = (
+        Credential(WORKER_PLANE, worker_token, option("--worker-token", worker_token)),
+        Credential(CONTROL_PLANE, operator_token, option("--operator-token", operator_token)),
+    )
+    beside = full_token is not None and full_token not in (worker_token, operator_token)
+    return planes, Credential("both", full_token, None if own else "--auth-token") if beside else None
 
 
 def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
@@ -462,11 +492,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     target = config.stash.get(TARGET_KEY, None) if _enabled(config) else None
     if target is None or target.time is None or hasattr(config, "workerinput"):
         return None
+    lines = [f"dw auth: {target.auth['summary']}"] if target.auth is not None else []
     reason = target.time["real_time_reason"]
     if reason is None:
         where = "one embedded server per xdist worker" if target.embedded and _processes(config) > 1 else "one process"
-        return [f"dw time: the target's test clock is moved instead of waiting ({where})"]
-    return [f"dw time: real time, because {reason}"]
+        return [*lines, f"dw time: the target's test clock is moved instead of waiting ({where})"]
+    return [*lines, f"dw time: real time, because {reason}"]
 
 
 def pytest_configure_node(node: Any) -> None:

@@ -239,6 +239,7 @@ def target_doc(target: TargetInfo) -> dict[str, Any]:
         "capabilities": target.server_capabilities,
         "test_profile": target.test_profile,
         "clock_skew_seconds": target.clock_skew_seconds,
+        **({"auth": target.auth} if target.auth is not None else {}),
         **({"time": target.time} if target.time is not None else {}),
     }
 
