@@ -58,6 +58,8 @@ class TargetInfo:
     operator_token: str | None = None
     # --auth-token: a full-access token (PROTOCOL.md §4.1) the target accepts on both planes.
     full_token: str | None = None
+    # What probing the tokens found (suite.target.Credentials.to_json): {"enabled": bool, "summary": line}.
+    auth: dict[str, Any] | None = None
     namespace: str = "default"
     protocol_version: str = "1.20"
     max_wait: float = 30.0
@@ -102,6 +104,9 @@ class TargetInfo:
 
     @property
     def auth_enabled(self) -> bool:
+        """Whether the target enforces auth, as the credential probe found; unprobed, whether tokens were given."""
+        if self.auth is not None:
+            return bool(self.auth.get("enabled"))
         return bool(self.worker_token or self.operator_token or self.full_token)
 
     @property
@@ -239,7 +244,7 @@ class CheckContext:
         if seconds > self.max_wait:
             cover = f"--max-wait {math.ceil(seconds)}"
             raise NotCovered(
-                f"{what} is {seconds:g}s, longer than --max-wait={self.target.max_wait:g}s",
+                f"waiting for {what} takes {seconds:g} s, longer than --max-wait allows ({self.target.max_wait:g} s)",
                 f"{cover}, or a shorter {profile_setting(setting)}" if setting else cover,
             )
         return seconds

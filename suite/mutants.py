@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from .processes import read_url, stop_process
 from .reports import render_mutants_page
+from .text import plural
 
 __all__ = [
     "CORRECT",
@@ -658,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = doc["summary"]
     print(
         f"\n{s['killed']}/{s['mutants']} mutants killed ({s['killed_as_expected']} by the expected requirement), "
-        f"{s['survived']} survived, {s['errors']} errors; correct server "
+        f"{s['survived']} survived, {plural(s['errors'], 'error')}; correct server "
         f"{'passed' if s['correct_server_passed'] else 'FAILED'}; {doc['seconds']:.0f} s with --jobs {matrix.jobs}"
     )
     print(f"matrix: {html_path}, {json_path}")

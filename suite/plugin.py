@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -47,6 +47,10 @@ from .outcomes import (
 from .registry import TEST_ID_ROOT, Check, entries
 from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
+from .text import plural
+
+if TYPE_CHECKING:
+    from .target import Credential
 
 __all__ = [
     "EXIT_HARNESS_ERROR",
@@ -342,7 +346,7 @@ def redacted_command(args: list[str]) -> str:
 
 
 def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
-    from .target import EmbeddedServer, measure_clock_skew, namespace_missing, probe_cluster_info
+    from .target import EmbeddedServer, TokenRefused, measure_clock_skew, probe_cluster_info, probe_credentials
 
     embedded = settings.target == "embedded"
     server = None
@@ -353,18 +357,20 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
     else:
         url = settings.target
     worker_token, operator_token, full_token = _tokens(config, server)
+    planes, full = _credentials(config, server)
+    try:
+        # Before anything else: a refused token is the user's to fix, never a verdict on the target.
+        credentials = probe_credentials(
+            url, settings.namespace, planes, full=full, worker_version=settings.protocol_version
+        )
+    except TokenRefused as exc:
+        _stop_embedded(config)
+        raise pytest.UsageError(str(exc)) from None
     info = probe_cluster_info(url, operator_token or worker_token)
-    missing = namespace_missing(
-        url,
-        settings.namespace,
-        worker_token=worker_token,
-        operator_token=operator_token,
-        worker_version=settings.protocol_version,
-    )
-    if missing is not None:
+    if credentials.namespace_missing is not None:
         _stop_embedded(config)
         raise pytest.UsageError(
-            f"--namespace={settings.namespace}: the target has no such namespace ({missing}); "
+            f"--namespace={settings.namespace}: the target has no such namespace ({credentials.namespace_missing}); "
             "create it or pass an existing one"
         )
     return TargetInfo(
@@ -373,6 +379,7 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
         worker_token=worker_token,
         operator_token=operator_token,
         full_token=full_token,
+        auth=credentials.to_json(),
         namespace=settings.namespace,
         protocol_version=settings.protocol_version,
         max_wait=settings.budget.max_wait,
@@ -393,6 +400,30 @@ def _tokens(config: pytest.Config, server: Any) -> tuple[str | None, str | None,
     if full_token and not (worker_token or operator_token):
         worker_token = operator_token = full_token  # one token for both planes
     return worker_token, operator_token, full_token
+
+
+def _credentials(config: pytest.Config, server: Any) -> tuple[tuple[Credential, Credential], Credential | None]:
+    """The token of each plane with the option that gave it (the one that would, when none did; ``None`` for
+    the embedded server's own), and a full-access token given beside role tokens."""
+    from .target import CONTROL_PLANE, WORKER_PLANE, Credential
+
+    worker_token, operator_token, full_token = _tokens(config, server)
+    given = {option: bool(config.getoption(option)) for option in _SECRET_OPTIONS}
+    own = server is not None and not any(given.values())
+
+    def option(role_option: str, token: str | None) -> str | None:
+        if own:
+            return None
+        if not given[role_option] and given["--auth-token"] and token == full_token:
+            return "--auth-token"
+        return role_option
+
+    planes = (
+        Credential(WORKER_PLANE, worker_token, option("--worker-token", worker_token)),
+        Credential(CONTROL_PLANE, operator_token, option("--operator-token", operator_token)),
+    )
+    beside = full_token is not None and full_token not in (worker_token, operator_token)
+    return planes, Credential("both", full_token, None if own else "--auth-token") if beside else None
 
 
 def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
@@ -461,11 +492,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     target = config.stash.get(TARGET_KEY, None) if _enabled(config) else None
     if target is None or target.time is None or hasattr(config, "workerinput"):
         return None
+    lines = [f"dw auth: {target.auth['summary']}"] if target.auth is not None else []
     reason = target.time["real_time_reason"]
     if reason is None:
         where = "one embedded server per xdist worker" if target.embedded and _processes(config) > 1 else "one process"
-        return [f"dw time: the target's test clock is moved instead of waiting ({where})"]
-    return [f"dw time: real time, because {reason}"]
+        return [*lines, f"dw time: the target's test clock is moved instead of waiting ({where})"]
+    return [*lines, f"dw time: real time, because {reason}"]
 
 
 def pytest_configure_node(node: Any) -> None:
@@ -643,8 +675,7 @@ class Recorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.collect_only:
-            session.exitstatus = EXIT_HARNESS_ERROR
+        if self.collect_only:  # pytest's own status: 0 when the items were listed
             return
         target = self.config.stash.get(TARGET_KEY, None)
         if target is None:
@@ -683,15 +714,15 @@ class Recorder:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.collect_only:
             terminalreporter.write_line(
-                f"{RunVerdict.HARNESS_ERROR.value}: no verdict — --collect-only lists the items of the suite and "
-                f"runs none (exit status {EXIT_HARNESS_ERROR})"
+                "no verdict: --collect-only lists the items of the suite and runs none (run without it for a verdict)"
             )
             return
         if self.results is None:
             return
         from .reports import terminal_lines
 
-        for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None):
+        width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 100)
+        for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None, width=width):
             terminalreporter.write_line(line)
 
 
@@ -705,20 +736,28 @@ def progress_line(area: str, records: list[Record]) -> str:
         seconds = max((r.duration_seconds for r in records), default=0.0)  # every record carries the whole run
         ledger = next((r.ledger for r in records if r.ledger is not None), {}) or {}
         budget = next((r.budget for r in records if r.budget), {}) or {}
+        reached = plural(sum(1 for v in ledger.values() if v), "hard state")
         return (
-            f"machine {name}: {judged} — {budget.get('examples', '?')} examples × {budget.get('steps', '?')} steps, "
-            f"{sum(1 for v in ledger.values() if v)} hard states reached, {seconds:.1f} s"
+            f"machine {name}: {judged} — {_counted(budget.get('examples'), 'example')} × "
+            f"{_counted(budget.get('steps'), 'step')}, {reached} reached, {seconds:.1f} s"
         )
     if kind == Kind.FUZZ.value:
         cases = sum(r.fuzz.cases for r in records if r.fuzz)
         seconds = sum(r.fuzz.seconds for r in records if r.fuzz)
         ops = sum(1 for r in records if r.fuzz)
         requests = sum(r.requests for r in records)
-        return f"fuzz {name}: {judged} — {ops} operations, {cases} cases, {requests} requests, {seconds:.1f} s"
+        return (
+            f"fuzz {name}: {judged} — {plural(ops, 'operation')}, {plural(cases, 'case')}, "
+            f"{plural(requests, 'request')}, {seconds:.1f} s"
+        )
     checks = len({r.check for r in records})
     requests = sum(r.requests for r in records)
-    plural = "" if checks == 1 else "s"
-    return f"{area}: {checks} check{plural} done — {judged} ({requests} requests, {seconds:.1f} s)"
+    return f"{area}: {plural(checks, 'check')} done — {judged} ({plural(requests, 'request')}, {seconds:.1f} s)"
+
+
+def _counted(n: Any, noun: str) -> str:
+    """A count from a record's budget, which a record of another version may lack (``? examples``)."""
+    return plural(n, noun) if isinstance(n, int) else f"? {noun}s"
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:

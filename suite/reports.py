@@ -22,6 +22,7 @@ from xml.etree import ElementTree as ET
 
 from .outcomes import RunVerdict
 from .results import REPORT_SCHEMA, headline
+from .text import clip, plural, wrap
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -30,6 +31,7 @@ __all__ = [
     "render_junit",
     "render_mutants_page",
     "render_mutants_section",
+    "shown_verdict",
     "terminal_lines",
     "write_reports",
 ]
@@ -52,7 +54,7 @@ VERDICT_LEGEND: dict[str, str] = {
     "unimplemented": "an optional capability the target does not advertise",
     "informational": "works, but the capability is not advertised",
     "not-covered": "could not be checked here; the Not covered section names the setting that covers it",
-    "not run": "no item of the requirement ran (shown for a not-covered requirement outside the selection)",
+    "not run": "no item of the requirement ran: it is outside the selection, or the run stopped before it (-x)",
     "not-applicable": "introduced after the protocol minor being certified",
     "error": "the harness or the network broke — never the target's failure",
 }
@@ -81,24 +83,48 @@ def quote_line(results: dict[str, Any]) -> str:
     return str(results["summary"].get("headline") or headline(results))
 
 
-_TERMINAL_ORDER = ("passed", "failed", "non-strict", "not-covered", "unimplemented", "informational", "error")
+_TERMINAL_ORDER = (
+    "passed",
+    "failed",
+    "non-strict",
+    "not-covered",
+    "not run",
+    "unimplemented",
+    "informational",
+    "error",
+)
+# A curl line is printed whole or not at all (a cut one reproduces nothing); past this length the terminal
+# points at report.html, which holds every exchange in full.
+CURL_LINE_MAX = 4000
 
 
-def terminal_lines(results: dict[str, Any], report_dir: str | None) -> list[str]:
+def shown_verdict(req: dict[str, Any]) -> str:
+    """The verdict a writer shows for a requirement row: "not run" when no item of it ran (outside the
+    selection, or after ``-x`` or an interrupt stopped the run) — the same in every writer."""
+    return "not run" if req["verdict"] == "not-covered" and not req["ran"] else str(req["verdict"])
+
+
+def terminal_lines(results: dict[str, Any], report_dir: str | None, width: int = 100) -> list[str]:
+    """The end-of-run summary: verdicts per area, then every failure whole — its message, the rule it breaks
+    and a ``curl`` line that reproduces it — what was not covered and how to cover it, and the headline.
+    Long lines wrap at word boundaries to ``width`` columns; nothing is cut."""
     lines = ["", "=" * 30 + " Durable Workflow conformance " + "=" * 30]
     areas: dict[str, Counter[str]] = defaultdict(Counter)
     for req in results["requirements"]:
-        areas[req["area"]][req["verdict"]] += 1
+        areas[req["area"]][shown_verdict(req)] += 1
     for area in sorted(areas):
         c = areas[area]
         lines.append(f"  {area:<16} " + ", ".join(f"{c[v]} {v}" for v in _TERMINAL_ORDER if c[v]))
     for req in results["requirements"]:
         if req["verdict"] in ("failed", "error", "non-strict"):
-            lines.append(f"  {req['verdict'].upper():<10} {req['id']} ({req['level']}): {req['reason'][:200]}")
+            lines += _terminal_failure(req, width, report_dir)
     for req in results["requirements"]:
         if req["verdict"] == "not-covered" and req["ran"]:
             cover = f" — to cover it: {req['setting']}" if req["setting"] else ""
-            lines.append(f"  NOT COVERED {req['id']} ({req['level']}): {req['reason'][:160]}{cover}")
+            lines += wrap(f"NOT COVERED {req['id']} ({req['level']}): {req['reason']}{cover}", width, "  ")
+    auth = results["target"].get("auth")
+    if auth is not None and not auth.get("enabled"):
+        lines += wrap(f"auth: {auth['summary']}", width, "  ")
     skew = results["target"].get("clock_skew_seconds")
     if skew is not None and abs(skew) >= 2:
         lines.append(
@@ -109,6 +135,24 @@ def terminal_lines(results: dict[str, Any], report_dir: str | None) -> list[str]
         lines.append(f"  reports: {report_dir}/report.html, results.json, junit.xml")
     lines.append(quote_line(results))
     return lines
+
+
+def _terminal_failure(req: dict[str, Any], width: int, report_dir: str | None) -> list[str]:
+    """One failure: the whole message, the spec sentence it breaks, and the curl line of its last exchange."""
+    out = wrap(f"{req['verdict'].upper():<10} {req['id']} ({req['level']}): {req['reason']}", width, "  ")
+    out += wrap(f"Rule ({req['section']}): {req['sentence']}", width, "    ")
+    exchanges = [ex for ex in req.get("exchanges") or [] if ex.get("curl")]
+    if exchanges:
+        curl = str(exchanges[-1]["curl"])
+        more = len(exchanges) - 1
+        where = f"{report_dir}/report.html" if report_dir else "report.html"
+        if len(curl) > CURL_LINE_MAX:
+            out.append(f"    Reproduce: a curl line of {plural(len(curl), 'character')}, whole in {where}")
+        else:
+            out.append(f"    Reproduce: {curl}")  # one line, never wrapped: it is copied as it is
+        if more:
+            out.append(f"    ({plural(more, 'more exchange')} of this failure in {where})")
+    return out
 
 
 def _junit_time(value: str) -> str:
@@ -154,13 +198,13 @@ def render_junit(results: dict[str, Any]) -> str:
         verdict = req["verdict"]
         if verdict == "failed":
             failures += 1
-            ET.SubElement(case, "failure", message=req["reason"][:500]).text = req["sentence"]
+            ET.SubElement(case, "failure", message=clip(req["reason"], 500, "results.json")).text = req["sentence"]
         elif verdict == "error":
             errors += 1
-            ET.SubElement(case, "error", message=req["reason"][:500])
+            ET.SubElement(case, "error", message=clip(req["reason"], 500, "results.json"))
         elif verdict in ("not-covered", "unimplemented", "non-strict", "not-applicable"):
             skipped += 1
-            ET.SubElement(case, "skipped", message=f"{verdict}: {req['reason'][:500]}")
+            ET.SubElement(case, "skipped", message=f"{shown_verdict(req)}: {clip(req['reason'], 500, 'results.json')}")
     suite_el.set("failures", str(failures))
     suite_el.set("errors", str(errors))
     suite_el.set("skipped", str(skipped))
@@ -197,7 +241,7 @@ def _faults_line(results: dict[str, Any]) -> str:
     return (
         f"<p id='faults'>Run through the fault-injecting proxy: <code>--faults {html.escape(str(options['faults']))}"
         f"</code>{f', seed {seed}' if seed is not None else ''}. {len(reran)} check{'' if len(reran) == 1 else 's'} "
-        f"ran again ({runs} re-runs in "
+        f"ran again ({plural(runs, 're-run')} in "
         "all) because a fault left an outcome unknown; lost answers were resent only where the protocol makes "
         "that safe, and every resend and duplicate was judged against the answer the client never saw.</p>"
     )
@@ -217,6 +261,7 @@ def _run_section(results: dict[str, Any]) -> str:
         ("Target", t["description"]),
         ("Server (from discovery)", named + (f", id {server['id']}" if server.get("id") else "")),
         ("Protocol", f"advertises {t['advertised_version']}; certified at {t['certified_version']}"),
+        *([("Auth", t["auth"]["summary"])] if t.get("auth") else []),
         ("Suite", f"{results['suite_version']}, run {results['run_id']}, seed {results['seed']}"),
         ("Command line", results.get("command") or "not recorded"),
     ]
@@ -229,7 +274,8 @@ def _run_section(results: dict[str, Any]) -> str:
     return (
         f"<h2>Run</h2><table id='run'><tbody>{body}</tbody></table>"
         f"<details><summary>Options</summary><table id='options'><tbody>{options}</tbody></table></details>"
-        f"<p id='counts'>{s['checks_run']} records from checks, machines and fuzz groups; {s['requests']} requests; "
+        f"<p id='counts'>{plural(s['checks_run'], 'record')} from checks, machines and fuzz groups; "
+        f"{plural(s['requests'], 'request')}; "
         f"{results['completeness']['items_run']} of {results['completeness']['items']} items ran.</p>"
     )
 
@@ -266,7 +312,7 @@ def _failures(results: dict[str, Any]) -> str:
                 + "\n"
                 + e(ex.get("request_body") or "")
                 + "</pre><h4>Response</h4><pre>"
-                + e(json.dumps(ex.get("response_body"), indent=1, default=str)[:6000])
+                + e(clip(json.dumps(ex.get("response_body"), indent=1, default=str), 6000, "results.json"))
                 + "</pre><h4>Reproduce</h4><pre>"
                 + e(ex.get("curl") or "")
                 + "</pre></details>"
@@ -301,7 +347,7 @@ def _not_covered(results: dict[str, Any]) -> str:
     extra = ""
     if not_run:
         extra = (
-            f"<p id='not-run'>{len(not_run)} requirements were not run at all"
+            f"<p id='not-run'>{plural(len(not_run), 'requirement was', 'requirements were')} not run at all"
             f"{' because of ' + e('; '.join(gaps)) if gaps else ''}.</p>"
         )
     return f"<h2 id='not-covered'>Not covered</h2>{table}{extra}"
@@ -321,7 +367,7 @@ def _requirements(results: dict[str, Any]) -> str:
                 note = f"<a href='#{e(req['id'])}'>{e(note)}</a>"
             else:
                 note = e(note)
-            shown = req["verdict"] if req["ran"] or req["verdict"] == "not-applicable" else "not run"
+            shown = shown_verdict(req)
             rows.append(
                 f"<tr><td><code class='id'>{e(req['id'])}</code></td><td>{e(req['level'])}</td>"
                 f"<td class='section'>{e(req['section'])}</td><td class='verdict' style='color:"
@@ -372,7 +418,7 @@ def _fuzz_section(results: dict[str, Any]) -> str:
     )
     total = sum(int(r.get("cases") or 0) for r in stats)
     return (
-        f"<h2>Fuzz statistics</h2><p>{len(stats)} operations, {total} cases.</p>"
+        f"<h2>Fuzz statistics</h2><p>{plural(len(stats), 'operation')}, {plural(total, 'case')}.</p>"
         f"<table id='fuzz'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     )
 
@@ -464,7 +510,7 @@ def render_mutants_section(matrix: dict[str, Any]) -> str:
     return f"""<section id="mutants"><h2>Mutant kill matrix</h2>
 <style>#mutants tr.gap td{{background:#ffebe9;font-weight:600}}</style>
 <p id="mutants-summary">{s["killed"]}/{s["mutants"]} mutants killed, {s["killed_as_expected"]} by the expected
-requirement · {s["survived"]} survived · {s["errors"]} errors · correct server
+requirement · {s["survived"]} survived · {plural(s["errors"], "error")} · correct server
 {"passed" if s["correct_server_passed"] else "FAILED"} · {e(matrix["mode"])} runs, --jobs {matrix["jobs"]},
 {matrix["seconds"]:.0f} s in all. Requests and seconds are counted up to the first failing check.</p>
 {f"<ul class='gaps'>{gaps}</ul>" if gaps else ""}

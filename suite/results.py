@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from suite.protocol.requirements import REGISTRY, Level, applicable
 
 from .context import TargetInfo
 from .outcomes import Record, RunVerdict, Verdict, profile_setting, worst
+from .text import clip, plural
 
 __all__ = [
     "CHECKED",
@@ -97,16 +98,10 @@ def _row(req_id: str, recs: list[Record], certified_minor: int) -> dict[str, Any
     if not applicable(req, certified_minor):
         verdict, reason, evidence = Verdict.NOT_APPLICABLE, f"introduced in protocol 1.{req.minor}", []
     else:
-        verdicts: list[Verdict] = []
-        for rec in recs:
-            v = rec.verdict
-            # A check that failed on another of its requirements says nothing about this one.
-            if v in (Verdict.FAILED, Verdict.NON_STRICT) and rec.failed_requirement != req_id:
-                v = Verdict.NOT_COVERED
-            verdicts.append(Verdict.NOT_COVERED if v is Verdict.NOT_APPLICABLE else v)
-        verdict = worst(verdicts) if verdicts else Verdict.NOT_COVERED
-        evidence = [r for r, v in zip(recs, verdicts, strict=True) if v is verdict]
-        reason = "; ".join(dict.fromkeys(r.message for r in evidence if r.message))[:2000]
+        seen = [_as_seen_by(rec, req_id) for rec in recs]
+        verdict = worst([r.verdict for r in seen]) if seen else Verdict.NOT_COVERED
+        evidence = [r for r in seen if r.verdict is verdict]
+        reason = clip("; ".join(dict.fromkeys(r.message for r in evidence if r.message)), 2000, "checks[].message")
         if verdict is Verdict.NOT_COVERED:
             settings = [r.setting for r in evidence if r.setting]
             setting = settings[0] if settings else (profile_setting(req.profile) if req.profile else None)
@@ -129,6 +124,22 @@ def _row(req_id: str, recs: list[Record], certified_minor: int) -> dict[str, Any
         "checks": list(dict.fromkeys(r.check for r in recs)),
         "exchanges": [dict(e) for r in evidence for e in r.exchanges][:6],
     }
+
+
+def _as_seen_by(rec: Record, req_id: str) -> Record:
+    """``rec`` as evidence on ``req_id``. A check that failed on another of its requirements stopped there and
+    says nothing about this one: not covered by it, with a reason of its own — never the other's message or
+    exchanges. Any other record of this requirement still decides its verdict (worst wins)."""
+    verdict = Verdict.NOT_COVERED if rec.verdict is Verdict.NOT_APPLICABLE else rec.verdict
+    if verdict in (Verdict.FAILED, Verdict.NON_STRICT) and rec.failed_requirement != req_id:
+        return replace(
+            rec,
+            verdict=Verdict.NOT_COVERED,
+            message=f"not judged: {rec.check} failed on {rec.failed_requirement} first",
+            setting=f"{rec.failed_requirement} passing ({rec.check} judges them together)",
+            exchanges=(),
+        )
+    return replace(rec, verdict=verdict) if verdict is not rec.verdict else rec
 
 
 def summarize(rows: list[dict[str, Any]], records: list[Record]) -> dict[str, Any]:
@@ -169,7 +180,8 @@ def decide(summary: Mapping[str, Any], completeness: Completeness, *, strict: bo
         gaps.append(f"{len(completeness.not_run)} of {completeness.items} items did not run")
     if summary["not_covered"]:
         gaps.append(
-            f"{summary['not_covered']} requirements not covered ({summary['not_covered_must']} MUST; see Not covered)"
+            f"{plural(summary['not_covered'], 'requirement')} not covered ({summary['not_covered_must']} MUST; "
+            "see Not covered)"
         )
     if summary["failed"] or (strict and summary["non_strict"]):
         return RunVerdict.NOT_CONFORMANT, gaps
@@ -227,6 +239,7 @@ def target_doc(target: TargetInfo) -> dict[str, Any]:
         "capabilities": target.server_capabilities,
         "test_profile": target.test_profile,
         "clock_skew_seconds": target.clock_skew_seconds,
+        **({"auth": target.auth} if target.auth is not None else {}),
         **({"time": target.time} if target.time is not None else {}),
     }
 

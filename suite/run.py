@@ -41,6 +41,7 @@ from .outcomes import (
 )
 from .registry import Check, entries
 from .settings import RunSettings
+from .text import plural
 
 __all__ = [
     "FAULT_ATTEMPTS",
@@ -190,7 +191,7 @@ def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: p
         last_unknown = isinstance(outcome, Indeterminate)
         record = replace(record, fault_reruns=len(unknown) - int(last_unknown), indeterminate=tuple(unknown[:5]))
         if last_unknown:
-            outcome = Indeterminate(f"{len(unknown)} attempts in a row met a fault; the last: {unknown[-1]}")
+            outcome = Indeterminate(f"{plural(len(unknown), 'attempt')} in a row met a fault; the last: {unknown[-1]}")
     schema_problems = [(e, err) for e in ctx.exchanges for err in e.schema_errors]
     if outcome is None and schema_problems:
         ex, err = schema_problems[0]

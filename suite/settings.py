@@ -126,7 +126,7 @@ class RunSettings:
         for name, value in asdict(self.budget).items():
             default = getattr(DEFAULT_BUDGET, name)
             if value < default:
-                out.append(f"{LIMITS[name].option} {value:g} is below the default {default:g}")
+                out.append(f"{LIMITS[name].option} {value:g} (below the default {default:g})")
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -238,6 +238,7 @@ def parse_settings(config: pytest.Config) -> RunSettings:
     namespace = str(_option(config, "--namespace"))
     if not namespace.strip():
         raise pytest.UsageError("--namespace='': give the name of an existing namespace (default 'default')")
+    _check_tokens(config)
     ids = _ids(config)
     settings = RunSettings(
         target=_target(str(_option(config, "--target"))),
@@ -263,6 +264,25 @@ def parse_settings(config: pytest.Config) -> RunSettings:
     elif settings.sign_key is not None:
         raise pytest.UsageError(f"--sign-key={settings.sign_key}: signing needs --certify (only a bundle is signed)")
     return settings
+
+
+# The token options and the environment variable each defaults to.
+TOKEN_OPTIONS: dict[str, str] = {
+    "--worker-token": "DW_WORKER_TOKEN",
+    "--operator-token": "DW_OPERATOR_TOKEN",
+    "--auth-token": "DW_AUTH_TOKEN",
+}
+
+
+def _check_tokens(config: pytest.Config) -> None:
+    """An empty token (typically a CI secret that is not set, expanded to nothing) is refused here; whether the
+    target accepts a token is probed when the target is reached (suite.target.probe_credentials)."""
+    for option, env in TOKEN_OPTIONS.items():
+        value = _option(config, option)
+        if value is not None and not str(value).strip():
+            raise pytest.UsageError(
+                f"{option} is empty (given as '' or through an empty {env}): pass the token, or leave both unset"
+            )
 
 
 def _refuse_for_certify(config: pytest.Config, settings: RunSettings) -> None:

@@ -467,8 +467,11 @@ async def check_order_version_then_namespace(ctx: CheckContext) -> None:
 
 
 def _auth(ctx: CheckContext) -> None:
-    if not ctx.target.auth_enabled:
-        raise NotCovered("auth checks need the target's tokens", "--worker-token and --operator-token")
+    if not ctx.target.auth_enabled:  # the run's tokens were probed first: the target itself has auth off
+        raise NotCovered(
+            "the target has auth off: it accepts requests without a token",
+            "auth turned on in the server's configuration (reference server: --worker-token and --operator-token)",
+        )
 
 
 @check("AUTH-BEFORE-VERSION", "AUTH-MISSING-TOKEN", "AUTH-BAD-TOKEN")
@@ -496,6 +499,7 @@ async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
 @check("AUTH-FULL-ACCESS-TOKEN")
 async def auth_full_access_token(ctx: CheckContext) -> None:
     """The full-access token is accepted on both planes, beside the role tokens (PROTOCOL.md §4.1)."""
+    _auth(ctx)
     full = ctx.target.full_token
     if not full:
         raise NotCovered("needs the target's full-access token", "--auth-token")

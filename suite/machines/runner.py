@@ -28,6 +28,7 @@ from hypothesis.stateful import get_state_machine_test, initialize
 from suite.context import TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotCovered, Record, Verdict, broken
 from suite.protocol.requirements import REGISTRY, applicable
+from suite.text import plural
 
 from .base import ESCAPED, FOUND, LEDGER, UNKNOWN, MachineBase
 
@@ -242,7 +243,8 @@ def _records(
             one = replace(
                 one,
                 verdict=Verdict.NOT_COVERED,
-                message=f"the machine never reached '{state}' in {budget.examples} examples × {budget.steps} steps",
+                message=f"the machine never reached '{state}' in {plural(budget.examples, 'example')} × "
+                f"{plural(budget.steps, 'step')}",
                 setting=f"--machine-examples above {budget.examples} or --machine-steps above {budget.steps}, "
                 "or shorter leases",
             )

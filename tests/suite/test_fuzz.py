@@ -219,4 +219,4 @@ def test_a_zero_budget_disables_the_fuzz_items(server_factory: Callable[..., Ser
     assert not [c for c in run.results["checks"] if c["check"].startswith("fuzz:")]
     assert "fuzzing disabled" in run.stdout or "skipped" in run.stdout
     assert "no verdict: no item ran" in run.results["summary"]["headline"]
-    assert "--fuzz-examples 0 is below the default 20" in run.results["summary"]["headline"]
+    assert "--fuzz-examples 0 (below the default 20)" in run.results["summary"]["headline"]

@@ -8,15 +8,21 @@ in a harness error (exit 10) instead, so exit 4 shows the check came before any 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
+import schemas
 from suite.outcomes import EXIT_USAGE
 from suite.plugin import HINT
 from suite.protocol.requirements import REGISTRY
 from suite.settings import LIMITS
+from tests.conftest import ServerProcess, run_suite, start_server
 from tests.suite.runs import UNREACHABLE, pytest_cli
+
+SCHEMA = Draft202012Validator(schemas.load_json("json/report.schema.json"))
 
 
 def _usage_error(run_output: str) -> str:
@@ -50,10 +56,10 @@ BAD = {
     "--certify -m dw_check": "--certify refuses -m 'dw_check': a certification run",
     "--certify --deselect dw::machine::x": "--certify refuses --deselect dw::machine::x: a certification run",
     "--certify dw::VERSION-TRIM": "--certify refuses dw::VERSION-TRIM: a certification run",
-    "--certify --machine-examples 2": "--certify refuses --machine-examples 2 is below the default 8: a",
-    "--certify --machine-steps 10": "--certify refuses --machine-steps 10 is below the default 40: a",
-    "--certify --fuzz-examples 0": "--certify refuses --fuzz-examples 0 is below the default 20: a",
-    "--certify --max-wait 10": "--certify refuses --max-wait 10 is below the default 30: a",
+    "--certify --machine-examples 2": "--certify refuses --machine-examples 2 (below the default 8): a certification",
+    "--certify --machine-steps 10": "--certify refuses --machine-steps 10 (below the default 40): a certification run",
+    "--certify --fuzz-examples 0": "--certify refuses --fuzz-examples 0 (below the default 20): a certification run",
+    "--certify --max-wait 10": "--certify refuses --max-wait 10 (below the default 30): a certification run",
     "--certify --faults standard": "--certify refuses --faults standard: a certification run checks every",
     "--certify --collect-only": "--certify refuses --collect-only: a certification run checks every requirement",
 }
@@ -156,3 +162,141 @@ def test_help_documents_every_exit_status(tmp_path: Path) -> None:
         "11 INCOMPLETE under --certify",
     ):
         assert text in flat, text
+
+
+# -- the tokens: probed on their planes before the first check ------------------------------------------------
+
+WORKER, OPERATOR, FULL = "worker-token-of-the-server", "operator-token-of-the-server", "full-token-of-the-server"
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A reference server with role tokens and a full-access token beside them, shared by the runs that only
+    probe it."""
+    db = tmp_path_factory.mktemp("auth") / "db.sqlite"
+    server = start_server(db, f"--worker-token={WORKER}", f"--operator-token={OPERATOR}", f"--auth-token={FULL}")
+    yield server
+    server.stop()
+
+
+# The tokens given → the option the one line names, and the plane.
+REFUSED_TOKENS = {
+    "wrong worker token": (("--worker-token", "WRONG", "--operator-token", OPERATOR), "--worker-token", "worker"),
+    "operator token as worker token": (
+        ("--worker-token", OPERATOR, "--operator-token", OPERATOR),
+        "--worker-token",
+        "worker",
+    ),
+    "wrong operator token": (("--worker-token", WORKER, "--operator-token", "WRONG"), "--operator-token", "control"),
+    "no operator token": (("--worker-token", WORKER), "--operator-token", "control"),
+    "wrong full-access token alone": (("--auth-token", "WRONG"), "--auth-token", "worker"),
+    "wrong full-access token beside role tokens": (
+        ("--worker-token", WORKER, "--operator-token", OPERATOR, "--auth-token", "WRONG"),
+        "--auth-token",
+        "worker",
+    ),
+    "no token at all": ((), "--worker-token and --operator-token", "both"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_TOKENS))
+def test_a_refused_token_is_a_usage_error_naming_it_and_its_plane(
+    auth_server: ServerProcess, tmp_path: Path, case: str
+) -> None:
+    """A wrong token (a typo, a secret that is not set) is the user's to fix: one line naming the option and the
+    plane, exit 4, before any check ran — never hundreds of failures blamed on a correct server."""
+    tokens, option, plane = REFUSED_TOKENS[case]
+    reports = tmp_path / "r"
+    run = pytest_cli(tmp_path, f"--target={auth_server.url}", f"--report-dir={reports}", *tokens)
+    assert run.returncode == EXIT_USAGE, run.output[-3000:]
+    line = _usage_error(run.output)
+    assert line.startswith(f"ERROR: {option}:"), line
+    assert ("on both planes" if plane == "both" else f"on the {plane} plane") in line, line
+    assert any(status in line for status in ("401 unauthorized", "403 forbidden")), line
+    assert "pass the server's" in line
+    assert not list(reports.glob("*/results.json"))  # no verdict on the target
+    assert " passed" not in run.output  # no check ran
+    assert "FAILED" not in run.output
+
+
+def test_under_certify_a_refused_token_writes_no_bundle(auth_server: ServerProcess, tmp_path: Path) -> None:
+    reports = tmp_path / "r"
+    run = pytest_cli(
+        tmp_path,
+        f"--target={auth_server.url}",
+        f"--report-dir={reports}",
+        "--certify",
+        "-x",  # on a suite that does not probe, the run stops at its first (false) failure instead of running on
+        "--worker-token",
+        "WRONG",
+        "--operator-token",
+        OPERATOR,
+    )
+    assert run.returncode == EXIT_USAGE, run.output[-3000:]
+    assert _usage_error(run.output).startswith("ERROR: --worker-token: the target refused this token")
+    assert not list(reports.glob("*/manifest.json"))
+    assert not list(reports.glob("*/results.json"))
+
+
+@pytest.mark.parametrize(
+    "given", [("--operator-token=",), ("--worker-token", " ")], ids=["empty option", "blank option"]
+)
+def test_an_empty_token_is_refused_before_the_first_request(tmp_path: Path, given: tuple[str, ...]) -> None:
+    option = given[0].removesuffix("=")
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", *given)
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    assert f"ERROR: {option} is empty" in _usage_error(run.output)
+
+
+def test_an_unset_secret_in_the_environment_is_an_empty_token(tmp_path: Path) -> None:
+    run = pytest_cli(tmp_path, f"--target={UNREACHABLE}", env={"DW_OPERATOR_TOKEN": ""})
+    assert run.returncode == EXIT_USAGE, run.output[-2000:]
+    assert "--operator-token is empty (given as '' or through an empty DW_OPERATOR_TOKEN)" in _usage_error(run.output)
+
+
+def test_the_right_tokens_are_reported_accepted(auth_server: ServerProcess, tmp_path: Path) -> None:
+    run = run_suite(
+        auth_server.url,
+        tmp_path / "r",
+        "--requirement",
+        "AUTH-MISSING-TOKEN",
+        "-m",
+        "dw_check",
+        env={"DW_WORKER_TOKEN": WORKER, "DW_OPERATOR_TOKEN": OPERATOR, "DW_AUTH_TOKEN": FULL},
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.results is not None
+    assert run.results["target"]["auth"]["enabled"] is True
+    assert run.verdict("AUTH-MISSING-TOKEN") == "passed"
+
+
+def test_a_target_with_auth_off_is_reported_and_its_auth_requirements_name_the_servers_configuration(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Auth off (the server was started without tokens): one line in the header and in results.json, and every
+    auth requirement not covered, naming the server's configuration — passing tokens would not cover it."""
+    server = server_factory("--test-clock")
+    auth = (
+        "AUTH-MISSING-TOKEN",
+        "AUTH-BAD-TOKEN",
+        "AUTH-BEFORE-VERSION",
+        "AUTH-ROLE-FORBIDDEN",
+        "AUTH-FULL-ACCESS-TOKEN",
+    )
+    selection = [a for r in auth for a in ("--requirement", r)]
+    for tokens in ({}, {"DW_WORKER_TOKEN": "any", "DW_OPERATOR_TOKEN": "thing"}):
+        run = run_suite(server.url, tmp_path / f"r{len(tokens)}", *selection, "-m", "dw_check", env=tokens)
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert run.results is not None
+        doc = run.results["target"]["auth"]
+        assert doc["enabled"] is False
+        assert doc["summary"].startswith("off — the target accepted worker-plane requests without a token")
+        # -q: no header, so the summary at the end says it (wrapped to the terminal's width)
+        assert f"auth: {doc['summary']}" in " ".join(run.stdout.split())
+        SCHEMA.validate(run.results)
+        for row in run.results["requirements"]:
+            if row["id"] in auth:
+                assert row["verdict"] == "not-covered", row
+                assert row["reason"] == "the target has auth off: it accepts requests without a token", row
+                assert "server's configuration" in row["setting"], row
+                assert not row["setting"].startswith("--"), row  # not "pass --worker-token": tokens cover nothing

@@ -1,6 +1,6 @@
 """report.html renders in a real headless browser (Debian chromium) for a passing, a failing, an incomplete and
 a harness-error run: the badge says the run verdict in its colour, the headline is there, and no
-requirement ID wraps even in a narrow window."""
+requirement ID wraps even in a narrow window; and what the page shows per area is what the terminal said."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.reports import write_reports
-from tests.suite.test_reports import report_kinds
+from suite.reports import terminal_lines, write_reports
+from tests.suite.test_reports import report_kinds, stopped_after_one_area
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -102,3 +102,47 @@ def test_report_renders_to_an_image(tmp_path: Path) -> None:
         check=True,
     )
     assert shot.read_bytes().startswith(b"\x89PNG"), "chromium rendered the page to a PNG"
+
+
+# The verdict each area's table shows, as rendered (innerText), counted per area.
+VERDICTS_BY_AREA = """<script>
+const areas = {};
+for (const h of document.querySelectorAll("h3[id^='area-']")) {
+  const counts = {};
+  for (const cell of h.nextElementSibling.querySelectorAll("td.verdict")) {
+    counts[cell.innerText] = (counts[cell.innerText] || 0) + 1;
+  }
+  areas[h.id.slice(5)] = counts;
+}
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify(areas);
+document.body.appendChild(out);
+</script>"""
+
+
+def test_the_page_and_the_terminal_agree_on_what_did_not_run(tmp_path: Path) -> None:
+    """A run stopped early (-x): each area's requirements read "not run" in the rendered page exactly as many
+    times as the terminal's per-area table says, and neither calls them not covered."""
+    import json
+
+    results = stopped_after_one_area()
+    page = write_reports(results, tmp_path / "run") / "report.html"
+    measured = page.with_name("measured.html")
+    measured.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", VERDICTS_BY_AREA + "</body>"), encoding="utf-8"
+    )
+    dom = _dump(measured, tmp_path / "profile")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom)
+    assert found is not None, dom[-2000:]
+    rendered: dict[str, dict[str, int]] = json.loads(found.group(1).replace("&quot;", '"'))
+    table: dict[str, dict[str, int]] = {}
+    for line in terminal_lines(results, None, width=200):
+        area, _, counts = line.strip().partition(" ")
+        if area in rendered:
+            table[area] = {
+                verdict: int(n) for n, verdict in (c.strip().split(" ", 1) for c in counts.strip().split(","))
+            }
+    assert table == {a: {v: n for v, n in c.items() if v != "not-applicable"} for a, c in rendered.items()}
+    assert sum(c.get("not run", 0) for c in rendered.values()) == sum(not r["ran"] for r in results["requirements"])
+    assert not any("not-covered" in c for c in rendered.values())

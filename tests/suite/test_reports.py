@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -17,7 +18,8 @@ from jsonschema import Draft202012Validator
 import schemas
 from suite.outcomes import FuzzStats, Kind, Record, Verdict
 from suite.plugin import progress_line, redacted_command
-from suite.reports import render_html, write_reports
+from suite.protocol.requirements import REGISTRY
+from suite.reports import render_html, render_junit, terminal_lines, write_reports
 from suite.results import Completeness, build_results
 from tests.suite.runs import OPTIONS, RUN, changed, complete_records, results_of, target
 
@@ -88,18 +90,42 @@ def test_verdicts_are_per_requirement_and_worst_wins() -> None:
     assert not results["summary"]["conformant"]
 
 
-def test_a_check_that_failed_another_requirement_says_nothing_about_this_one() -> None:
-    record = Record(
+def _sibling_failure() -> Record:
+    """A check of two requirements that failed on the first."""
+    return Record(
         Kind.CHECK,
         "c",
         "dw::A::c",
         ("VERSION-TRIM", "VERSION-MISSING"),
         Verdict.FAILED,
+        message="the version was not trimmed",
         failed_requirement="VERSION-TRIM",
+        exchanges=(_exchange(),),
     )
-    rows = {r["id"]: r for r in results_of([record])["requirements"]}
+
+
+def test_a_check_that_failed_another_requirement_says_nothing_about_this_one() -> None:
+    """The sibling is reported by its own status — not covered by that check, for a reason of its own — never
+    with the other requirement's message or exchanges, in results.json and in the terminal."""
+    results = results_of([_sibling_failure()])
+    rows = {r["id"]: r for r in results["requirements"]}
     assert rows["VERSION-TRIM"]["verdict"] == "failed"
-    assert rows["VERSION-MISSING"]["verdict"] == "not-covered"
+    sibling = rows["VERSION-MISSING"]
+    assert sibling["verdict"] == "not-covered"
+    assert sibling["reason"] == "not judged: c failed on VERSION-TRIM first"
+    assert sibling["setting"] == "VERSION-TRIM passing (c judges them together)"
+    assert sibling["exchanges"] == []
+    text = "\n".join(terminal_lines(results, None, width=200))
+    line = next(x for x in text.splitlines() if "NOT COVERED VERSION-MISSING" in x)
+    assert "the version was not trimmed" not in line
+    assert "not judged: c failed on VERSION-TRIM first" in line
+
+
+def test_a_sibling_another_check_judged_keeps_that_checks_verdict() -> None:
+    passing = Record(Kind.CHECK, "d", "dw::VERSION-MISSING::d", ("VERSION-MISSING",), Verdict.PASSED)
+    rows = {r["id"]: r for r in results_of([_sibling_failure(), passing])["requirements"]}
+    assert rows["VERSION-MISSING"]["verdict"] == "passed"
+    assert rows["VERSION-MISSING"]["reason"] == ""
 
 
 def test_reports_are_written_without_tokens(tmp_path: Path) -> None:
@@ -232,9 +258,116 @@ def test_progress_lines_summarise_an_area_a_machine_and_a_fuzz_group() -> None:
         ledger={"a": 1, "b": 0}, budget={"examples": 8, "steps": 40},
     )  # fmt: skip
     line = progress_line("machine:m", [machine, machine])
-    assert line == "machine m: 2 passed — 8 examples × 40 steps, 1 hard states reached, 12.0 s"
+    assert line == "machine m: 2 passed — 8 examples × 40 steps, 1 hard state reached, 12.0 s"
     fuzz = Record(
         Kind.FUZZ, "fuzz:op", "dw::fuzz::g", ("ROBUST-NO-5XX",), Verdict.PASSED, requests=30,
         fuzz=FuzzStats(operation="op", group="g", cases=12, seconds=2.0),
     )  # fmt: skip
-    assert progress_line("fuzz:g", [fuzz]) == "fuzz g: 1 passed — 1 operations, 12 cases, 30 requests, 2.0 s"
+    assert progress_line("fuzz:g", [fuzz]) == "fuzz g: 1 passed — 1 operation, 12 cases, 30 requests, 2.0 s"
+    one = replace(checks[0], requests=1)
+    assert progress_line("versioning", [one]).startswith("versioning: 1 check done — 1 passed (1 request, ")
+
+
+# -- the terminal: whole messages, the rule, the curl line; "not run" wherever nothing ran ----------------------
+
+LONG = (
+    "complete with a wrong owner and a wrong attempt: POST http://127.0.0.1:9/api/worker/workflow-tasks/01M94ND6"
+    "ZYJJCVMNP8R6H7XZDX/complete\n  Expected: 409 lease_owner_mismatch\n  Received: 409 "
+    "workflow_task_attempt_mismatch (Workflow task '01M94ND6ZYJJCVMNP8R6H7XZDX' is at attempt 1, not 2; this lease "
+    "is stale, poll again.)"
+)
+
+
+def _long_failure() -> dict[str, Any]:
+    return results_of(
+        changed(
+            complete_records(),
+            TRIM,
+            verdict=Verdict.FAILED,
+            failed_requirement="VERSION-TRIM",
+            message=LONG,
+            exchanges=(_exchange(), _exchange()),
+        )
+    )
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_failure_in_the_terminal_is_whole_with_its_rule_and_curl_line(width: int) -> None:
+    lines = terminal_lines(_long_failure(), "reports/r", width=width)
+    start = next(i for i, x in enumerate(lines) if x.startswith("  FAILED     VERSION-TRIM (MUST): "))
+    block = lines[start : next(i for i, x in enumerate(lines) if "Reproduce:" in x) + 2]
+    # Every word of the message is there, none split across lines: wrapping only moved them.
+    assert " ".join(" ".join(block).split()).startswith("FAILED VERSION-TRIM (MUST): " + " ".join(LONG.split())), block
+    assert all(len(x) <= width for x in block if " " in x.strip() and "curl" not in x), block
+    sentence = REGISTRY["VERSION-TRIM"].sentence
+    assert " ".join(sentence.split()) in " ".join(" ".join(block).split())
+    assert any(x.strip().startswith("Rule (§3.1): ") for x in block), block
+    # The curl line is one line, exactly as recorded, so it can be copied; the other exchange is in the report.
+    assert f"    Reproduce: {_exchange()['curl']}" in block
+    assert "    (1 more exchange of this failure in reports/r/report.html)" in block
+
+
+def test_a_curl_line_too_long_for_a_terminal_is_pointed_at_never_cut() -> None:
+    huge = {**_exchange(), "curl": "curl --data-binary '" + "x" * 5000 + "' http://127.0.0.1:9/api/worker/x"}
+    results = results_of(
+        changed(complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM", exchanges=(huge,))
+    )
+    lines = terminal_lines(results, "reports/r")
+    assert "    Reproduce: a curl line of 5053 characters, whole in reports/r/report.html" in lines
+    assert not any("xxxx" in x for x in lines)
+
+
+def stopped_after_one_area() -> dict[str, Any]:
+    """A run that -x stopped after the versioning checks: every other item did not run."""
+    records = [r for r in complete_records() if r.test_id.startswith("dw::VERSION-")]
+    ran = {r.test_id for r in records}
+    not_run = tuple(r.test_id for r in complete_records() if r.test_id not in ran)
+    return results_of(records, completeness=Completeness(not_run=not_run, items=len(complete_records())))
+
+
+def test_requirements_no_item_of_which_ran_are_not_run_in_every_writer() -> None:
+    results = stopped_after_one_area()
+    rows = [r for r in results["requirements"] if not r["ran"]]
+    assert rows
+    assert all(r["verdict"] == "not-covered" for r in rows)  # the document keeps the verdict; writers show it
+    lines = terminal_lines(results, None)
+    table = [x for x in lines if x.startswith("  ") and not x.startswith("  NOT ")]
+    assert any(x.split()[0] == "fencing" and x.endswith(" not run") for x in table), table
+    assert not any("not-covered" in x for x in table), table
+    assert not any(x.startswith("  NOT COVERED") for x in lines)
+    cells = re.findall(r"<td class='verdict'[^>]*>([^<]*)</td>", render_html(results))
+    assert cells.count("not run") == len(rows)
+    assert "not-covered" not in cells
+    skipped = [el.get("message", "") for el in ET.fromstring(render_junit(results)).iter("skipped")]
+    assert sum(1 for m in skipped if m.startswith("not run: ")) == len(rows)
+
+
+def test_a_message_too_long_for_junit_is_cut_between_words_and_says_so() -> None:
+    words = " ".join(f"word{i}" for i in range(250))  # whole in results.json, too long for a junit message
+    results = results_of(
+        changed(complete_records(), TRIM, verdict=Verdict.FAILED, failed_requirement="VERSION-TRIM", message=words)
+    )
+    failure = next(ET.fromstring(render_junit(results)).iter("failure"))
+    message = failure.get("message", "")
+    kept, marker = message.split(" […", 1)
+    assert words.startswith(kept)
+    assert words[len(kept)] == " "  # cut at a word boundary
+    assert marker == f"{len(words) - len(kept)} more characters; whole in results.json]"
+
+
+def test_counts_agree_with_their_number() -> None:
+    from suite.text import clip, plural
+
+    assert [plural(n, "requirement") for n in (0, 1, 2)] == ["0 requirements", "1 requirement", "2 requirements"]
+    assert plural(1, "requirement was", "requirements were") == "1 requirement was"
+    assert clip("short", 10) == "short"
+    records = [
+        replace(r, verdict=Verdict.NOT_COVERED, message="the lease is 300s") if r.test_id == TRIM else r
+        for r in complete_records()
+    ]
+    assert "because of 1 requirement not covered (1 MUST;" in results_of(records)["summary"]["headline"]
+    not_run = results_of(
+        [r for r in complete_records() if "VERSION-TRIM" not in r.requirements],
+        completeness=Completeness(narrowed_by=("-k 'not trim'",), items=len(complete_records())),
+    )
+    assert "<p id='not-run'>1 requirement was not run at all" in render_html(not_run)

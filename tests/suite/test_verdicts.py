@@ -73,6 +73,20 @@ def test_optional_capability_not_advertised_is_unimplemented_or_informational() 
     assert judge(check, None, True, TARGET)[0] is Verdict.PASSED
 
 
+def test_a_wait_longer_than_max_wait_is_not_covered_in_one_sentence() -> None:
+    from suite.context import CheckContext
+
+    ctx = CheckContext(target=replace(TARGET, max_wait=30.0), client=None, check_name="c")  # type: ignore[arg-type]
+    with pytest.raises(NotCovered) as caught:
+        ctx.needs_short(65, "a poll with timeout_seconds 120, which may hold 60 s,", "long_poll_max_seconds")
+    assert caught.value.reason == (
+        "waiting for a poll with timeout_seconds 120, which may hold 60 s, takes 65 s, longer than --max-wait "
+        "allows (30 s)"
+    )
+    assert caught.value.setting is not None
+    assert caught.value.setting.startswith("--max-wait 65, or a shorter worker_protocol.test_profile.")
+
+
 def test_harness_problems_are_never_the_targets_failure() -> None:
     assert judge(_check("FENCE-OWNER"), HarnessError("timeout"), True, TARGET)[0] is Verdict.ERROR
     assert judge(_check("FENCE-OWNER"), NotCovered("long lease"), True, TARGET)[0] is Verdict.NOT_COVERED
@@ -149,10 +163,10 @@ def test_a_must_not_covered_makes_the_run_incomplete_and_names_the_setting() -> 
 
 
 def test_budgets_below_the_defaults_make_the_run_incomplete() -> None:
-    completeness = Completeness(reduced=("--machine-examples 2 is below the default 8",), items=len(entries()))
+    completeness = Completeness(reduced=("--machine-examples 2 (below the default 8)",), items=len(entries()))
     results = results_of(complete_records(), completeness=completeness)
     assert _verdict(results) is RunVerdict.INCOMPLETE
-    assert "--machine-examples 2 is below the default 8" in results["summary"]["headline"]
+    assert "--machine-examples 2 (below the default 8)" in results["summary"]["headline"]
 
 
 def test_items_that_did_not_run_make_the_run_incomplete() -> None:
@@ -390,13 +404,16 @@ def test_a_selection_that_matches_nothing_is_a_harness_error(tmp_path: Path) -> 
 
 
 def test_collect_only_lists_stable_ids_writes_no_report_and_is_no_verdict(tmp_path: Path) -> None:
+    """Listing the items is what was asked, so it exits 0 — and it is no verdict, neither a pass nor an error."""
     reports = tmp_path / "reports"
     run = run_suite("http://127.0.0.1:1", reports, "--collect-only")  # the target is not even contacted
-    assert run.returncode == EXIT_HARNESS_ERROR, run.stdout[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:]
     assert TRIM in run.stdout.splitlines()
     assert "dw::machine::workflow_leases" in run.stdout
     assert "dw::fuzz::stateful" in run.stdout
-    assert "HARNESS ERROR: no verdict — --collect-only" in run.stdout
+    assert "no verdict: --collect-only lists the items of the suite and runs none" in run.stdout
+    for verdict in RunVerdict:
+        assert verdict.value not in run.stdout
     assert run.results is None
     assert not reports.exists()
 
