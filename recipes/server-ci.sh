@@ -7,8 +7,10 @@
 #   1. install the suite from its wheel into a virtualenv of its own (DW_SUITE: a wheel file or a pip
 #      requirement; by default the wheel is built from the checkout this script lives in);
 #   2. start the server under test (DW_SERVER_CMD, run by bash; its output goes to DW_REPORTS/server.log);
-#   3. wait until DW_TARGET answers GET /api/health (at most DW_START_TIMEOUT seconds; a server that exits
-#      first ends the job at once);
+#   3. wait until the server it started holds DW_TARGET's port (its process or a descendant, and nothing
+#      else, holds every socket listening there: Linux /proc, elsewhere lsof) and answers GET /api/health (at
+#      most DW_START_TIMEOUT seconds; a server that exits first, or a port held by another process, ends the
+#      job at once);
 #   4. run the suite against it, failures first, from an empty directory (no project configuration applies),
 #      one process so that a target's test clock can be used; the options given to this script go to pytest;
 #   5. leave the reports in DW_REPORTS (keep them as the job's artifacts) and stop the server.
@@ -62,25 +64,10 @@ server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 
 # 3. Wait until it answers.
-"$python" - "$target" "$timeout" "$server" <<'PY' || die 3 "the server under test did not answer GET $target/api/health (see $reports/server.log)"
-import os, sys, time, urllib.request
-
-url, timeout, pid = sys.argv[1].rstrip("/") + "/api/health", float(sys.argv[2]), int(sys.argv[3])
-deadline = time.monotonic() + timeout
-while time.monotonic() < deadline:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.exit(1)  # it exited before it answered
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            if answer.status == 200:
-                sys.exit(0)
-    except OSError:
-        pass
-    time.sleep(0.2)
-sys.exit(1)
-PY
+# The job's own server, never whatever answers on the port: its process (or a descendant) must hold every
+# socket listening there. A port another process holds ends the job at once.
+"$python" -m suite.processes wait "$target" --pid "$server" --timeout "$timeout" \
+  || die 3 "the server under test is not serving $target (see $reports/server.log)"
 
 # 4. The suite, failures first, from an empty directory; its exit status is the job's.
 run="$(mktemp -d)"

@@ -1,14 +1,43 @@
-"""Child processes that print the URL they serve: the reference server, as the suite, the kill matrix, the
-tests and the benchmark start it. Read the URL it prints, and stop it (politely, then not)."""
+"""Child processes that serve HTTP: the reference server, as the suite, the kill matrix, the tests and the
+benchmark start it, and a vendor's server started by the server-CI recipe. Read the URL a child prints, prove
+that the socket answering on a port is a child's and not whatever else listens there, wait until it answers,
+and stop it (politely, then not).
+
+A server is proven to be the one started in one of two ways. The reference server binds its port itself
+(``--port 0`` picks one) and prints the URL after binding: a URL read from its own standard output is its own.
+A server started on a port named in advance (the recipe's ``DW_TARGET``) is proven by the listening socket: on
+Linux ``/proc/net/tcp{,6}`` names the socket's inode and ``/proc/PID/fd`` the process holding it, elsewhere
+``lsof``; it must be held by the started process or one of its descendants, and by nothing else. A port picked
+free and handed to a server later may be taken meanwhile by another process, whose answers would otherwise
+be judged as the started server's.
+
+``python -m suite.processes wait URL --pid PID --timeout SECONDS`` is that wait as a command (the recipe's):
+exit 0 once the process tree of PID holds every socket listening on the URL's port and ``GET /api/health``
+answers 200; 1, with one line on standard error saying why, when it exits first, another process holds the
+port, or the time passes; 2 on bad usage.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
+import re
 import select
+import shutil
 import signal
 import subprocess
+import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["read_url", "stop_process"]
+__all__ = ["Listeners", "listeners", "main", "read_url", "stop_process", "wait_until_served"]
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
 
 def read_url(proc: subprocess.Popen[str], timeout: float) -> str | None:
@@ -36,3 +65,167 @@ def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, grace: 
             proc.wait(timeout=grace)
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+# -- who listens on a port -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """The sockets listening on one port: how many there are, and how many the process tree holds."""
+
+    total: int
+    ours: int
+
+    @property
+    def proven(self) -> bool:
+        """Something listens, and every listener is the tree's: a connection can reach no other process."""
+        return self.total > 0 and self.ours == self.total
+
+    @property
+    def foreign(self) -> int:
+        return self.total - self.ours
+
+
+def _descendants(pid: int, parents: dict[int, int]) -> set[int]:
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent and child not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return tree
+
+
+def _proc_parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            # "pid (comm) state ppid …"; comm may hold spaces and parentheses, so split after the last ")".
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return parents
+
+
+def _proc_listeners(port: int, pid: int) -> Listeners:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    held: set[str] = set()
+    for member in _descendants(pid, _proc_parents()):
+        fds = Path(f"/proc/{member}/fd")
+        with contextlib.suppress(OSError):
+            for fd in fds.iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:["):
+                        held.add(link[8:-1])
+    return Listeners(total=len(inodes), ours=len(inodes & held))
+
+
+def _lsof_listeners(port: int, pid: int) -> Listeners:
+    lsof = shutil.which("lsof")
+    ps = shutil.which("ps")
+    if lsof is None or ps is None:
+        raise OSError("this system has neither /proc/net/tcp nor lsof and ps: which process listens is unknown")
+    found = subprocess.run(
+        [lsof, "-nP", f"-iTCP:{port}", "-sTCP:LISTEN", "-Fp"], capture_output=True, text=True, check=False
+    )
+    pids = [int(line[1:]) for line in found.stdout.splitlines() if re.fullmatch(r"p\d+", line)]
+    table = subprocess.run([ps, "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=True).stdout
+    parents = {int(a): int(b) for a, b in (line.split() for line in table.splitlines() if line.strip())}
+    tree = _descendants(pid, parents)
+    return Listeners(total=len(pids), ours=sum(1 for p in pids if p in tree))
+
+
+def listeners(port: int, pid: int) -> Listeners:
+    """The sockets listening on ``port`` and how many of them ``pid`` or its descendants hold. ``OSError``
+    when this system cannot say."""
+    if Path("/proc/net/tcp").exists():
+        return _proc_listeners(port, pid)
+    return _lsof_listeners(port, pid)
+
+
+# -- waiting for a server started on a known port ------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2] == "Z":
+            return False  # exited, not yet reaped by its parent
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)  # a child of ours that exited is reaped here, else it lingers
+        return done == 0
+    return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/health", timeout=2) as answer:
+            return int(answer.status) == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def wait_until_served(url: str, pid: int, timeout: float) -> str | None:
+    """Wait until the process tree of ``pid`` holds every socket listening on ``url``'s port and
+    ``GET /api/health`` answers 200; ``None`` then, else why not (it exited, another process holds the port,
+    the time passed)."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    deadline = time.monotonic() + timeout
+    while True:
+        held = listeners(port, pid)
+        if held.foreign:
+            # The started server cannot bind a port another process holds: whatever answers there is not it.
+            return (
+                f"port {port} is held by a process this job did not start ({held.foreign} of {held.total} "
+                f"listening sockets): the server under test is not the one answering {url}"
+            )
+        if not _alive(pid):
+            return f"the server under test (pid {pid}) exited before it answered"
+        if held.proven and _healthy(url):
+            return None
+        if time.monotonic() >= deadline:
+            return f"the server under test (pid {pid}) did not answer GET {url}/api/health within {timeout:g} s"
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m suite.processes",
+        description="Wait for a server this job started: its process holds the port, and it answers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    wait = sub.add_parser("wait", help="wait until PID's process tree serves URL")
+    wait.add_argument("url")
+    wait.add_argument("--pid", type=int, required=True)
+    wait.add_argument("--timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    if not re.match(r"^https?://[^/]+", args.url):
+        parser.error(f"{args.url} is not an http(s) URL")
+    try:
+        problem = wait_until_served(args.url, args.pid, args.timeout)
+    except OSError as exc:
+        problem = f"cannot tell which process listens on the port: {exc}"
+    if problem is None:
+        return 0
+    print(problem, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

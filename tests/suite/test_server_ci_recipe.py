@@ -7,11 +7,16 @@ starts, and refuses its own bad settings. The recipe installs from the package i
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +28,35 @@ RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "server-ci.sh"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port outside the range the system hands out for port 0. The recipe is given its port in advance
+    and binds it only after installing the suite; a port picked by binding port 0 may meanwhile be handed to
+    another test's server (every reference server a test starts asks for port 0), which would then answer on
+    it. The recipe refuses such a port (``test_the_recipe_refuses_a_port_another_process_serves``); this keeps
+    the tests from meeting it."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low}")
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job's virtualenv, created by the recipe's first job in this module and reused by the next."""
+    return tmp_path_factory.mktemp("suite-venv") / "venv"
 
 
 def _job(
-    tmp_path: Path, venv: Path, name: str, server_args: str, *pytest_args: str
+    tmp_path: Path, venv: Path, name: str, server_args: str, *pytest_args: str, port: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     """One CI job: the recipe with its settings in the environment, from an empty working directory."""
-    port = _free_port()
+    port = port or _free_port()
     work = tmp_path / name
     work.mkdir()
     tokens = {name: secrets.token_urlsafe(12) for name in ("worker", "operator", "auth")}
@@ -64,8 +88,7 @@ def _evidence(job: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.slow
 @pytest.mark.whole_suite
-def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path: Path) -> None:
-    venv = tmp_path / "suite-venv"
+def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path: Path, venv: Path) -> None:
     private, public = keygen(tmp_path / "vendor.key")
     profile = " ".join(EMBEDDED_ARGS)
 
@@ -106,7 +129,42 @@ def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path
     # A server that exits before it answers fails the job with the recipe's own status.
     dead = _job(tmp_path, venv, "dead", "--no-such-option")
     assert dead.returncode == 3, _evidence(dead)
-    assert "did not answer GET" in dead.stderr
+    assert "exited before it answered" in dead.stderr
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'{"status": "serving"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def decoy() -> Iterator[int]:
+    """Another process's server on the port the job was given, answering ``GET /api/health`` with 200 — as
+    another test's reference server did when it was handed the port the job had picked and not yet bound."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_the_recipe_refuses_a_port_another_process_serves(tmp_path: Path, venv: Path, decoy: int) -> None:
+    # The job's server cannot bind the decoy's port; the decoy answers 200. The job never judges the decoy.
+    job = _job(tmp_path, venv, "decoy", " ".join(EMBEDDED_ARGS), port=decoy)
+    assert job.returncode == 3, _evidence(job)
+    assert f"port {decoy} is held by a process this job did not start" in job.stderr
+    assert "suite exit status" not in job.stdout
 
 
 def test_the_recipe_refuses_its_own_bad_settings_in_one_line(tmp_path: Path) -> None:

@@ -1,0 +1,137 @@
+"""A server waited for is the one started: ``suite.processes`` tells the started process tree's listening
+socket from another process's on the same port, and the wait refuses a port another process holds even when
+that process answers ``GET /api/health`` with 200 (a decoy: another test's server, in a shared CI machine)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from suite.processes import listeners, wait_until_served
+
+# A child that listens on a port of its own (SO_REUSEADDR as asyncio's server has it) and prints it.
+LISTENER = """
+import os, socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print(s.getsockname()[1], os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'{"status": "serving"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def decoy() -> Iterator[int]:
+    """A server in this process that answers ``GET /api/health`` with 200 on a port of its own."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _child(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True)
+
+
+def test_the_listening_socket_is_told_by_the_process_holding_it() -> None:
+    child = _child("-c", LISTENER, "0")
+    bystander = _child("-c", "import time; time.sleep(120)")
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline().split()[0])
+        mine = listeners(port, child.pid)
+        assert (mine.total, mine.ours, mine.proven) == (1, 1, True)
+        theirs = listeners(port, bystander.pid)
+        assert (theirs.total, theirs.ours, theirs.proven, theirs.foreign) == (1, 0, False, 1)
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            nobody = int(free.getsockname()[1])
+        assert listeners(nobody, child.pid).total == 0
+    finally:
+        for proc in (child, bystander):
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def test_a_descendant_of_the_started_process_holds_the_port() -> None:
+    shell = subprocess.Popen(
+        ["bash", "-c", f"{sys.executable} -c '{LISTENER}' 0; true"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert shell.stdout is not None
+        port, grandchild = map(int, shell.stdout.readline().split())
+        assert grandchild != shell.pid
+        assert listeners(port, shell.pid).proven
+        assert wait_until_served(f"http://127.0.0.1:{port}", shell.pid, 0.5) is not None  # it never answers HTTP
+        os.kill(grandchild, signal.SIGKILL)
+    finally:
+        shell.kill()
+        shell.wait()
+        shell.stdout.close()  # type: ignore[union-attr]
+
+
+def test_the_wait_refuses_a_decoy_answering_on_the_port(decoy: int) -> None:
+    # The started "server" never binds (it is busy starting, or failed to bind the decoy's port); the decoy
+    # answers 200. The old wait (GET /api/health until 200) took the decoy for the server.
+    started = _child("-c", "import time; time.sleep(120)")
+    try:
+        problem = wait_until_served(f"http://127.0.0.1:{decoy}", started.pid, 30)
+        assert problem is not None
+        assert f"port {decoy} is held by a process this job did not start" in problem
+    finally:
+        started.kill()
+        started.wait()
+        assert started.stdout is not None
+        started.stdout.close()
+
+
+def test_the_wait_says_when_the_server_exits_first() -> None:
+    done = _child("-c", "pass")
+    done.wait()
+    assert done.stdout is not None
+    done.stdout.close()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = int(free.getsockname()[1])
+    problem = wait_until_served(f"http://127.0.0.1:{port}", done.pid, 30)
+    assert problem is not None
+    assert "exited before it answered" in problem
+
+
+def test_the_wait_accepts_the_started_reference_server(tmp_path: Path) -> None:
+    server = _child("-m", "reference_server", "--port", "0", "--db", str(tmp_path / "dw.sqlite"))
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert wait_until_served(url, server.pid, 30) is None
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
