@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, multiple, precondition, rule
 
+import suite.machines.activity_oracle as oracle
 from suite.client import Reply
 from suite.outcomes import CheckFailure
 from suite.protocol.commands import DEFAULT_RETRY_POLICY, validate_retry_policy
@@ -46,7 +47,6 @@ from suite.protocol.errors import Violation
 from suite.protocol.lifecycles import AttemptStatus
 from suite.protocol.oracle import Applied, Kind
 
-from . import activity_oracle as oracle
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
 from .base import EXPIRY_STEP, MachineBase, Polled, note
 
