@@ -4,14 +4,15 @@ A world is what a check needs before it can ask its question — a run with its 
 a run that scheduled activities and the worker that serves them, a run parked so it can be queried — on a
 queue, with workflow and worker ids, of its own (``CheckContext.uid``), so checks stay independent and safe
 under ``pytest -n``. The calls a worker makes inside such a world (fenced activity and query reports, polls
-until a task is leased) are here too, so no check module imports another's helpers.
+until a task is leased) are here too, and so are the commands, bodies and judgements several check modules
+share, so no check module imports another's helpers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,24 +21,36 @@ from .client import Reply
 from .context import CheckContext, fenced_body
 from .outcomes import CheckFailure
 from .protocol.fencing import parse_rfc3339
+from .protocol.lifecycles import RUN_LIVE_STATUSES
 
 __all__ = [
     "ACTIVITY_TYPE",
     "ACT_LEASE",
+    "DEFAULT_QUERY_TIMEOUT",
+    "LIVE_RUN_STATUSES",
     "QUERY_ARGS",
     "READY_WITHIN",
     "SCHEDULED",
+    "SLACK",
     "WF_LEASE",
+    "WORKFLOW_TASK_VERBS",
     "ActivityRun",
     "LeasedRun",
     "QueryRun",
     "activity_call",
+    "activity_cmd",
     "attributed",
+    "complete_cmd",
+    "count_events",
+    "event_types",
+    "expect_run_closed",
     "instant",
     "lease_activity",
     "lease_activity_at",
     "lease_length",
     "lease_query",
+    "lease_task",
+    "lease_workflow_task",
     "leased_activity",
     "leased_run",
     "next_activity",
@@ -45,12 +58,17 @@ __all__ = [
     "poll_query",
     "query_call",
     "query_timeout",
+    "renew_lease",
+    "require_fields",
     "require_no_task",
     "require_open",
+    "same_json",
     "schedule_activities",
     "settle",
     "start_query",
+    "started_with_activities",
     "task_summary",
+    "verb_body",
     "wait_out_lease",
     "waiting_run",
 ]
@@ -63,10 +81,54 @@ READY_WITHIN = 10.0
 WF_LEASE = ("workflow_task_lease_seconds", "the workflow-task lease", "workflow_task_lease_seconds")
 ACT_LEASE = ("activity_task_lease_seconds", "the activity-task lease", "activity_task_lease_seconds")
 QUERY_ARGS = ["conformance", 7]
+# Added to every lease-derived deadline: scheduling jitter, a busy target, xdist neighbours.
+SLACK = 10.0
+# The four workflow-task verbs fenced by §8.9.
+WORKFLOW_TASK_VERBS = ("heartbeat", "complete", "fail", "history")
+LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
 # When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
 DEFAULT_QUERY_TIMEOUT = 30.0
 
 T = TypeVar("T")
+
+
+# -- polling until a task is leased ------------------------------------------------------------------------
+
+
+async def lease_task(
+    ctx: CheckContext,
+    kind: str,
+    worker: str,
+    queue: str,
+    *,
+    within: float = READY_WITHIN,
+    timeout: int = 1,
+    what: str | None = None,
+    requirement: str | None = None,
+    before: Callable[[], None] | None = None,
+    **extra: Any,
+) -> tuple[dict[str, Any], Reply]:
+    """Poll ``kind`` ("workflow", "activity" or "query") tasks as ``worker`` on ``queue`` until one is leased:
+    the task and the poll reply that leased it. ``extra`` fields go into every poll body; ``before`` runs before
+    each poll (it raises to give up). A poll answered other than 200, or no task within ``within`` seconds, fails
+    ``requirement`` (None: the check's first)."""
+
+    async def probe() -> tuple[dict[str, Any], Reply] | None:
+        if before is not None:
+            before()
+        reply = await ctx.poll(kind, worker, queue, timeout, **extra)
+        task = ctx.expect(reply, 200, what=f"{kind}-task poll", requirement=requirement).get("task")
+        return (task, reply) if isinstance(task, dict) else None
+
+    waited = ctx.wait_until(probe, timeout=within, what=what or f"a {kind} task for {worker} on {queue}")
+    return await (waited if requirement is None else attributed(waited, requirement))
+
+
+async def lease_workflow_task(
+    ctx: CheckContext, worker: str, queue: str, *, within: float = READY_WITHIN, timeout: int = 1, **extra: Any
+) -> tuple[dict[str, Any], Reply]:
+    """Poll until a workflow task is leased to ``worker``: the task and the poll's reply."""
+    return await lease_task(ctx, "workflow", worker, queue, within=within, timeout=timeout, **extra)
 
 
 # -- a run with its first workflow task leased -------------------------------------------------------------
@@ -105,13 +167,7 @@ async def next_activity(
     ctx: CheckContext, worker: str, queue: str, *, within: float = READY_WITHIN
 ) -> tuple[dict[str, Any], Reply]:
     """Poll activity tasks as ``worker`` until one is leased: the task and the poll reply that leased it."""
-
-    async def probe() -> tuple[dict[str, Any], Reply] | None:
-        reply = await poll_activity(ctx, worker, queue)
-        task = ctx.expect(reply, 200, what="activity-task poll").get("task")
-        return (task, reply) if isinstance(task, dict) else None
-
-    return await ctx.wait_until(probe, timeout=within, what=f"an activity task for {worker} on {queue}")
+    return await lease_task(ctx, "activity", worker, queue, within=within)
 
 
 def instant(value: Any) -> datetime | None:
@@ -251,17 +307,11 @@ async def lease_activity_at(
 ) -> tuple[dict[str, Any], datetime]:
     """Poll until an activity task is leased; return it and when its lease arrived (on ``ctx.now()``: the
     target's clock). ``extra`` fields go into every poll body."""
-    received = [ctx.now()]
-
-    async def probe() -> dict[str, Any] | None:
-        reply = await poll_activity(ctx, run.worker, run.queue, **(extra or {}))
-        received[0] = ctx.now()
-        body = ctx.expect(reply, 200, what="activity-task poll", requirement=requirement)
-        task = body.get("task")
-        return task if isinstance(task, dict) else None
-
-    task = await attributed(ctx.wait_until(probe, timeout=within, what=f"an activity task on {run.queue}"), requirement)
-    return task, received[0]
+    what = f"an activity task on {run.queue}"
+    task, _reply = await lease_task(
+        ctx, "activity", run.worker, run.queue, within=within, what=what, requirement=requirement, **(extra or {})
+    )
+    return task, ctx.now()
 
 
 async def lease_activity(ctx: CheckContext, run: ActivityRun, **options: Any) -> dict[str, Any]:
@@ -361,18 +411,16 @@ async def lease_query(
     ctx: CheckContext, run: QueryRun, call: asyncio.Task[Reply], *, requirement: str
 ) -> dict[str, Any]:
     """Poll query tasks as the run's worker until one is leased (or the control-plane call gave up)."""
-
-    async def probe() -> dict[str, Any] | None:
-        require_open(ctx, call, requirement)
-        reply = await poll_query(ctx, run)
-        task = ctx.expect(reply, 200, what="query-task poll", requirement=requirement).get("task")
-        return task if isinstance(task, dict) else None
-
-    try:
-        return await ctx.wait_until(probe, timeout=READY_WITHIN, what=f"a query task on {run.queue}")
-    except CheckFailure as failure:
-        failure.requirement = failure.requirement or requirement
-        raise
+    task, _reply = await lease_task(
+        ctx,
+        "query",
+        run.worker,
+        run.queue,
+        what=f"a query task on {run.queue}",
+        requirement=requirement,
+        before=lambda: require_open(ctx, call, requirement),
+    )
+    return task
 
 
 async def query_call(
@@ -387,3 +435,115 @@ async def query_call(
     """``POST /query-tasks/{query_task_id}/{verb}`` fenced with the lease's owner and attempt (§10.6)."""
     payload = fenced_body(task, body, lease_owner=owner, query_task_attempt=attempt)
     return await ctx.client.worker(f"/query-tasks/{task['query_task_id']}/{verb}", payload)
+
+
+# -- commands, bodies and judgements several check modules share ---------------------------------------
+
+
+def complete_cmd(value: Any = "done") -> dict[str, Any]:
+    return {"type": "complete_workflow", "result": CheckContext.envelope(value)}
+
+
+def activity_cmd(activity_type: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "schedule_activity", "activity_type": activity_type, **extra}
+
+
+def verb_body(verb: str, commands: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if verb == "complete":
+        return {"commands": commands if commands is not None else [complete_cmd()]}
+    if verb == "fail":
+        return {"failure": {"message": "conformance probe: task failure"}}
+    return {}
+
+
+async def started_with_activities(
+    ctx: CheckContext, worker: str, queue: str, activity_types: list[str], **start: Any
+) -> tuple[str, str, dict[str, Any]]:
+    """Start a run, lease its first workflow task and complete it scheduling one activity per type."""
+    wid, run_id = await ctx.start(queue, **start)
+    task, reply = await lease_workflow_task(ctx, worker, queue)
+    ctx.require_equal(
+        task.get("run_id"), run_id, "the only ready task on a fresh queue is the new run's", replies=[reply]
+    )
+    reply = await ctx.complete(task, [activity_cmd(t) for t in activity_types])
+    ctx.expect(reply, 200, what="complete scheduling activities")
+    return wid, run_id, task
+
+
+def same_json(got: Any, want: Any) -> bool:
+    """Equal and of the same JSON type (``1`` is not ``true``, ``1.0`` not ``1``)."""
+    return type(got) is type(want) and got == want
+
+
+def require_fields(
+    ctx: CheckContext,
+    reply: Reply,
+    body: dict[str, Any],
+    want: dict[str, Any],
+    message: str,
+    requirement: str | None = None,
+) -> None:
+    """Fail unless every field of ``want`` stands in ``body`` with that value and JSON type (``"<absent>"``: the
+    field must be missing)."""
+    got = {k: body.get(k, "<absent>") for k in want}
+    ctx.require(
+        all(same_json(got[k], v) for k, v in want.items()),
+        message,
+        expected=want,
+        received=got,
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
+def expect_run_closed(
+    ctx: CheckContext,
+    reply: Reply,
+    *,
+    stop_reason: str,
+    cancel_requested: bool,
+    run_status: str,
+    requirement: str,
+    what: str,
+) -> dict[str, Any]:
+    """409 run_closed with the §8.9 row 2 body: exact flags, stop_reason, run_status, no outcome, a
+    run_closed_at."""
+    body = ctx.expect(reply, 409, "run_closed", what=what, requirement=requirement)
+    want: dict[str, Any] = {
+        "can_continue": False,
+        "cancel_requested": cancel_requested,
+        "stop_reason": stop_reason,
+        "run_status": run_status,
+        "outcome": "<absent>",  # a rejection, not a report's outcome
+    }
+    require_fields(
+        ctx,
+        reply,
+        body,
+        want,
+        f"{what}: the run_closed body says why the run stopped, with no outcome key (§8.9 row 2)",
+        requirement,
+    )
+    ctx.require(
+        instant(body.get("run_closed_at")) is not None,
+        f"{what}: run_closed carries the RFC 3339 instant the run closed in run_closed_at",
+        expected="an RFC 3339 timestamp",
+        received=body.get("run_closed_at", "<absent>"),
+        replies=[reply],
+        requirement=requirement,
+    )
+    return body
+
+
+async def renew_lease(ctx: CheckContext, task: dict[str, Any], what: str, requirement: str) -> None:
+    """The owner's heartbeat: proves the lease is intact and keeps a short test lease alive under load."""
+    reply = await ctx.wf_call(task, "heartbeat")
+    ctx.expect(reply, 200, what=f"the owner's heartbeat {what}", requirement=requirement)
+
+
+def count_events(events: list[dict[str, Any]], event_type: str) -> int:
+    return sum(1 for e in events if e.get("event_type") == event_type)
+
+
+def event_types(events: list[dict[str, Any]]) -> list[str]:
+    return [str(e.get("event_type")) for e in events]

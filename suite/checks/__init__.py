@@ -10,8 +10,12 @@ requirement at each call that judges another.
 
 from . import (  # noqa: F401
     activities,
+    auth,
+    cancellation,
     children,
     commands,
+    control_plane,
+    dispatch,
     fencing,
     history,
     messages,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from suite.checks.fencing import dispatch_cancel_from_other_client
+from suite.checks.dispatch import dispatch_cancel_from_other_client
 from suite.client import TRACE_HEADER, ProtocolClient
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, Indeterminate

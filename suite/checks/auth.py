@@ -1,0 +1,156 @@
+"""Authentication, roles and namespace scoping (§4): auth is checked before the version, roles keep
+each plane to its own token, a full-access token serves both, and a task id used under another namespace is
+not found and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from suite.client import Reply
+from suite.context import CheckContext
+from suite.protocol.requirements import Area
+from suite.registry import check
+from suite.worlds import (
+    WORKFLOW_TASK_VERBS,
+    activity_call,
+    activity_cmd,
+    count_events,
+    event_types,
+    lease_task,
+    lease_workflow_task,
+    next_activity,
+    renew_lease,
+    require_open,
+    settle,
+    verb_body,
+)
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.AUTH,)
+
+
+def _foreign_namespace(ctx: CheckContext) -> str:
+    # When the suite runs in a namespace other than 'default', 'default' most likely exists, and then the
+    # answer must be task_not_found itself; otherwise only an unknown namespace is available.
+    return "default" if ctx.target.namespace != "default" else ctx.uid("other-namespace")
+
+
+@check("NAMESPACE-SCOPED")
+async def namespace_scoped_task_ids(ctx: CheckContext) -> None:
+    """A workflow, activity or query task id used under another X-Namespace is not found (404) and has no
+    effect; the task stays usable in its own namespace.
+
+    Black-box limit: the protocol has no API to create a namespace, so unless the suite runs in a namespace
+    other than 'default' (then 'default' is the other one), the other namespace is unknown and the server
+    answers 404 namespace_not_found before any task lookup. That still shows the id is not visible there,
+    and the check then asserts that the foreign call changed nothing; it cannot prove the lookup itself is
+    keyed by namespace.
+    """
+    other = _foreign_namespace(ctx)
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue, capabilities=["query_tasks"])
+    wid, run_id = await ctx.start(queue)
+    task, _ = await lease_workflow_task(ctx, worker, queue)
+    await _foreign_workflow_calls(ctx, task, worker, other)
+    act_type = ctx.uid("act")
+    ctx.expect(
+        await ctx.complete(task, [activity_cmd(act_type)]),
+        200,
+        what="the owner's complete in its own namespace after the foreign calls",
+    )
+    act, _ = await next_activity(ctx, worker, queue)
+    await _foreign_activity_calls(ctx, act, other)
+    answer = await _foreign_query_calls(ctx, wid, worker, queue, other)
+    ctx.expect(answer, 200, what="the control-plane query")
+    events = await ctx.history(wid, run_id)
+    ctx.require(
+        "foreign" not in json.dumps(answer.json()) and count_events(events, "ActivityFailed") == 0,
+        "calls under another namespace had no effect",
+        expected="the home namespace's answers only",
+        received={"query": answer.json().get("result"), "events": event_types(events)},
+        replies=[answer],
+    )
+
+
+async def _foreign_workflow_calls(ctx: CheckContext, task: dict[str, Any], worker: str, other: str) -> None:
+    """Every workflow-task verb under ``other`` is 404; the lease still renews at home after each."""
+    not_found = ("task_not_found", "namespace_not_found")
+    for verb in WORKFLOW_TASK_VERBS:
+        payload = {
+            "lease_owner": worker,
+            "workflow_task_attempt": task.get("workflow_task_attempt"),
+            **verb_body(verb),
+        }
+        reply = await ctx.client.worker(f"/workflow-tasks/{task['task_id']}/{verb}", payload, namespace=other)
+        ctx.expect(
+            reply,
+            404,
+            not_found,
+            what=f"workflow-task {verb} under X-Namespace {other}",
+            requirement="NAMESPACE-SCOPED",
+        )
+        await renew_lease(ctx, task, f"at home after the foreign {verb}", "NAMESPACE-SCOPED")
+
+
+async def _foreign_activity_calls(ctx: CheckContext, act: dict[str, Any], other: str) -> None:
+    """Every activity-task verb under ``other`` is 404; the attempt still completes at home."""
+    not_found = ("task_not_found", "namespace_not_found")
+    act_probes: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("heartbeat", {}),
+        ("complete", {"result": None}),
+        ("fail", {"failure": {"message": "foreign"}}),
+    )
+    for verb, extra in act_probes:
+        reply = await activity_call(ctx, act, verb, extra, namespace=other)
+        ctx.expect(
+            reply,
+            404,
+            not_found,
+            what=f"activity-task {verb} under X-Namespace {other}",
+            requirement="NAMESPACE-SCOPED",
+        )
+    reply = await activity_call(ctx, act, "complete", {"result": CheckContext.envelope("ok")})
+    ctx.expect(reply, 200, what="the activity complete in its own namespace", requirement="NAMESPACE-SCOPED")
+
+
+async def _foreign_query_calls(ctx: CheckContext, wid: str, worker: str, queue: str, other: str) -> Reply:
+    """A query task's complete and fail under ``other`` are 404; the home complete answers the query."""
+    # A query task: the control-plane query waits while the worker leases and answers it.
+    timeout = float(ctx.target.test_profile.get("query_task_timeout_seconds") or 30) + 15
+    query = asyncio.ensure_future(
+        ctx.client.control("POST", f"/workflows/{wid}/query/status", {"input": []}, timeout=timeout)
+    )
+    try:
+
+        def still_waiting() -> None:
+            require_open(ctx, query)
+
+        qtask, _ = await lease_task(
+            ctx, "query", worker, queue, within=timeout, what="a query task", before=still_waiting
+        )
+        qid = qtask.get("query_task_id")
+        fence = {"lease_owner": worker, "query_task_attempt": qtask.get("query_task_attempt")}
+        foreign: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("complete", {"result": "foreign"}),
+            ("fail", {"failure": {"message": "foreign"}}),
+        )
+        for verb, extra in foreign:
+            reply = await ctx.client.worker(f"/query-tasks/{qid}/{verb}", {**fence, **extra}, namespace=other)
+            ctx.expect(
+                reply,
+                404,
+                ("query_task_not_found", "namespace_not_found"),
+                what=f"query-task {verb} under X-Namespace {other}",
+                requirement="NAMESPACE-SCOPED",
+            )
+        reply = await ctx.client.worker(
+            f"/query-tasks/{qid}/complete", {**fence, "result_envelope": CheckContext.envelope("home")}
+        )
+        ctx.expect(reply, 200, what="the query complete in its own namespace", requirement="NAMESPACE-SCOPED")
+        answer = await query
+    finally:
+        await settle(query)
+    return answer

@@ -1,0 +1,347 @@
+"""Dispatch (§14.1; invariants 30-31): a crashed worker's task is taken over, due work is delivered without a
+stimulus or after a lost notification, one delivery gives one lease, and a cancel sent by another client reaches
+the worker.
+
+The checks that wait a lease or a delay out read its length from ``worker_protocol.test_profile`` (or measure
+it) and are not covered when it exceeds ``--max-wait``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from suite.client import ProtocolClient, Reply
+from suite.context import CheckContext
+from suite.protocol.requirements import Area
+from suite.registry import check
+from suite.worlds import (
+    SLACK,
+    WF_LEASE,
+    activity_call,
+    activity_cmd,
+    complete_cmd,
+    event_types,
+    expect_run_closed,
+    instant,
+    lease_length,
+    lease_workflow_task,
+    next_activity,
+    poll_activity,
+    renew_lease,
+    started_with_activities,
+)
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.DISPATCH,)
+
+
+def _task_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    task = body.get("task")
+    return task if isinstance(task, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def _other_client(ctx: CheckContext) -> AsyncIterator[ProtocolClient]:
+    """A second client with its own connection pool, recorded into the same exchange list, talking through the
+    same fault proxy as the check's own client (with its trace ids and lost-answer handling)."""
+    client = ProtocolClient(
+        ctx.target.url,
+        worker_token=ctx.target.worker_token,
+        operator_token=ctx.target.operator_token,
+        namespace=ctx.target.namespace,
+        worker_version=ctx.target.protocol_version,
+        validator=ctx.client.validator,
+        exchanges=ctx.client.exchanges,
+        faults=ctx.target.fault_ledger,  # through --faults its lost answers are handled like the check's own
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@check(
+    "DISPATCH-CRASH-TAKEOVER",
+    "EXPIRY-REDELIVER-SAME-TASK",
+    "EXPIRY-ONLY-NEW-LEASE-COMMITS",
+    "DISPATCH-LATE-EVENT-FENCED",
+    "EXPIRY-SELF-RECOVERY",
+    "EXPIRY-HOLDER-FENCED",
+    "FENCE-ORDER",
+    slow=True,
+)
+async def dispatch_crash_takeover(ctx: CheckContext) -> None:
+    """A crashed holder is replaced once its lease expires: another worker's poll gets the same task_id with
+    attempt+1; the old worker's late heartbeat, complete, fail and history are 409 and leave no trace; only
+    the new lease commits."""
+    queue = ctx.uid("q")
+    crashed = await ctx.register(queue)
+    successor = await ctx.register(queue)
+    wid, run_id = await ctx.start(queue)
+    task, reply = await lease_workflow_task(ctx, crashed, queue)
+    lease = lease_length(ctx, task, reply, WF_LEASE)
+    # The crashed worker never calls again; the successor just keeps polling, as any worker would.
+    new, _ = await lease_workflow_task(ctx, successor, queue, within=lease + SLACK)
+    previous = int(task.get("workflow_task_attempt") or 0)
+    want = {"task_id": task["task_id"], "workflow_task_attempt": previous + 1, "lease_owner": successor}
+    got = {k: new.get(k) for k in want}
+    ctx.require_equal(
+        got,
+        want,
+        "the expired task is taken over: same task_id, attempt + 1, the new lease_owner",
+        requirement="DISPATCH-CRASH-TAKEOVER",
+    )
+    # The old worker wakes up and reports.
+    marker = ctx.uid("late-marker")
+    late: dict[str, dict[str, Any]] = {
+        "heartbeat": {},
+        "complete": {"commands": [activity_cmd(marker), {"type": "fail_workflow", "message": marker}]},
+        "fail": {"failure": {"message": marker}},
+        "history": {},
+    }
+    for verb, body in late.items():
+        reply = await ctx.wf_call(task, verb, body)
+        ctx.expect(
+            reply,
+            409,
+            ("lease_owner_mismatch", "workflow_task_attempt_mismatch"),
+            what=f"the replaced worker's late {verb}",
+            requirement="DISPATCH-LATE-EVENT-FENCED",
+        )
+        ctx.require(
+            reply.reason == "lease_owner_mismatch" and reply.json().get("lease_owner") == successor,
+            f"the replaced worker's late {verb} is fenced by owner, checked before the attempt",
+            expected=f"lease_owner_mismatch naming {successor}",
+            received=f"{reply.reason} {reply.json().get('lease_owner')}",
+            replies=[reply],
+            requirement="FENCE-ORDER",
+        )
+        await renew_lease(ctx, new, f"after the replaced worker's late {verb}", "EXPIRY-ONLY-NEW-LEASE-COMMITS")
+    ctx.expect(
+        await ctx.complete(new, [complete_cmd("winner")]),
+        200,
+        what="the new holder's complete",
+        requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
+    )
+    events = await ctx.history(wid, run_id)
+    ctx.require(
+        marker not in json.dumps(events),
+        "the replaced worker's commands leave no trace in history",
+        expected=f"no event mentioning {marker}",
+        received=event_types(events),
+        requirement="DISPATCH-LATE-EVENT-FENCED",
+    )
+    ctx.require_counts(
+        events,
+        {"WorkflowCompleted": 1, "WorkflowFailed": 0},
+        "only the new lease committed",
+        "EXPIRY-ONLY-NEW-LEASE-COMMITS",
+    )
+    described = await ctx.describe(wid)
+    ctx.require_equal(
+        described.get("status"),
+        "completed",
+        "the run ends as the new holder decided",
+        requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
+    )
+
+
+async def _waiting_poll(
+    ctx: CheckContext, kind: str, worker: str, queue: str, hold: int, due: datetime | None, what: str
+) -> tuple[Reply, dict[str, Any], float]:
+    """A long poll of ``hold`` seconds, already waiting when work becomes ``due``: its answer, the answer's body
+    and the seconds it took (a test clock cuts the hold short at ``due``: the poll must then answer at once)."""
+    started = ctx.now()
+    reply = await ctx.poll(kind, worker, queue, hold, until=due)
+    elapsed = (ctx.now() - started).total_seconds()
+    return reply, ctx.expect(reply, 200, what=what, requirement="DISPATCH-LOST-NOTIFICATION"), elapsed
+
+
+def _require_woken(
+    ctx: CheckContext, reply: Reply, body: dict[str, Any], elapsed: float, woken: bool, message: str, expected: str
+) -> None:
+    """DISPATCH-LOST-NOTIFICATION: the waiting poll got the work that became due (``woken``), with no other
+    request to prompt the server."""
+    ctx.require(
+        woken,
+        f"{message}, without any other request",
+        expected=expected,
+        received=f"poll_status {body.get('poll_status')!r} after {elapsed:.1f}s",
+        replies=[reply],
+        requirement="DISPATCH-LOST-NOTIFICATION",
+    )
+
+
+@check("DISPATCH-LOST-NOTIFICATION", "EXPIRY-SELF-RECOVERY", slow=True)
+async def dispatch_lost_notification(ctx: CheckContext) -> None:
+    """An expired lease needs no stimulus: a long poll started before expiry receives the task when the lease
+    expires, and after a second expiry the very next short poll gets it."""
+    queue = ctx.uid("q")
+    first = await ctx.register(queue)
+    waiting = await ctx.register(queue)
+    third = await ctx.register(queue)
+    await ctx.start(queue)
+    task, reply = await lease_workflow_task(ctx, first, queue)
+    lease = lease_length(ctx, task, reply, WF_LEASE)
+    ctx.needs_short(
+        lease + SLACK,
+        "a long poll spanning the workflow-task lease",
+        "workflow_task_lease_seconds",
+    )
+    hold = min(60, math.ceil(lease + SLACK))
+    expires = instant(task.get("lease_expires_at"))
+    what = "a long poll started while the task was leased"
+    reply, body, elapsed = await _waiting_poll(ctx, "workflow", waiting, queue, hold, expires, what)
+    got = _task_of(body)
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
+        got is not None and got.get("task_id") == task["task_id"],
+        f"a long poll (timeout_seconds {hold}) started before lease expiry receives the task when the lease expires",
+        f"task {task['task_id']} leased",
+    )
+    assert got is not None
+    ctx.require(
+        elapsed <= lease + SLACK / 2,
+        "the waiting long poll is answered when the lease expires, not at the end of its hold",
+        expected=f"within about {lease:g}s",
+        received=f"{elapsed:.1f}s",
+        replies=[reply],
+        requirement="DISPATCH-LOST-NOTIFICATION",
+    )
+    # The second holder crashes too. Once the server's clock is past its lease, one short poll must get it.
+    expires = instant(got.get("lease_expires_at"))
+    ctx.require(
+        expires is not None,
+        "the redelivered task carries lease_expires_at",
+        expected="a timestamp",
+        received=got.get("lease_expires_at"),
+        replies=[reply],
+        requirement="DISPATCH-LOST-NOTIFICATION",
+    )
+    assert expires is not None
+    await ctx.wait_past(expires, within=lease + SLACK, what="the server clock to pass the second lease")
+    reply = await ctx.poll_wf(third, queue, 1)
+    body = ctx.expect(
+        reply, 200, what="the first poll after the second lease expired", requirement="EXPIRY-SELF-RECOVERY"
+    )
+    taken = _task_of(body)
+    want = {"task_id": task["task_id"], "workflow_task_attempt": int(got.get("workflow_task_attempt") or 0) + 1}
+    received = {k: (taken or {}).get(k) for k in want}
+    ctx.require(
+        received == want,
+        "the first poll after a lease expired gets the task, with no other stimulus",
+        expected=want,
+        received={**received, "poll_status": body.get("poll_status")},
+        replies=[reply],
+        requirement="EXPIRY-SELF-RECOVERY",
+    )
+
+
+@check("DISPATCH-LOST-NOTIFICATION", slow=True)
+async def dispatch_due_work_without_stimulus(ctx: CheckContext) -> None:
+    """A due timer and a retry whose backoff passed reach a long poll that was already waiting, with no other
+    request: the server finds due work itself."""
+    delay = 2
+    ctx.needs_short(
+        delay + SLACK,
+        "a long poll spanning a 2-second timer and retry backoff",
+    )
+    hold = math.ceil(delay + SLACK)
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    # A timer fires while the poll waits.
+    await ctx.start(queue)
+    task, _ = await lease_workflow_task(ctx, worker, queue)
+    ctx.expect(
+        await ctx.complete(task, [{"type": "start_timer", "delay_seconds": delay}]),
+        200,
+        what="complete with start_timer",
+    )
+    due = ctx.now() + timedelta(seconds=delay)
+    reply, body, elapsed = await _waiting_poll(ctx, "workflow", worker, queue, hold, due, "a long poll for the timer")
+    fired = _task_of(body)
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
+        fired is not None and fired.get("run_id") == task.get("run_id") and elapsed <= delay + SLACK / 2,
+        f"a long poll (timeout_seconds {hold}) receives the workflow task of a {delay}s timer once it is due",
+        f"the run's task within about {delay}s",
+    )
+    assert fired is not None
+    # A retry becomes available while the poll waits.
+    policy = {"max_attempts": 2, "backoff_seconds": [delay]}
+    ctx.expect(
+        await ctx.complete(fired, [activity_cmd(ctx.uid("act"), retry_policy=policy)]),
+        200,
+        what="complete scheduling a retried activity",
+    )
+    act, _ = await next_activity(ctx, worker, queue)
+    transient = {"message": "conformance: transient", "type": "Transient"}
+    reply = await activity_call(ctx, act, "fail", {"failure": transient})
+    ctx.expect(reply, 200, what="a retryable activity failure")
+    due = ctx.now() + timedelta(seconds=delay)
+    reply, body, elapsed = await _waiting_poll(ctx, "activity", worker, queue, hold, due, "a long poll for the retry")
+    retry = _task_of(body) or {}
+    _require_woken(
+        ctx,
+        reply,
+        body,
+        elapsed,
+        retry.get("activity_execution_id") == act.get("activity_execution_id") and elapsed <= delay + SLACK / 2,
+        f"a long poll (timeout_seconds {hold}) receives the retry once its {delay}s backoff passed",
+        f"attempt 2 of the activity within about {delay}s",
+    )
+
+
+@check("DISPATCH-CANCEL-DURABLE")
+async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
+    """A cancel sent by another client over its own connection reaches the worker: its workflow task sees
+    run_closed, its activity heartbeat cancel_requested, and its polls lease nothing more of the run."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, run_id, _ = await started_with_activities(ctx, worker, queue, [ctx.uid("act"), ctx.uid("act")])
+    act, _ = await next_activity(ctx, worker, queue)
+    ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/signal/wake", {}), 202, what="signal")
+    wf, _ = await lease_workflow_task(ctx, worker, queue)
+    async with _other_client(ctx) as operator:
+        reply = await operator.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance: other client"})
+        ctx.expect(reply, 200, what="cancel from a separate client")
+    reply = await ctx.wf_call(wf, "heartbeat")
+    expect_run_closed(
+        ctx,
+        reply,
+        stop_reason="run_cancelled",
+        cancel_requested=True,
+        run_status="cancelled",
+        requirement="DISPATCH-CANCEL-DURABLE",
+        what="the worker's workflow-task heartbeat",
+    )
+    reply = await activity_call(ctx, act, "heartbeat")
+    body = ctx.expect(reply, 200, what="the worker's activity heartbeat")
+    ctx.require(
+        body.get("cancel_requested") is True and body.get("can_continue") is False,
+        "the activity heartbeat carries the cancel sent by the other client",
+        expected="cancel_requested true, can_continue false",
+        received={k: body.get(k) for k in ("cancel_requested", "can_continue", "reason")},
+        replies=[reply],
+    )
+    for kind in ("workflow", "activity"):
+        reply = await (ctx.poll_wf(worker, queue, 1) if kind == "workflow" else poll_activity(ctx, worker, queue))
+        task = ctx.expect(reply, 200, what=f"{kind}-task poll after the cancel").get("task")
+        ctx.require(
+            not isinstance(task, dict) or task.get("run_id") != run_id,
+            f"no {kind} task of the cancelled run is leased after the cancel",
+            expected="no task of the run",
+            received=task,
+            replies=[reply],
+        )
