@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         " Every role on both planes, beside any role tokens (PROTOCOL.md §4.1).",
     )
     p.add_argument(
+        "--auth-token-admin-beside-roles",
+        action="store_true",
+        default=os.environ.get("DW_AUTH_TOKEN_ADMIN_BESIDE_ROLES", "") not in ("", "0", "false"),
+        help="Upstream's rule for the full-access token: admin-only once role tokens are configured, so the "
+        "worker plane answers it 403 (env DW_AUTH_TOKEN_ADMIN_BESIDE_ROLES=1). Default: full access beside them.",
+    )
+    p.add_argument(
         "--test-clock",
         action="store_true",
         default=os.environ.get("DW_TEST_CLOCK", "") not in ("", "0", "false"),
@@ -154,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         operator_token=args.operator_token or None,
         admin_token=args.admin_token or None,
         auth_token=args.auth_token or None,
+        auth_token_admin_beside_roles=bool(args.auth_token_admin_beside_roles),
         cancellation_cleanup_seconds=max(1, args.cancellation_cleanup_seconds),
         event_log=args.event_log,
         faults=frozenset(args.fault),

@@ -133,6 +133,7 @@ class App:
         operator_token: str | None,
         admin_token: str | None,
         auth_token: str | None = None,
+        auth_token_admin_beside_roles: bool = False,
         namespace_exists: Callable[[str], bool],
         ignore_version_header: bool = False,
         faults: frozenset[str] = frozenset(),
@@ -154,11 +155,14 @@ class App:
             if token:
                 self.tokens[token] = role
         if auth_token:
-            # §4.1: the legacy DW_AUTH_TOKEN "grants full access when no role tokens are configured, and only
-            # admin when they are" (UPS). Here it grants full access in both cases: a client configured with
-            # one token for both planes keeps working when role tokens are added (README, deviations).
-            full_only_as_admin = "full-token-admin-only" in faults and len(self.tokens) > 0
-            self.tokens[auth_token] = ROLE_ADMIN if full_only_as_admin else ROLE_FULL
+            # §4.1: upstream's legacy DW_AUTH_TOKEN "grants full access when no role tokens are configured, and only
+            # admin when they are". By default it grants full access in both cases, so a client configured with one
+            # token for both planes keeps working when role tokens are added (README, deviations);
+            # ``auth_token_admin_beside_roles`` follows upstream.
+            role = ROLE_ADMIN if auth_token_admin_beside_roles and self.tokens else ROLE_FULL
+            if "full-token-worker-only" in faults:
+                role = ROLE_WORKER  # the bug: one token for both planes serves the worker plane alone
+            self.tokens[auth_token] = role
         self.namespace_exists = namespace_exists
         self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
         self.faults = faults  # the other named faults (reference_server.faults) this app breaks

@@ -51,6 +51,8 @@ class Settings:
     admin_token: str | None = None
     # §4.1's full-access token: one credential for every role on both planes (AUTH-FULL-ACCESS-TOKEN).
     auth_token: str | None = None
+    # Upstream's rule for it: admin-only once role tokens exist (the worker plane answers it 403).
+    auth_token_admin_beside_roles: bool = False
     event_log: str | None = None
     # Named faults (reference_server.faults) that make this server deliberately break one rule.
     faults: frozenset[str] = field(default_factory=frozenset)

@@ -233,8 +233,8 @@ FAULTS: dict[str, Fault] = {
         ("CANCEL-COOPERATIVE-DEADLINE",),
     ),
     # -- auth -----------------------------------------------------------------------------------------------
-    "full-token-admin-only": Fault(
-        "The full-access token is only an admin token beside role tokens: the worker plane answers it 403.",
+    "full-token-worker-only": Fault(
+        "The full-access token authenticates as the worker role alone: the control plane answers it 403.",
         ("AUTH-FULL-ACCESS-TOKEN",),
     ),
     # -- histories: bugs only a multi-step history shows, read back in full by the machines ------------------

@@ -62,6 +62,7 @@ class Server:
             operator_token=settings.operator_token,
             admin_token=settings.admin_token,
             auth_token=settings.auth_token,
+            auth_token_admin_beside_roles=settings.auth_token_admin_beside_roles,
             namespace_exists=self.namespace_exists,
             ignore_version_header=fault(settings, "ignore-version-header"),
             faults=settings.faults,

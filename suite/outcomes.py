@@ -259,11 +259,12 @@ class NotCovered(Exception):
 
 
 class Unimplemented(Exception):
-    """The target does not advertise the optional capability this check needs."""
+    """The target does not advertise (or declare) the optional capability this check needs; ``reason`` says so in
+    other words where the option is not a discovery flag."""
 
-    def __init__(self, capability: str) -> None:
+    def __init__(self, capability: str, reason: str | None = None) -> None:
         self.capability = capability
-        super().__init__(f"capability {capability!r} is not advertised by the target")
+        super().__init__(reason or f"capability {capability!r} is not advertised by the target")
 
 
 class HarnessError(Exception):

@@ -27,10 +27,14 @@ class ServerProcess:
         stop_process(self.proc, sig)
 
 
-def start_server(db: Path, *args: str, port: int = 0, timeout: float = 30.0) -> ServerProcess:
-    """``python -m reference_server`` on a free port; returns once it printed its URL."""
+def start_server(
+    db: Path, *args: str, port: int = 0, timeout: float = 30.0, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """``python -m reference_server`` on a free port; returns once it printed its URL. ``env`` is added to this
+    process's environment (tokens: ``DW_WORKER_TOKEN`` …)."""
     cmd = [sys.executable, "-m", "reference_server", "--port", str(port), "--db", str(db), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    environ = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environ)
     url = read_url(proc, timeout)
     if url is not None:
         return ServerProcess(proc, url, db)
@@ -42,8 +46,8 @@ def start_server(db: Path, *args: str, port: int = 0, timeout: float = 30.0) -> 
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
 
-    def make(*args: str, db: Path | None = None, port: int = 0) -> ServerProcess:
-        server = start_server(db or tmp_path / f"db{len(started)}.sqlite", *args, port=port)
+    def make(*args: str, db: Path | None = None, port: int = 0, env: dict[str, str] | None = None) -> ServerProcess:
+        server = start_server(db or tmp_path / f"db{len(started)}.sqlite", *args, port=port, env=env)
         started.append(server)
         return server
 

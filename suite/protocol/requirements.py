@@ -1872,11 +1872,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "AUTH-FULL-ACCESS-TOKEN",
         MUST,
         _A.AUTH,
-        "A server configured with a full-access token accepts it on both the worker and the control plane, "
-        "beside any role tokens, so a client configured with one token for both planes is never answered 403.",
-        # Decision: the issue ("beside the role tokens") over UPS, whose legacy DW_AUTH_TOKEN becomes admin-only
-        # once role tokens exist (README, deviations).
-        source="PROTOCOL.md §4.1 (full access); SDK-INTEROP.md addendum (one token); deviation from UPS in README",
+        "A full-access token is a server's option, judged only on a server that declares one: such a server "
+        "accepts it on the control plane, and on the worker plane too when it has no role tokens; beside role "
+        "tokens it may keep full access or make it admin-only (the worker plane answers it 403), but never "
+        "refuses it as unknown (401). A server without one is never failed for it.",
+        # Decision: a full-access token is optional (upstream's legacy DW_AUTH_TOKEN becomes admin-only once role
+        # tokens exist; a vendor may have role tokens only). The reference server keeps full access beside role
+        # tokens (README, deviations) and follows upstream with --auth-token-admin-beside-roles.
+        source="PROTOCOL.md §4.1 (full access); SDK-INTEROP.md addendum (one token); UPS legacy token rule",
     ),
     # ======================================================================================== children
     _r(
