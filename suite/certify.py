@@ -34,7 +34,7 @@ from suite.protocol.requirements import REGISTRY
 
 from .keys import keygen, load_private_key, load_public_key
 from .outcomes import Record, RunVerdict
-from .results import CHECKED, Completeness, aggregate, decide, summarize
+from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, summarize
 from .settings import DEFAULT_BUDGET, Budget
 
 if TYPE_CHECKING:
@@ -265,7 +265,8 @@ def _check_run(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
     for row in rows:
         if declared[row["id"]] != row["verdict"]:
             raise Rejected(f"{row['id']} is declared {declared[row['id']]} but its records say {row['verdict']}")
-    summary = summarize(rows, records)
+    capabilities = capability_ledger(results["target"].get("capabilities") or {}, records, int(certified.split(".")[1]))
+    summary = summarize(rows, records, capabilities)
     verdict, _ = decide(summary, completeness, strict=bool(options.get("strict")))
     if verdict.value != results["summary"]["verdict"] or verdict.value != manifest["verdict"]:
         raise Rejected(

@@ -122,6 +122,7 @@ def terminal_lines(results: dict[str, Any], report_dir: str | None, width: int =
         if req["verdict"] == "not-covered" and req["ran"]:
             cover = f" — to cover it: {req['setting']}" if req["setting"] else ""
             lines += wrap(f"NOT COVERED {req['id']} ({req['level']}): {req['reason']}{cover}", width, "  ")
+    lines += wrap(capability_line(results), width, "  ")
     auth = results["target"].get("auth")
     if auth is not None and not auth.get("enabled"):
         lines += wrap(f"auth: {auth['summary']}", width, "  ")
@@ -135,6 +136,21 @@ def terminal_lines(results: dict[str, Any], report_dir: str | None, width: int =
         lines.append(f"  reports: {report_dir}/report.html, results.json, junit.xml")
     lines.append(quote_line(results))
     return lines
+
+
+def capability_line(results: dict[str, Any]) -> str:
+    """The capability ledger in one line: how many advertised capabilities had every promised behaviour
+    exercised, and which behaviours were not."""
+    rows = results.get("capability_ledger") or []
+    behaviours = sum(len(r["behaviours"]) for r in rows)
+    missing = results["summary"].get("unexercised_capabilities") or []
+    head = (
+        f"capabilities: {plural(len(rows), 'advertised capability', 'advertised capabilities')} promise "
+        f"{plural(behaviours, 'behaviour')}"
+    )
+    if not missing:
+        return f"{head}, every one exercised"
+    return f"{head}; never exercised: {'; '.join(missing)}"
 
 
 def _terminal_failure(req: dict[str, Any], width: int, report_dir: str | None) -> list[str]:
@@ -423,6 +439,33 @@ def _fuzz_section(results: dict[str, Any]) -> str:
     )
 
 
+def _capability_section(results: dict[str, Any]) -> str:
+    rows = results.get("capability_ledger") or []
+    e = html.escape
+    body = []
+    for cap in rows:
+        for b in cap["behaviours"]:
+            reqs = ", ".join(f"{r['id']} ×{r['exercised']}" for r in b["requirements"])
+            state = "exercised" if b["exercised"] else ("not applicable" if not b["applicable"] else "NEVER EXERCISED")
+            color = "#1a7f37" if b["exercised"] else ("#57606a" if not b["applicable"] else "#cf222e")
+            body.append(
+                f"<tr><td><code>{e(cap['capability'])}</code></td><td>{e(b['behaviour'])}</td>"
+                f"<td>{e(b['description'])}</td><td style='color:{color};font-weight:600'>{e(state)}</td>"
+                f"<td>{e(reqs)}</td></tr>"
+            )
+    table = (
+        "<table id='capability-ledger'><thead><tr><th>Capability</th><th>Behaviour</th><th>Promise</th>"
+        f"<th>State</th><th>Exercised by (records)</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+        if body
+        else "<p>The target advertises no capability with promised behaviours.</p>"
+    )
+    return (
+        "<h2 id='capabilities'>Capability ledger</h2><p>For each capability the target advertises, the behaviours "
+        "it promises and how many records of each requirement exercised them; an advertised capability with a "
+        f"behaviour never exercised keeps the run from CONFORMANT.</p>{table}"
+    )
+
+
 def _ledger_section(ledgers: dict[str, dict[str, int]]) -> str:
     if not ledgers:
         return ""
@@ -466,6 +509,7 @@ white-space:pre-wrap}}code.id,td.section,td.verdict{{white-space:nowrap}}#run th
 {_failures(results)}
 {_not_covered(results)}
 {_requirements(results)}
+{_capability_section(results)}
 {_fuzz_section(results)}
 {_ledger_section(results.get("coverage_ledger") or {})}
 {render_mutants_section(mutants) if mutants else ""}

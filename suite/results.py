@@ -8,7 +8,8 @@
 * ``HARNESS ERROR`` — otherwise, when any record is a harness error (a check, a machine or a fuzz group that
   could not judge, an item of the suite that crashed) or when no item ran at all;
 * ``INCOMPLETE`` — otherwise, when the run does not cover everything: a selection narrowed it, a budget was
-  below its default, an item did not run, or an applicable requirement is not covered;
+  below its default, an item did not run, an applicable requirement is not covered, or a capability the target
+  advertises promises a behaviour no record exercised (the capability ledger, :func:`capability_ledger`);
 * ``CONFORMANT`` — otherwise: every applicable requirement got a verdict and none failed.
 
 The document is validated by ``schemas/json/report.schema.json``; the writers in :mod:`suite.reports` and
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import suite
+from suite.protocol.promises import CapabilityRow, ledger, unexercised
 from suite.protocol.requirements import REGISTRY, Level, applicable
 
 from .context import TargetInfo
@@ -37,6 +39,7 @@ __all__ = [
     "Completeness",
     "aggregate",
     "build_results",
+    "capability_ledger",
     "decide",
     "headline",
     "summarize",
@@ -142,7 +145,35 @@ def _as_seen_by(rec: Record, req_id: str) -> Record:
     return replace(rec, verdict=verdict) if verdict is not rec.verdict else rec
 
 
-def summarize(rows: list[dict[str, Any]], records: list[Record]) -> dict[str, Any]:
+# A record exercises a requirement when it judged it: it passed, it broke, or it worked though unadvertised.
+_EXERCISING = frozenset({Verdict.PASSED, Verdict.FAILED, Verdict.NON_STRICT, Verdict.INFORMATIONAL})
+
+
+def capability_ledger(
+    capabilities: Mapping[str, Any], records: Iterable[Record], certified_minor: int
+) -> tuple[CapabilityRow, ...]:
+    """For each capability the target advertises, the behaviours it promises and how many records of each
+    behaviour's requirements exercised it (``suite.protocol.promises``)."""
+    counts: Counter[str] = Counter()
+    for rec in records:
+        named = (*rec.requirements, *([rec.failed_requirement] if rec.failed_requirement else []))
+        for req_id in dict.fromkeys(named):
+            if req_id in REGISTRY and _as_seen_by(rec, req_id).verdict in _EXERCISING:
+                counts[req_id] += 1
+    return ledger(capabilities, counts, certified_minor)
+
+
+def _unexercised_lines(rows: Iterable[CapabilityRow]) -> list[str]:
+    """``capability (behaviour, …)`` for every advertised capability with a behaviour no record exercised."""
+    missing: dict[str, list[str]] = defaultdict(list)
+    for capability, behaviour in unexercised(rows):
+        missing[capability].append(behaviour)
+    return [f"{capability} ({', '.join(names)})" for capability, names in missing.items()]
+
+
+def summarize(
+    rows: list[dict[str, Any]], records: list[Record], capabilities: Iterable[CapabilityRow] = ()
+) -> dict[str, Any]:
     counts = Counter(r["verdict"] for r in rows)
     applicable_rows = [r for r in rows if r["verdict"] != Verdict.NOT_APPLICABLE.value]
     unchecked = [r for r in applicable_rows if Verdict(r["verdict"]) not in CHECKED]
@@ -165,6 +196,8 @@ def summarize(rows: list[dict[str, Any]], records: list[Record]) -> dict[str, An
         "error_records": sum(1 for r in records if r.verdict is Verdict.ERROR),
         "checks_run": len(records),
         "requests": sum(r.requests for r in records),
+        # Advertised capabilities with behaviours no record exercised, as "capability (behaviour, …)".
+        "unexercised_capabilities": _unexercised_lines(capabilities),
     }
 
 
@@ -182,6 +215,12 @@ def decide(summary: Mapping[str, Any], completeness: Completeness, *, strict: bo
         gaps.append(
             f"{plural(summary['not_covered'], 'requirement')} not covered ({summary['not_covered_must']} MUST; "
             "see Not covered)"
+        )
+    missing = [line.split(" (")[0] for line in summary.get("unexercised_capabilities") or ()]
+    if missing and summary["checks_run"]:  # a run that ran nothing says that alone
+        gaps.append(
+            f"{plural(len(missing), 'advertised capability', 'advertised capabilities')} with behaviours no check "
+            f"exercised: {', '.join(missing)} (see Capability ledger)"
         )
     if summary["failed"] or (strict and summary["non_strict"]):
         return RunVerdict.NOT_CONFORMANT, gaps
@@ -259,7 +298,8 @@ def build_results(
     """The whole document of a run (``results.json``)."""
     completeness = completeness or Completeness()
     rows = aggregate(records, target.certified_minor)
-    summary = summarize(rows, records)
+    capabilities = capability_ledger(target.server_capabilities, records, target.certified_minor)
+    summary = summarize(rows, records, capabilities)
     verdict, gaps = decide(summary, completeness, strict=target.strict)
     summary.update(verdict=verdict.value, conformant=verdict is RunVerdict.CONFORMANT, gaps=gaps)
     results: dict[str, Any] = {
@@ -276,6 +316,7 @@ def build_results(
         "summary": summary,
         "requirements": rows,
         "checks": [{k: v for k, v in r.to_json().items() if k != "exchanges"} for r in records],
+        "capability_ledger": [row.to_json() for row in capabilities],
         "coverage_ledger": _ledgers(records),
         "fuzz_statistics": [r.fuzz.__dict__ | {"statuses": dict(r.fuzz.statuses)} for r in records if r.fuzz],
     }
