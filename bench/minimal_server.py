@@ -14,7 +14,7 @@ Not a protocol implementation: it exists only to be measured against.
 
 ``--burn-ms`` is for calibrating the measurement, never for a figure: each poll that leases a task and each
 completion first spends that much CPU (process time, busy), so the benchmark shows how its ratio answers to a
-handler that costs more (``poll_complete.py --minimal-burn-ms``; bench/README.md, *What the ratio answers to*).
+handler that costs more (``poll_complete.py --minimal-burn-ms``; bench/RESULTS.md, *What the ratio answers to*).
 
 ``--protocol-answers FILE`` answers as the protocol says a server answers, still with no validation, fencing
 beyond the conditional update, lifecycle tables, observers or scheduler: every worker-plane answer carries the

@@ -12,7 +12,7 @@ fencing beyond the conditional update; by default (``--minimal-answers protocol`
 — the envelope with the reference server's capabilities, the run's history inline, the whole task object — so the
 ratio weighs the reference server's rules and not the size of the protocol's answers; ``--minimal-answers bare``
 answers with the few fields the workload reads and keeps no history (the yardstick of runs B1–B12 and 1–36 in
-bench/README.md). With ``--server both`` (the default) the two servers run at once, each on a
+bench/RESULTS.md). With ``--server both`` (the default) the two servers run at once, each on a
 fresh database, and each one's ``--cycles`` (default 4000) are run in ``--blocks`` blocks (default 20) taken
 alternately — reference, minimal, minimal, reference, … — for every concurrency in ``--concurrency``; the ratio
 of each pair of blocks, measured a second apart, is printed with their median and quartiles. ``--blocks 0``
@@ -546,7 +546,7 @@ def _run(args: argparse.Namespace) -> int:
             row["ratio"] = round(row["reference"] / row["minimal"], 3)
             # Each round measured the two servers back to back, so a change in the machine's load between rounds
             # moves no round's ratio; one slow round of one server moves its own round's ratio, which the median
-            # of the rounds sets aside, but it can move the ratio of the medians (run 30 in bench/README.md).
+            # of the rounds sets aside, but it can move the ratio of the medians (run 30 in bench/RESULTS.md).
             pairs = pair_ratios(runs, concurrency)
             row["pair_ratios"] = pairs
             row["pair_ratio_median"] = round(statistics.median(pairs), 3) if pairs else None

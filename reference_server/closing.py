@@ -114,7 +114,7 @@ def _close_open_work(t: T, run_id: str, event: RunEvent) -> None:
         moves.append(BulkMove(ACTIVITY_EXECUTIONS, ExecutionEvent.CANCEL, also="closed_at = ?", also_args=(t.now,)))
     moves += [
         BulkMove(TIMERS, TimerEvent.CANCEL),
-        # Decided rule (README): an accepted update can never complete once its run closed.
+        # Decided rule (docs/reference-server.md): an accepted update can never complete once its run closed.
         BulkMove(
             UPDATES, UpdateEvent.RUN_CLOSED, also="closed_at = ?, failure = ?", also_args=(t.now, _UPDATE_REJECTED)
         ),

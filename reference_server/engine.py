@@ -460,7 +460,7 @@ def describe_run(t_db: sqlite3.Connection, run: sqlite3.Row) -> dict[str, Any]:
         "last_history_sequence": run["last_sequence"],
         "actions": {
             "can_signal": not terminal,
-            # Decided rule (README): queries of closed runs are answered (replayed from their history).
+            # Decided rule (docs/reference-server.md): closed runs answer queries (replayed from history).
             "can_query": True,
             "can_update": not terminal,
             "can_cancel": not terminal,

@@ -7,7 +7,7 @@ in ``pytest_configure`` before the target is contacted. ``--certify`` refuses he
 option that would narrow the run.
 
 :class:`RunSettings` is what the rest of the plugin reads; :meth:`RunSettings.narrowing` and
-:meth:`RunSettings.reductions` say why a run is not complete (README "Verdicts").
+:meth:`RunSettings.reductions` say why a run is not complete (README, "Verdicts").
 """
 
 from __future__ import annotations

@@ -1878,7 +1878,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "refuses it as unknown (401). A server without one is never failed for it.",
         # Decision: a full-access token is optional (upstream's legacy DW_AUTH_TOKEN becomes admin-only once role
         # tokens exist; a vendor may have role tokens only). The reference server keeps full access beside role
-        # tokens (README, deviations) and follows upstream with --auth-token-admin-beside-roles.
+        # tokens (docs/reference-server.md, deviations) and follows upstream with --auth-token-admin-beside-roles.
         source="PROTOCOL.md §4.1 (full access); SDK-INTEROP.md addendum (one token); UPS legacy token rule",
     ),
     # ======================================================================================== children

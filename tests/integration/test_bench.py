@@ -73,7 +73,7 @@ def test_bad_block_settings_are_refused_before_a_server_starts(args: tuple[str, 
 
 @pytest.mark.slow
 def test_a_calibration_burn_costs_the_minimal_server_its_cpu_and_says_so() -> None:
-    """``--minimal-burn-ms`` (calibration, bench/README.md): the minimal server spends that much CPU in each poll
+    """``--minimal-burn-ms`` (calibration, bench/RESULTS.md): the minimal server spends that much CPU in each poll
     that leases and each completion, and the run says it was calibrated, in its line and its JSON."""
     args = ("--blocks", "2", "--cycles", "20", "--concurrency", "1", "--max-seconds", "30")
     run = _bench(*args, "--minimal-burn-ms", "20")

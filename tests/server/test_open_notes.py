@@ -1,4 +1,4 @@
-"""Six rules decided after earlier work left them open, each fixed here and pinned by a test (README,
+"""Six rules decided where the protocol is open, each fixed here and pinned by a test (docs/reference-server.md,
 "Decided rules"): next_task_id during a lease, can_query on closed runs, the update input array, accepted
 updates of a closing run, follow-up replays only for events that wake the run, and a closed attempt's lease."""
 
