@@ -431,17 +431,6 @@ class CheckContext:
         top = float(clamp) if isinstance(clamp, int | float) and not isinstance(clamp, bool) and clamp >= 1 else 60.0
         return max(1.0, min(float(timeout), top))
 
-    async def lease_wf(self, worker_id: str, queue: str, *, within: float = 10.0, **extra: Any) -> dict[str, Any]:
-        """Poll until a workflow task is leased to ``worker_id``; return the task object."""
-
-        async def probe() -> dict[str, Any] | None:
-            reply = await self.poll_wf(worker_id, queue, 1, **extra)
-            body = self.expect(reply, 200, what="workflow-task poll")
-            task = body.get("task")
-            return task if isinstance(task, dict) else None
-
-        return await self.wait_until(probe, timeout=within, what=f"a workflow task on {queue}")
-
     async def wf_call(
         self,
         task: dict[str, Any],

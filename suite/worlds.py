@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .client import Reply
@@ -86,6 +86,12 @@ SLACK = 10.0
 # The four workflow-task verbs fenced by §8.9.
 WORKFLOW_TASK_VERBS = ("heartbeat", "complete", "fail", "history")
 LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
+# The three kinds of task a worker polls for: the poll route, and the fields of a leased task that say which
+# task and which attempt it is.
+TASK_KINDS = ("workflow", "activity", "query")
+POLL_PATH = {"workflow": "/workflow-tasks/poll", "activity": "/activity-tasks/poll", "query": "/query-tasks/poll"}
+TASK_ID = {"workflow": "task_id", "activity": "task_id", "query": "query_task_id"}
+TASK_ATTEMPT = {"workflow": "workflow_task_attempt", "activity": "attempt_number", "query": "query_task_attempt"}
 # When the target does not advertise its query timeout: the documented default (§10.1, DW_QUERY_TASK_TIMEOUT).
 DEFAULT_QUERY_TIMEOUT = 30.0
 
@@ -131,6 +137,74 @@ async def lease_workflow_task(
     return await lease_task(ctx, "workflow", worker, queue, within=within, timeout=timeout, **extra)
 
 
+async def lease_wf(
+    ctx: CheckContext, worker: str, queue: str, *, within: float = READY_WITHIN, **extra: Any
+) -> dict[str, Any]:
+    """Poll until a workflow task is leased to ``worker``; the task object."""
+    task, _reply = await lease_task(
+        ctx, "workflow", worker, queue, within=within, what=f"a workflow task on {queue}", **extra
+    )
+    return task
+
+
+async def send_poll(
+    ctx: CheckContext,
+    kind: str,
+    worker: str | None,
+    queue: str | None,
+    timeout: int | None = 1,
+    *,
+    real: bool = False,
+    **extra: Any,
+) -> Reply:
+    """One poll of ``kind``, as it is given: ``None`` leaves a field out of the body (``CheckContext.poll`` sends a
+    whole one). With a test clock an empty poll's hold is ended by moving the clock (``ctx.held``); ``real``: a
+    check that times the hold itself."""
+    body: dict[str, Any] = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
+    body = {k: v for k, v in body.items() if v is not None}
+    hold = timeout if timeout is not None and timeout > 0 else 1
+    request = ctx.client.worker(POLL_PATH[kind], body, timeout=min(hold, 60) + 20)
+    default = ctx.target.test_profile.get("long_poll_default_seconds")
+    if timeout is None:
+        hold = int(default) if isinstance(default, int) and not isinstance(default, bool) else 30
+    return await (request if real else ctx.held(request, ctx.poll_hold(hold)))
+
+
+def task_of(reply: Reply) -> dict[str, Any] | None:
+    """The task a poll's answer leased, or None."""
+    task = reply.json().get("task")
+    return task if isinstance(task, dict) else None
+
+
+def polled_task(ctx: CheckContext, reply: Reply, what: str, requirement: str | None = None) -> dict[str, Any] | None:
+    """The task of a poll that must be 200 (``None`` when nothing was leased)."""
+    ctx.expect(reply, 200, what=what, requirement=requirement)
+    return task_of(reply)
+
+
+def task_key(task: dict[str, Any], kind: str = "workflow") -> tuple[Any, Any]:
+    """Which task and which attempt a lease is."""
+    return task.get(TASK_ID[kind]), task.get(TASK_ATTEMPT[kind])
+
+
+async def race(coros: Iterable[Awaitable[T]]) -> list[T]:
+    """Run the requests concurrently, released together behind a barrier."""
+    pending = list(coros)
+    barrier = asyncio.Barrier(len(pending))
+
+    async def go(coro: Awaitable[T]) -> T:
+        await barrier.wait()
+        return await coro
+
+    return list(await asyncio.gather(*(go(c) for c in pending)))
+
+
+def advertised_lease(ctx: CheckContext) -> float | None:
+    """The workflow-task lease the target advertises (test_profile.workflow_task_lease_seconds), or None."""
+    value = ctx.target.test_profile.get("workflow_task_lease_seconds")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
 # -- a run with its first workflow task leased -------------------------------------------------------------
 
 
@@ -150,7 +224,7 @@ async def leased_run(ctx: CheckContext, **start: Any) -> LeasedRun:
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, rid = await ctx.start(queue, **start)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     return LeasedRun(queue, worker, wid, rid, task)
 
 
@@ -246,7 +320,7 @@ async def schedule_activities(
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     workflow_id, run_id = await ctx.start(queue)
-    task = await attributed(ctx.lease_wf(worker, queue), requirement)
+    task = await attributed(lease_wf(ctx, worker, queue), requirement)
     args = arguments if arguments is not None else ctx.envelope([1, "x"])
     command: dict[str, Any] = {
         "type": "schedule_activity",
@@ -362,7 +436,7 @@ async def waiting_run(ctx: CheckContext, *, register: bool = True) -> QueryRun:
     worker = await ctx.register(queue) if register else ctx.uid("w")
     workflow_id, run_id = await ctx.start(queue, input=["query-me"])
     if register:
-        task = await ctx.lease_wf(worker, queue)
+        task = await lease_wf(ctx, worker, queue)
         ctx.expect(
             await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}]),
             200,
@@ -547,3 +621,29 @@ def count_events(events: list[dict[str, Any]], event_type: str) -> int:
 
 def event_types(events: list[dict[str, Any]]) -> list[str]:
     return [str(e.get("event_type")) for e in events]
+
+
+def without_redeliveries(ctx: CheckContext, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leases of ``tasks`` less those granted after an earlier lease of the same task had expired.
+
+    A poll resent after a lost answer (under --faults) can reach the server seconds after its race began and
+    get the task again once the first lease expired: a redelivery, not a second live lease. A lease of a
+    later attempt counts as a redelivery only when it was granted (its lease_expires_at less the advertised
+    lease) no earlier than the earlier lease's expiry, so two leases live at once are never hidden.
+    """
+    lease = advertised_lease(ctx)
+    if lease is None:
+        return tasks
+    kept: list[dict[str, Any]] = []
+    for task in sorted(tasks, key=lambda t: str(t.get("lease_expires_at"))):
+        try:
+            granted = parse_rfc3339(task.get("lease_expires_at")) - timedelta(seconds=lease)
+            same = [k for k in kept if k.get("task_id") == task.get("task_id")]
+            earlier = [parse_rfc3339(k.get("lease_expires_at")) for k in same]
+        except (TypeError, ValueError):
+            kept.append(task)
+            continue
+        if earlier and all(granted >= expiry for expiry in earlier):
+            continue
+        kept.append(task)
+    return kept

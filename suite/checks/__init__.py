@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     polling,
     queries,
     read_back,
+    registration,
     robustness,
     sessions,
     versioning,

@@ -24,6 +24,7 @@ from suite.worlds import (
     attributed,
     lease_activity,
     lease_activity_at,
+    lease_wf,
     poll_activity,
     require_no_task,
     schedule_activities,
@@ -53,7 +54,7 @@ async def expect_no_workflow_task(ctx: CheckContext, run: ActivityRun, *, requir
 
 async def lease_resume(ctx: CheckContext, run: ActivityRun, *, requirement: str, why: str) -> dict[str, Any]:
     """The workflow task that resumes the run after an activity's final outcome."""
-    task = await attributed(ctx.lease_wf(run.worker, run.queue, within=READY_WITHIN), requirement)
+    task = await attributed(lease_wf(ctx, run.worker, run.queue, within=READY_WITHIN), requirement)
     ctx.require(
         task.get("run_id") == run.run_id,
         why,

@@ -9,6 +9,7 @@ from suite.context import CheckContext
 from suite.outcomes import CheckFailure, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
+from suite.worlds import lease_wf
 
 __all__: list[str] = []
 
@@ -19,7 +20,7 @@ async def start_parent_with_child(ctx: CheckContext, **fields: Any) -> tuple[str
     queue, child_queue = ctx.uid("q"), ctx.uid("cq")
     worker = await ctx.register(queue)
     workflow_id, run_id = await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue, **fields}
     ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow")
     events = await ctx.history(workflow_id, run_id)
@@ -39,7 +40,7 @@ async def child_default_parent_close_policy(ctx: CheckContext) -> None:
     queue, child_queue = ctx.uid("q"), ctx.uid("cq")
     worker = await ctx.register(queue)
     workflow_id, run_id = await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue}
     ctx.expect(await ctx.complete(task, [command, {"type": "complete_workflow"}]), 200)
     events = await ctx.history(workflow_id, run_id)
@@ -88,7 +89,7 @@ async def cooperative_child(ctx: CheckContext) -> tuple[str, str, str, str, str]
     worker = await ctx.register(queue)
     child_worker = await ctx.register(child_queue)
     workflow_id, run_id = await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     command = {
         "type": "start_child_workflow",
         "workflow_type": "conformance.Child",
@@ -161,7 +162,7 @@ async def _cooperative_cleanup(
         expected="CooperativeCancellationRequested{workflow_command_id, requested_at < cleanup_deadline_at}",
         received=req or None,
     )
-    task = await ctx.lease_wf(child_worker, child_queue)
+    task = await lease_wf(ctx, child_worker, child_queue)
     observed = task.get("cancellation_request")
     ctx.require(
         task.get("cancel_requested") is True
@@ -225,7 +226,7 @@ async def child_closed_past_its_cleanup_deadline(ctx: CheckContext) -> None:
 async def child_cancellation_delivery_recorded_once(ctx: CheckContext) -> None:
     """The child's lease holder commits the delivery at one call; a second delivery answers the first."""
     _, _, child_id, child_queue, child_worker = await cooperative_child(ctx)
-    task = await ctx.lease_wf(child_worker, child_queue)
+    task = await lease_wf(ctx, child_worker, child_queue)
     observed = task.get("cancellation_request") or {}
     body = {"request_id": observed.get("request_id"), "sequence": 1, "call_kind": "condition"}
     first = ctx.expect(await ctx.wf_call(task, "deliver-cancellation", body), 200, what="delivery")

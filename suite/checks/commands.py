@@ -22,7 +22,7 @@ from suite.protocol.codec import (
 from suite.protocol.errors import CodecError
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 from suite.registry import check
-from suite.worlds import LeasedRun, leased_activity, leased_run
+from suite.worlds import LeasedRun, lease_wf, leased_activity, leased_run
 
 # Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
 _STATE_FIELDS = (
@@ -562,7 +562,7 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
     )
     events = await ctx.history(run.workflow_id, run.run_id)
     ctx.require_counts(events, {"WorkflowContinuedAsNew": 1}, "the continued run records WorkflowContinuedAsNew")
-    task = await ctx.lease_wf(run.worker, run.queue)
+    task = await lease_wf(ctx, run.worker, run.queue)
     ctx.require(
         task.get("run_id") == new_run and task.get("workflow_id") == run.workflow_id,
         "the new run starts with a workflow task of its own",
@@ -602,7 +602,7 @@ async def timer_fires_with_resume_context(ctx: CheckContext) -> None:
     ctx.needs_short(delay + 10, "a 1-second timer plus 10 s of slack")
     run = await leased_run(ctx)
     ctx.expect(await ctx.complete(run.task, [{"type": "start_timer", "delay_seconds": delay}]), 200, what="start_timer")
-    task = await ctx.lease_wf(run.worker, run.queue, within=delay + 10)
+    task = await lease_wf(ctx, run.worker, run.queue, within=delay + 10)
     context = {
         k: task.get(k) for k in ("workflow_id", "workflow_wait_kind", "resume_source_kind", "timer_id", "open_wait_id")
     }
@@ -704,7 +704,7 @@ async def resumed_task_payload_shape(ctx: CheckContext) -> None:
         what="start_timer with delay 0",
         requirement="PAYLOAD-RESUME-CONTEXT-KEYS",
     )
-    task = await ctx.lease_wf(run.worker, run.queue, within=15)
+    task = await lease_wf(ctx, run.worker, run.queue, within=15)
     _require_resume_keys(ctx, task, "a resumed")
     ctx.require_equal(
         task.get("payload_codec"),
@@ -776,7 +776,7 @@ async def start_envelope_returned_unchanged(ctx: CheckContext) -> None:
     worker = await ctx.register(queue)
     for name, blob in blobs:
         wid, _ = await ctx.start(queue, input={"codec": "avro", "blob": blob})
-        task = await ctx.lease_wf(worker, queue)
+        task = await lease_wf(ctx, worker, queue)
         args = task.get("arguments")
         ctx.require(
             task.get("workflow_id") == wid

@@ -32,8 +32,13 @@ from suite.worlds import (
     lease_workflow_task,
     next_activity,
     poll_activity,
+    polled_task,
+    race,
     renew_lease,
+    send_poll,
     started_with_activities,
+    task_key,
+    without_redeliveries,
 )
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
@@ -345,3 +350,103 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
             received=task,
             replies=[reply],
         )
+
+
+@check("DISPATCH-ONE-LEASE-PER-DELIVERY", "LEASE-NO-DUPLICATE-ATTEMPT")
+async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
+    """Duplicate concurrent polls (same or no poll_request_id) never yield two leases of one delivery."""
+    await _one_worker_one_poll_request_id(ctx)
+    await _six_workers_each_their_poll_request_id(ctx)
+    await _one_worker_no_poll_request_id(ctx)
+
+
+async def _one_worker_one_poll_request_id(ctx: CheckContext) -> None:
+    # 1. One worker sends the same poll_request_id twice at once, with three ready tasks on the queue.
+    queue = ctx.uid("q")
+    worker, witness = await ctx.register(queue), await ctx.register(queue)
+    started = {(await ctx.start(queue))[0] for _ in range(3)}
+    prid = ctx.uid("poll")
+    pair = await race(send_poll(ctx, "workflow", worker, queue, 1, poll_request_id=prid) for _ in range(2))
+    got = without_redeliveries(ctx, [t for t in (polled_task(ctx, r, "duplicate poll") for r in pair) if t is not None])
+    ctx.require(
+        len({task_key(t) for t in got}) <= 1,
+        "two concurrent polls with one poll_request_id return one lease (same task_id and attempt)",
+        expected="one (task_id, attempt)",
+        received=[task_key(t) for t in got],
+        replies=pair,
+    )
+    # Nothing else was leased behind the duplicate's back: the other tasks are all still ready.
+    held = {str(t.get("workflow_id")) for t in got}
+    seen: list[dict[str, Any]] = []
+    for _ in range(len(started)):
+        reply = await send_poll(ctx, "workflow", witness, queue, 1)
+        task = polled_task(ctx, reply, "poll of the remaining tasks")
+        if task is None:
+            break
+        seen.append(task)
+    # The duplicate's own task, leased again once its lease expired (a slow target, or a witness poll resent after
+    # a lost answer under --faults), is a redelivery, not a lease taken behind the duplicate's back.
+    live = {id(t) for t in without_redeliveries(ctx, [*got, *seen])}
+    rest = [str(t.get("workflow_id")) for t in seen if id(t) in live]
+    ctx.require_equal(
+        sorted(rest), sorted(started - held), "a duplicate poll leases nothing beyond the one task it returns"
+    )
+
+
+async def _six_workers_each_their_poll_request_id(ctx: CheckContext) -> None:
+    # 2. Six workers each send their own poll_request_id twice at once; three ready tasks.
+    queue = ctx.uid("q")
+    workers = [await ctx.register(queue) for _ in range(6)]
+    for _ in range(3):
+        await ctx.start(queue)
+    pollers = [w for w in workers for _ in range(2)]
+    ids = {w: ctx.uid("poll") for w in workers}
+    replies = await race(send_poll(ctx, "workflow", w, queue, 1, poll_request_id=ids[w]) for w in pollers)
+    leases = [(w, polled_task(ctx, r, "duplicate poll")) for w, r in zip(pollers, replies, strict=True)]
+    live = [id(t) for t in without_redeliveries(ctx, [t for _, t in leases if t is not None])]
+    holders: dict[Any, str] = {}
+    for worker in workers:
+        mine = [r for w, r in zip(pollers, replies, strict=True) if w == worker]
+        keys = {task_key(t) for w, t in leases if w == worker and t is not None and id(t) in live}
+        ctx.require(
+            len(keys) <= 1,
+            f"{worker}'s two polls with one poll_request_id return one lease",
+            expected="one (task_id, attempt)",
+            received=sorted(map(str, keys)),
+            replies=mine,
+        )
+        for task_id, _ in keys:
+            ctx.require(
+                task_id not in holders,
+                "no task is leased to two workers at once",
+                expected="each task_id held by one worker",
+                received=f"{task_id} leased to {holders.get(task_id)} and {worker}",
+                replies=replies,
+            )
+            holders[task_id] = worker
+    ctx.require(
+        len(holders) == 3,
+        "the duplicate polls lease each of the 3 ready tasks exactly once",
+        expected=3,
+        received=f"{len(holders)} leased",
+        replies=replies,
+        requirement="LEASE-EACH-TASK-ONCE",
+    )
+
+
+async def _one_worker_no_poll_request_id(ctx: CheckContext) -> None:
+    # 3. One worker polls twice at once without a poll_request_id; one ready task.
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    await ctx.start(queue)
+    pair = await race(send_poll(ctx, "workflow", worker, queue, 1) for _ in range(2))
+    got = without_redeliveries(
+        ctx, [t for t in (polled_task(ctx, r, "concurrent poll") for r in pair) if t is not None]
+    )
+    ctx.require(
+        len(got) == 1,
+        "two concurrent polls for one ready task yield exactly one lease",
+        expected=1,
+        received=[task_key(t) for t in got],
+        replies=pair,
+    )

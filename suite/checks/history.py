@@ -13,7 +13,7 @@ from suite.context import CheckContext
 from suite.outcomes import NotCovered
 from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
 from suite.registry import check
-from suite.worlds import LeasedRun, leased_run, next_activity
+from suite.worlds import LeasedRun, lease_wf, leased_run, next_activity
 
 _STATUS_OF = {
     "WorkflowCompleted": "completed",
@@ -62,7 +62,7 @@ async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> LeasedRu
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, rid = await ctx.start(queue)
-    run = LeasedRun(queue, worker, wid, rid, await ctx.lease_wf(worker, queue, **poll))
+    run = LeasedRun(queue, worker, wid, rid, await lease_wf(ctx, worker, queue, **poll))
     batch = BATCH
     rounds = 0
     while _size(run) < min_events:
@@ -86,7 +86,7 @@ async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> LeasedRu
             what=f"a batch of {count} record_side_effect/record_version_marker commands and a "
             "zero-delay timer (to build a long history)",
         )
-        run.task = await ctx.lease_wf(worker, queue, within=15, **poll)
+        run.task = await lease_wf(ctx, worker, queue, within=15, **poll)
     return run
 
 
@@ -139,7 +139,7 @@ async def history_sequences_contiguous(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     await ctx.start(queue)
-    first = await ctx.lease_wf(worker, queue)
+    first = await lease_wf(ctx, worker, queue)
     events = first.get("history_events")
     problem = check_sequences(_seqs(events))
     ctx.require(
@@ -159,7 +159,7 @@ async def history_sequences_contiguous(ctx: CheckContext) -> None:
     )
     reply = await ctx.complete(first, [*_filler(9, "seq"), {"type": "start_timer", "delay_seconds": 0}])
     ctx.expect(reply, 200, what="a batch of 9 side effects and markers and a zero-delay timer")
-    resumed = await ctx.lease_wf(worker, queue, within=15)
+    resumed = await lease_wf(ctx, worker, queue, within=15)
     events = resumed.get("history_events")
     problem = check_sequences(_seqs(events))
     ctx.require(

@@ -7,6 +7,7 @@ from typing import Any
 
 from suite.context import CheckContext
 from suite.registry import check
+from suite.worlds import lease_wf
 
 
 async def _running_run(ctx: CheckContext) -> tuple[str, str, str, str]:
@@ -14,7 +15,7 @@ async def _running_run(ctx: CheckContext) -> tuple[str, str, str, str]:
     queue = ctx.uid("q")
     worker = await ctx.register(queue)
     wid, run_id = await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     ctx.expect(await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}]), 200, what="first task")
     return queue, worker, wid, run_id
 
@@ -30,7 +31,7 @@ async def signal_recorded_and_wakes(ctx: CheckContext) -> None:
     )
     events = await ctx.history(wid, run_id)
     ctx.require_counts(events, {"SignalReceived": 1}, "one SignalReceived is recorded")
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     ctx.require_equal(task.get("run_id"), run_id, "the signal made a workflow task of its run available")
 
 
@@ -84,7 +85,7 @@ async def update_closed_at_most_once(ctx: CheckContext) -> None:
     reply, update_id = await _update_through_worker_on(ctx, queue, worker, wid, run_id)
     ctx.expect(reply, 200, what="update completed")
     ctx.expect(await ctx.client.control("POST", f"/workflows/{wid}/signal/go", {"input": []}), 202, what="signal")
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     before = await ctx.history(wid, run_id)
     again = await ctx.complete(task, [{"type": "complete_update", "update_id": update_id, "result": ctx.envelope(2)}])
     ctx.expect(again, (409, 422), "invalid_commands" if again.status == 409 else None, what="close the update again")
@@ -106,7 +107,7 @@ async def _update_through_worker_on(
         )
     )
     try:
-        task = await ctx.lease_wf(worker, queue)
+        task = await lease_wf(ctx, worker, queue)
         update_id = task.get("workflow_update_id")
         if not update_id:
             events = await ctx.history(wid, run_id)

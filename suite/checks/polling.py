@@ -1,5 +1,6 @@
-"""Registration, polling, long-poll, poll_status, leasing and poll idempotency (PROTOCOL.md §6, §7, §9,
-§14.1; invariants 11-25 and 32).
+"""A poll and what it leases (§7, §8, §9; invariants 14-25 and 32): long-poll holds and clamps, poll_status on
+every answer (empty, throttled, unavailable, draining), one lease per ready task with its fields, duration and
+renewal, and a repeated poll_request_id answered by the same lease.
 
 Every check builds its own task queue, so the admission limit, drains and races of one check never touch
 another. Races are released together behind an ``asyncio.Barrier``; durations that the protocol states
@@ -12,118 +13,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from suite.client import Reply
 from suite.context import CheckContext
 from suite.outcomes import HarnessError, Indeterminate, NotCovered, profile_setting
-from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import require_open
+from suite.worlds import (
+    POLL_PATH,
+    TASK_KINDS,
+    advertised_lease,
+    lease_task,
+    lease_wf,
+    polled_task,
+    race,
+    require_open,
+    send_poll,
+    task_key,
+    task_of,
+    without_redeliveries,
+)
 
-R = TypeVar("R")
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (
+    Area.LONG_POLL,
+    Area.POLL_STATUS,
+    Area.LEASING,
+    Area.IDEMPOTENCY,
+)
 
-KINDS = ("workflow", "activity", "query")
-POLL_PATH = {"workflow": "/workflow-tasks/poll", "activity": "/activity-tasks/poll", "query": "/query-tasks/poll"}
-TASK_ID = {"workflow": "task_id", "activity": "task_id", "query": "query_task_id"}
-ATTEMPT = {"workflow": "workflow_task_attempt", "activity": "attempt_number", "query": "query_task_attempt"}
+
 # §7.4: every poll_status but "leased" comes with task:null.
 NULL_TASK_STATUSES = ("empty", "throttled", "unavailable", "draining")
-# §6.1: the SDK extras a register must tolerate, with the shapes the Python SDK sends.
-SDK_EXTRAS: dict[str, Any] = {
-    "capabilities": ["query_tasks"],
-    "workflow_command_contracts": {"schema": "durable-workflow.v2.workflow-command.contract", "version": 1},
-    "task_slots": {"workflow": {"max": 10, "available": 10}, "activity": {"max": 10, "available": 10}},
-    "process_metrics": {"pid": 4242, "rss_bytes": 52428800, "cpu_percent": 1.5},
-    "heartbeat_interval_seconds": 30,
-    "sdk_version": "0.0.0-conformance",
-    "conformance_unknown_field": {"ignored": True},
-}
+
+
 SCHEDULE_ACTIVITY = {"type": "schedule_activity", "activity_type": "conformance.Activity"}
+
+
 THROTTLE_SETTING = profile_setting("max_active_leases_per_queue")
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-def _task(reply: Reply) -> dict[str, Any] | None:
-    task = reply.json().get("task")
-    return task if isinstance(task, dict) else None
-
-
-def _leased(ctx: CheckContext, reply: Reply, what: str, requirement: str | None = None) -> dict[str, Any] | None:
-    """The task of a poll that must be 200 (``None`` when nothing was leased)."""
-    ctx.expect(reply, 200, what=what, requirement=requirement)
-    return _task(reply)
-
-
-def _key(task: dict[str, Any], kind: str = "workflow") -> tuple[Any, Any]:
-    return task.get(TASK_ID[kind]), task.get(ATTEMPT[kind])
-
-
-async def _poll(
-    ctx: CheckContext,
-    kind: str,
-    worker: str | None,
-    queue: str | None,
-    timeout: int | None = 1,
-    *,
-    real: bool = False,
-    **extra: Any,
-) -> Reply:
-    """One poll of ``kind``; ``None`` leaves a field out of the body. With a test clock an empty poll's hold is
-    ended by moving the clock (``ctx.held``); the hold checks time their polls themselves (:func:`_timed`)."""
-    body: dict[str, Any] = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout, **extra}
-    body = {k: v for k, v in body.items() if v is not None}
-    hold = timeout if timeout is not None and timeout > 0 else 1
-    request = ctx.client.worker(POLL_PATH[kind], body, timeout=min(hold, 60) + 20)
-    default = ctx.target.test_profile.get("long_poll_default_seconds")
-    if timeout is None:
-        hold = int(default) if isinstance(default, int) and not isinstance(default, bool) else 30
-    return await (request if real else ctx.held(request, ctx.poll_hold(hold)))
-
-
-async def _race(coros: Iterable[Awaitable[R]]) -> list[R]:
-    """Run the requests concurrently, released together behind a barrier."""
-    pending = list(coros)
-    barrier = asyncio.Barrier(len(pending))
-
-    async def go(coro: Awaitable[R]) -> R:
-        await barrier.wait()
-        return await coro
-
-    return list(await asyncio.gather(*(go(c) for c in pending)))
-
-
-async def _lease(
-    ctx: CheckContext,
-    kind: str,
-    worker: str,
-    queue: str,
-    *,
-    within: float = 10.0,
-    call: asyncio.Task[Reply] | None = None,
-    **extra: Any,
-) -> tuple[Reply, dict[str, Any]]:
-    """Poll until a task of ``kind`` is leased to ``worker``; ``call`` is a query that must still be open."""
-
-    async def probe() -> tuple[Reply, dict[str, Any]] | None:
-        if call is not None:
-            require_open(ctx, call)
-        reply = await _poll(ctx, kind, worker, queue, 1, **extra)
-        ctx.expect(reply, 200, what=f"{kind}-task poll")
-        task = _task(reply)
-        return (reply, task) if task is not None else None
-
-    return await ctx.wait_until(probe, timeout=within, what=f"a {kind} task on {queue}")
 
 
 async def _schedule_activity(ctx: CheckContext, worker: str, queue: str) -> str:
     """Start a workflow and complete its first task with schedule_activity: one ready activity task."""
     workflow_id, _ = await ctx.start(queue)
-    _, task = await _lease(ctx, "workflow", worker, queue)
+    task, _ = await lease_task(ctx, "workflow", worker, queue)
     reply = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
     ctx.expect(reply, 200, what="workflow-task complete with schedule_activity")
     return workflow_id
@@ -164,20 +100,20 @@ async def _answer_query(ctx: CheckContext, task: dict[str, Any], call: asyncio.T
 async def _leased_of_every_kind(ctx: CheckContext) -> dict[str, tuple[str, Reply, datetime]]:
     """One leased workflow, activity and query task: kind → (poller, poll reply, send time on ``ctx.now()``)."""
     queue = ctx.uid("q")
-    workers = {kind: await ctx.register(queue, capabilities=["query_tasks"]) for kind in KINDS}
+    workers = {kind: await ctx.register(queue, capabilities=["query_tasks"]) for kind in TASK_KINDS}
     out: dict[str, tuple[str, Reply, datetime]] = {}
     workflow_id, _ = await ctx.start(queue)
     sent = ctx.now()
-    reply, task = await _lease(ctx, "workflow", workers["workflow"], queue)
+    task, reply = await lease_task(ctx, "workflow", workers["workflow"], queue)
     out["workflow"] = (workers["workflow"], reply, sent)
     done = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
     ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
     sent = ctx.now()
-    reply, _ = await _lease(ctx, "activity", workers["activity"], queue)
+    _, reply = await lease_task(ctx, "activity", workers["activity"], queue)
     out["activity"] = (workers["activity"], reply, sent)
     async with _open_query(ctx, workflow_id) as call:
         sent = ctx.now()
-        reply, task = await _lease(ctx, "query", workers["query"], queue, call=call)
+        task, reply = await lease_task(ctx, "query", workers["query"], queue, before=lambda: require_open(ctx, call))
         out["query"] = (workers["query"], reply, sent)
         await _answer_query(ctx, task, call)
     return out
@@ -217,11 +153,6 @@ def _judge_poll_status(ctx: CheckContext, reply: Reply, kind: str) -> str:
     return status
 
 
-def _advertised_lease(ctx: CheckContext) -> float | None:
-    value = ctx.target.test_profile.get("workflow_task_lease_seconds")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-
-
 def _build_ids_path(queue: str, verb: str) -> str:
     return f"/task-queues/{queue}/build-ids/{verb}"
 
@@ -244,191 +175,6 @@ def _expect_draining(ctx: CheckContext, reply: Reply, kind: str, requirement: st
         replies=[reply],
         requirement="POLL-STATUS-DRAINING-409",
     )
-
-
-# -- registration and worker heartbeat (§6, invariant 11) ---------------------------------------------------
-
-
-@check("REGISTER-CREATED")
-async def register_returns_201(ctx: CheckContext) -> None:
-    """register with task_queue and runtime python is 201 {registered: true, worker_id}; an absent id is generated."""
-    queue = ctx.uid("q")
-    wid = ctx.uid("w")
-    reply = await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"})
-    body = ctx.expect(reply, 201, what="register")
-    ctx.require(
-        body.get("registered") is True and body.get("worker_id") == wid,
-        "register answers registered: true and the worker_id",
-        expected={"registered": True, "worker_id": wid},
-        received={k: body.get(k) for k in ("registered", "worker_id")},
-        replies=[reply],
-    )
-    reply = await ctx.client.worker("/register", {"task_queue": queue, "runtime": "python"})
-    body = ctx.expect(reply, 201, what="register without worker_id")
-    generated = body.get("worker_id")
-    ctx.require(
-        body.get("registered") is True and isinstance(generated, str) and bool(generated),
-        "register without worker_id generates one and returns it",
-        expected="registered: true, worker_id: str",
-        received={k: body.get(k) for k in ("registered", "worker_id")},
-        replies=[reply],
-    )
-    poll = await _poll(ctx, "workflow", str(generated), queue)
-    ctx.expect(poll, 200, what="poll by the generated worker id")
-
-
-@check("REGISTER-IDEMPOTENT")
-async def register_is_upsert(ctx: CheckContext) -> None:
-    """Re-registering a worker id is 201 again and replaces the registration (upsert keyed by worker id)."""
-    first, second = ctx.uid("q"), ctx.uid("q")
-    wid = ctx.uid("w")
-    for queue in (first, first, second):
-        reply = await ctx.client.worker("/register", {"worker_id": wid, "task_queue": queue, "runtime": "python"})
-        body = ctx.expect(reply, 201, what=f"register {wid} on {queue}")
-        ctx.require(
-            body.get("registered") is True and body.get("worker_id") == wid,
-            "a re-registration answers registered: true with the same worker_id",
-            expected=wid,
-            received={k: body.get(k) for k in ("registered", "worker_id")},
-            replies=[reply],
-        )
-    now = await _poll(ctx, "workflow", wid, second)
-    ctx.expect(now, 200, what="poll of the queue of the latest registration")
-    old = await _poll(ctx, "workflow", wid, first)
-    ctx.expect(old, 409, "task_queue_mismatch", what="poll of the queue the upsert replaced")
-
-
-@check("REGISTER-VALIDATION")
-async def register_validation(ctx: CheckContext) -> None:
-    """register without task_queue, without runtime, or with an unknown runtime is 422 and registers nothing."""
-    queue = ctx.uid("q")
-    cases = {
-        "missing task_queue": {"runtime": "python"},
-        "missing runtime": {"task_queue": queue},
-        "unknown runtime": {"task_queue": queue, "runtime": "cobol"},
-    }
-    for what, body in cases.items():
-        wid = ctx.uid("w")
-        reply = await ctx.client.worker("/register", {"worker_id": wid, **body})
-        ctx.expect(reply, 422, "validation_failed", what=f"register with {what}")
-        poll = await _poll(ctx, "workflow", wid, queue)
-        ctx.expect(poll, 412, "worker_not_registered", what=f"poll after a rejected register ({what})")
-
-
-@check("REGISTER-ACCEPT-RUST")
-async def register_accepts_rust(ctx: CheckContext) -> None:
-    """runtime rust SHOULD be accepted (S0 names Rust among the SDKs)."""
-    queue = ctx.uid("q")
-    reply = await ctx.client.worker("/register", {"worker_id": ctx.uid("w"), "task_queue": queue, "runtime": "rust"})
-    ctx.expect(reply, 201, what="register with runtime rust")
-
-
-@check("REGISTER-TOLERATE-EXTRAS")
-async def register_tolerates_sdk_extras(ctx: CheckContext) -> None:
-    """The SDK's extra register fields (capabilities, task_slots, process_metrics, …) are accepted."""
-    queue = ctx.uid("q")
-    wid = ctx.uid("w")
-    reply = await ctx.client.worker(
-        "/register", {"worker_id": wid, "task_queue": queue, "runtime": "python", **SDK_EXTRAS}
-    )
-    ctx.expect(reply, 201, what="register with SDK extras")
-    ctx.expect(await _poll(ctx, "workflow", wid, queue), 200, what="poll after a register with SDK extras")
-
-
-@check("REGISTER-FINGERPRINT-CONFLICT")
-async def register_fingerprint_conflict(ctx: CheckContext) -> None:
-    """An active worker re-registering another fingerprint for a type is 409 workflow_definition_changed."""
-    queue = ctx.uid("q")
-    wid = ctx.uid("w")
-    wf_type = "conformance.Fingerprinted"
-
-    def body(fp: str) -> dict[str, Any]:
-        return {
-            "worker_id": wid,
-            "task_queue": queue,
-            "runtime": "python",
-            "supported_workflow_types": [wf_type],
-            "workflow_definition_fingerprints": {wf_type: fp},
-        }
-
-    ctx.expect(await ctx.client.worker("/register", body("fp-a")), 201, what="first register")
-    ctx.expect(
-        await ctx.client.worker("/register", body("fp-a")),
-        201,
-        what="re-register with the same fingerprint",
-        requirement="REGISTER-IDEMPOTENT",
-    )
-    reply = await ctx.client.worker("/register", body("fp-b"))
-    what = "re-register with another fingerprint"
-    ctx.expect(reply, 409, "workflow_definition_changed", what=what, fields={"workflow_type": wf_type})
-
-
-@check("WORKER-HEARTBEAT-ACK")
-async def worker_heartbeat_ack(ctx: CheckContext) -> None:
-    """POST /worker/heartbeat is 200 acknowledged: true for a registered worker, 404 for an unknown one."""
-    wid = await ctx.register(ctx.uid("q"))
-    reply = await ctx.client.worker("/heartbeat", {"worker_id": wid, "task_slots": {"workflow": {"available": 1}}})
-    ctx.expect(reply, 200, what="worker heartbeat", fields={"acknowledged": True})
-    reply = await ctx.client.worker("/heartbeat", {"worker_id": ctx.uid("nobody")})
-    ctx.expect(reply, 404, "worker_not_registered", what="heartbeat of an unknown worker")
-
-
-# -- poll preconditions (§7.5, invariants 12-13) -------------------------------------------------------------
-
-
-@check("POLL-NOT-REGISTERED")
-async def poll_unregistered_worker(ctx: CheckContext) -> None:
-    """A workflow, activity or query poll by an unregistered worker_id is 412 worker_not_registered."""
-    queue = ctx.uid("q")
-    await ctx.register(queue)  # the queue exists; only this worker id does not
-    for kind in KINDS:
-        reply = await _poll(ctx, kind, ctx.uid("nobody"), queue)
-        ctx.expect(reply, 412, "worker_not_registered", what=f"{kind} poll by an unregistered worker")
-
-
-@check("POLL-QUEUE-MISMATCH")
-async def poll_queue_mismatch(ctx: CheckContext) -> None:
-    """Polling another queue than the registered one is 409 task_queue_mismatch naming both queues."""
-    queue, other = ctx.uid("q"), ctx.uid("q-other")
-    wid = await ctx.register(queue)
-    for kind in KINDS:
-        reply = await _poll(ctx, kind, wid, other)
-        ctx.expect(
-            reply,
-            409,
-            "task_queue_mismatch",
-            what=f"{kind} poll of an unregistered queue",
-            fields={"registered_task_queue": queue, "requested_task_queue": other},
-        )
-
-
-@check("POLL-BUILD-ID-MISMATCH")
-async def poll_build_id_mismatch(ctx: CheckContext) -> None:
-    """A poll build_id other than the registered non-empty build_id is 409 build_id_mismatch."""
-    queue = ctx.uid("q")
-    wid = await ctx.register(queue, build_id="conformance-b1")
-    for kind in KINDS:
-        ctx.expect(
-            await _poll(ctx, kind, wid, queue, build_id="conformance-b1"),
-            200,
-            what=f"{kind} poll with the registered build_id",
-        )
-        reply = await _poll(ctx, kind, wid, queue, build_id="conformance-b2")
-        ctx.expect(reply, 409, "build_id_mismatch", what=f"{kind} poll with another build_id")
-
-
-@check("POLL-MISSING-FIELDS")
-async def poll_missing_fields(ctx: CheckContext) -> None:
-    """A workflow, activity or query poll without worker_id or task_queue is 422 validation_failed, not 5xx."""
-    queue = ctx.uid("q")
-    wid = await ctx.register(queue)
-    for kind in KINDS:
-        for what, worker, q in (("worker_id", None, queue), ("task_queue", wid, None), ("both", None, None)):
-            reply = await _poll(ctx, kind, worker, q)
-            ctx.expect(reply, 422, "validation_failed", what=f"{kind} poll without {what}")
-
-
-# -- long poll (§7.2, invariants 14-16) ----------------------------------------------------------------------
 
 
 async def _timed(
@@ -477,7 +223,7 @@ async def long_poll_holds_for_timeout(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     plan = [("workflow", 1), ("workflow", 2), ("activity", 2), ("query", 2)]
     workers = [await ctx.register(queue) for _ in plan]
-    results = await _race(
+    results = await race(
         _timed(ctx, kind, w, queue, t, limit=t + 8, requirement="LONGPOLL-HOLD")
         for (kind, t), w in zip(plan, workers, strict=True)
     )
@@ -571,8 +317,8 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     # Real holds: these polls must still be waiting when the work appears (a test clock is not moved here).
-    wf_poll = asyncio.create_task(_poll(ctx, "workflow", wid, queue, 20, real=True))
-    act_poll = asyncio.create_task(_poll(ctx, "activity", wid, queue, 20, real=True))
+    wf_poll = asyncio.create_task(send_poll(ctx, "workflow", wid, queue, 20, real=True))
+    act_poll = asyncio.create_task(send_poll(ctx, "activity", wid, queue, 20, real=True))
     try:
         await _settle(ctx, wf_poll, "workflow")
         await _settle(ctx, act_poll, "activity", settled=True)
@@ -580,7 +326,7 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
         workflow_id, _ = await ctx.start(queue)
         reply = await wf_poll
         elapsed = time.monotonic() - started
-        task = _leased(ctx, reply, "the waiting workflow poll")
+        task = polled_task(ctx, reply, "the waiting workflow poll")
         ctx.require(
             task is not None and task.get("workflow_id") == workflow_id,
             "the waiting poll leases the workflow started meanwhile",
@@ -602,7 +348,7 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
         ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
         reply = await act_poll
         elapsed = time.monotonic() - started
-        act = _leased(ctx, reply, "the waiting activity poll")
+        act = polled_task(ctx, reply, "the waiting activity poll")
         ctx.require(
             act is not None and act.get("workflow_id") == workflow_id,
             "the waiting activity poll leases the activity scheduled meanwhile",
@@ -625,16 +371,13 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
                 await waiting
 
 
-# -- poll_status (§7.4, invariants 17-19) ---------------------------------------------------------------------
-
-
 @check("POLL-STATUS-PRESENT", "POLL-STATUS-TASK-IFF-LEASED", "POLL-STATUS-NULL-TASK")
 async def poll_status_on_every_poll(ctx: CheckContext) -> None:
     """Empty and leased workflow, activity and query polls all carry poll_status; task ⇔ 'leased'."""
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
-    empties = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
-    for kind, reply in zip(KINDS, empties, strict=True):
+    empties = await race(send_poll(ctx, kind, wid, queue, 1) for kind in TASK_KINDS)
+    for kind, reply in zip(TASK_KINDS, empties, strict=True):
         ctx.expect(reply, 200, what=f"{kind} poll of an empty queue")
         status = _judge_poll_status(ctx, reply, kind)
         ctx.require_equal(
@@ -661,11 +404,11 @@ async def drain_refuses_lease(ctx: CheckContext) -> None:
     await ctx.start(queue)  # and a ready workflow task
     await _drain(ctx, queue, build, "drain", "DRAIN-REFUSES-LEASE")
     for kind in ("workflow", "activity", "workflow", "activity"):
-        _expect_draining(ctx, await _poll(ctx, kind, wid, queue, 1), kind, "DRAIN-REFUSES-LEASE")
+        _expect_draining(ctx, await send_poll(ctx, kind, wid, queue, 1), kind, "DRAIN-REFUSES-LEASE")
     # A query of the drained cohort's run: either refused at once (no worker can answer) or left waiting;
     # the query poll is draining either way.
     async with _open_query(ctx, workflow_id):
-        _expect_draining(ctx, await _poll(ctx, "query", wid, queue, 1), "query", "DRAIN-REFUSES-LEASE")
+        _expect_draining(ctx, await send_poll(ctx, "query", wid, queue, 1), "query", "DRAIN-REFUSES-LEASE")
 
 
 @check("DRAIN-RESUME")
@@ -676,9 +419,9 @@ async def drain_resume_restores_leasing(ctx: CheckContext) -> None:
     wid = await ctx.register(queue, build_id=build)
     await _drain(ctx, queue, build, "drain", "DRAIN-RESUME")
     workflow_id, _ = await ctx.start(queue)
-    _expect_draining(ctx, await _poll(ctx, "workflow", wid, queue, 1), "workflow", "DRAIN-REFUSES-LEASE")
+    _expect_draining(ctx, await send_poll(ctx, "workflow", wid, queue, 1), "workflow", "DRAIN-REFUSES-LEASE")
     await _drain(ctx, queue, build, "resume", "DRAIN-RESUME")
-    reply, task = await _lease(ctx, "workflow", wid, queue, within=5.0)
+    task, reply = await lease_task(ctx, "workflow", wid, queue, within=5.0)
     ctx.require_equal(
         task.get("workflow_id"), workflow_id, "after resume the worker leases the waiting work", replies=[reply]
     )
@@ -693,26 +436,26 @@ async def drain_is_idempotent(ctx: CheckContext) -> None:
     unversioned = await ctx.register(queue)
     for _ in range(2):
         await _drain(ctx, queue, build, "drain", "DRAIN-IDEMPOTENT")
-    _expect_draining(ctx, await _poll(ctx, "workflow", versioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
+    _expect_draining(ctx, await send_poll(ctx, "workflow", versioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
     for _ in range(2):
         await _drain(ctx, queue, build, "resume", "DRAIN-IDEMPOTENT")
     ctx.expect(
-        await _poll(ctx, "workflow", versioned, queue, 1),
+        await send_poll(ctx, "workflow", versioned, queue, 1),
         200,
         what="poll after resuming twice",
         requirement="DRAIN-IDEMPOTENT",
     )
     await _drain(ctx, queue, None, "drain", "DRAIN-IDEMPOTENT")
-    _expect_draining(ctx, await _poll(ctx, "workflow", unversioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
+    _expect_draining(ctx, await send_poll(ctx, "workflow", unversioned, queue, 1), "workflow", "DRAIN-IDEMPOTENT")
     ctx.expect(
-        await _poll(ctx, "workflow", versioned, queue, 1),
+        await send_poll(ctx, "workflow", versioned, queue, 1),
         200,
         what=f"poll of the {build!r} cohort while the unversioned cohort drains",
         requirement="DRAIN-IDEMPOTENT",
     )
     await _drain(ctx, queue, None, "resume", "DRAIN-IDEMPOTENT")
     workflow_id, _ = await ctx.start(queue)
-    reply, task = await _lease(ctx, "workflow", unversioned, queue, within=5.0)
+    task, reply = await lease_task(ctx, "workflow", unversioned, queue, within=5.0)
     ctx.require_equal(
         task.get("workflow_id"),
         workflow_id,
@@ -732,18 +475,18 @@ async def _throttled_poll(ctx: CheckContext) -> Reply:
             f"the advertised admission limit is {limit} live leases per queue; the check fills at most 64",
             THROTTLE_SETTING + " ≤ 64",
         )
-    lease = _advertised_lease(ctx) or 300.0
+    lease = advertised_lease(ctx) or 300.0
     for _ in range(3):
         queue = ctx.uid("q")
         workers = [await ctx.register(queue) for _ in range(limit + 1)]
         for _ in range(limit + 1):
             await ctx.start(queue)
         started = ctx.now()
-        fills = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers[:limit])
+        fills = await race(send_poll(ctx, "workflow", w, queue, 1) for w in workers[:limit])
         throttled = [r for r in fills if r.json().get("poll_status") == "throttled"]
         if throttled:
             return throttled[0]  # the target pushed back already: that answer is the one to judge
-        leased = [_task(r) for r in fills if _task(r) is not None]
+        leased = [task_of(r) for r in fills if task_of(r) is not None]
         if len(leased) < limit:
             # Fewer live leases than advertised: the next poll proves nothing about this limit.
             raise ctx.fail(
@@ -753,8 +496,8 @@ async def _throttled_poll(ctx: CheckContext) -> Reply:
                 replies=fills[:4],
                 requirement="LEASE-ONE-PER-POLL",
             )
-        reply = await _poll(ctx, "workflow", workers[limit], queue, 1)
-        if _task(reply) is None or (ctx.now() - started).total_seconds() < lease - 0.5:
+        reply = await send_poll(ctx, "workflow", workers[limit], queue, 1)
+        if task_of(reply) is None or (ctx.now() - started).total_seconds() < lease - 0.5:
             return reply
         # A lease may have expired before the probe reached the server; the probe is inconclusive.
     raise NotCovered(f"the {lease:g} s leases expired before the queue could be filled three times", THROTTLE_SETTING)
@@ -802,7 +545,7 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
         path = switch.removeprefix("/api").replace("{queue}", queue)
         ctx.expect(await ctx.client.control("POST", path, {"available": False}), 200, what="matching switch")
         try:
-            replies = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
+            replies = await race(send_poll(ctx, kind, wid, queue, 1) for kind in TASK_KINDS)
             for reply in replies:
                 ctx.require(
                     reply.json().get("poll_status") == "unavailable",
@@ -814,10 +557,10 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
         finally:
             await ctx.client.control("POST", path, {"available": True})
         await ctx.start(queue)
-        leased = await ctx.lease_wf(wid, queue)
+        leased = await lease_wf(ctx, wid, queue)
         ctx.require(bool(leased), "leasing resumes once matching is available again")
     else:
-        replies = await _race(_poll(ctx, kind, wid, queue, 1) for kind in KINDS)
+        replies = await race(send_poll(ctx, kind, wid, queue, 1) for kind in TASK_KINDS)
     seen = [r for r in replies if r.json().get("poll_status") == "unavailable"]
     if not seen:
         raise NotCovered(
@@ -836,9 +579,6 @@ async def poll_status_unavailable(ctx: CheckContext) -> None:
         )
 
 
-# -- leasing (§7.5, §9, §14.1, invariants 20-23, 25, 32) ------------------------------------------------------
-
-
 def _require_poller_owns(ctx: CheckContext, task: dict[str, Any], worker: str, reply: Reply, what: str) -> None:
     """LEASE-OWNER-IS-POLLER: ``task``, leased by ``reply`` to a poll of ``worker``, names that worker as owner."""
     message = f"{what}'s lease_owner is the poller's worker_id"
@@ -851,11 +591,11 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
     seen: dict[tuple[Any, Any], str] = {}
     for worker, reply in zip(workers, replies, strict=True):
         ctx.expect(reply, 200, what="concurrent poll", requirement=requirement)
-        task = _task(reply)
+        task = task_of(reply)
         if task is None:
             continue
         _require_poller_owns(ctx, task, worker, reply, "a leased task")
-        key = _key(task)
+        key = task_key(task)
         ctx.require(
             key not in seen,
             "two concurrent polls never both lease the same (task_id, workflow_task_attempt)",
@@ -866,33 +606,7 @@ def _leases(ctx: CheckContext, replies: list[Reply], workers: list[str], require
         )
         seen[key] = worker
         tasks.append(task)
-    return _without_redeliveries(ctx, tasks)
-
-
-def _without_redeliveries(ctx: CheckContext, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The leases of ``tasks`` less those granted after an earlier lease of the same task had expired.
-
-    A poll resent after a lost answer (under --faults) can reach the server seconds after its race began and
-    get the task again once the first lease expired: a redelivery, not a second live lease. A lease of a
-    later attempt counts as a redelivery only when it was granted (its lease_expires_at less the advertised
-    lease) no earlier than the earlier lease's expiry, so two leases live at once are never hidden.
-    """
-    lease = _advertised_lease(ctx)
-    if lease is None:
-        return tasks
-    kept: list[dict[str, Any]] = []
-    for task in sorted(tasks, key=lambda t: str(t.get("lease_expires_at"))):
-        try:
-            granted = parse_rfc3339(task.get("lease_expires_at")) - timedelta(seconds=lease)
-            same = [k for k in kept if k.get("task_id") == task.get("task_id")]
-            earlier = [parse_rfc3339(k.get("lease_expires_at")) for k in same]
-        except (TypeError, ValueError):
-            kept.append(task)
-            continue
-        if earlier and all(granted >= expiry for expiry in earlier):
-            continue
-        kept.append(task)
-    return kept
+    return without_redeliveries(ctx, tasks)
 
 
 @check("LEASE-EXCLUSIVE", "LEASE-NO-DUPLICATE-ATTEMPT")
@@ -901,13 +615,13 @@ async def lease_exclusive_among_racing_pollers(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     workers = [await ctx.register(queue) for _ in range(8)]
     await ctx.start(queue)
-    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    replies = await race(send_poll(ctx, "workflow", w, queue, 1) for w in workers)
     tasks = _leases(ctx, replies, workers, "LEASE-EXCLUSIVE")
     ctx.require(
         len(tasks) == 1,
         "exactly one of 8 racing polls leases the single ready task",
         expected=1,
-        received=f"{len(tasks)} leased: {[_key(t) for t in tasks]}",
+        received=f"{len(tasks)} leased: {[task_key(t) for t in tasks]}",
         replies=replies,
         requirement="LEASE-EXCLUSIVE",
     )
@@ -919,7 +633,7 @@ async def lease_each_ready_task_once(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     workers = [await ctx.register(queue) for _ in range(8)]
     started = {(await ctx.start(queue))[0] for _ in range(4)}
-    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    replies = await race(send_poll(ctx, "workflow", w, queue, 1) for w in workers)
     tasks = _leases(ctx, replies, workers, "LEASE-EACH-TASK-ONCE")
     leased = sorted(str(t.get("workflow_id")) for t in tasks)
     ctx.require_equal(
@@ -937,7 +651,7 @@ async def lease_claim_race_moves_on(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     workers = [await ctx.register(queue) for _ in range(6)]
     started = {(await ctx.start(queue))[0] for _ in range(6)}
-    replies = await _race(_poll(ctx, "workflow", w, queue, 1) for w in workers)
+    replies = await race(send_poll(ctx, "workflow", w, queue, 1) for w in workers)
     for reply in replies:
         ctx.expect(reply, 200, what="racing poll")
         task = reply.json().get("task")
@@ -957,7 +671,7 @@ async def lease_claim_race_moves_on(ctx: CheckContext) -> None:
 async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
     """A first lease names the poller as lease_owner, has attempt 1 and a lease_expires_at after the request."""
     for kind, (worker, reply, sent) in (await _leased_of_every_kind(ctx)).items():
-        task = _task(reply)
+        task = task_of(reply)
         assert task is not None
         _require_poller_owns(ctx, task, worker, reply, f"a leased {kind} task")
         expires = ctx.lease_expiry(task, reply, "LEASE-EXPIRY-IN-FUTURE")
@@ -990,12 +704,12 @@ async def lease_fields_on_first_delivery(ctx: CheckContext) -> None:
 @check("LEASE-DEFAULT-DURATION")
 async def lease_default_duration(ctx: CheckContext) -> None:
     """The workflow-task lease is 300 s ± 5 s, or the shorter test lease the target advertises."""
-    advertised = _advertised_lease(ctx)
+    advertised = advertised_lease(ctx)
     expected, tolerance = (advertised, 1.5) if advertised is not None and advertised < 300 else (300.0, 5.0)
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     await ctx.start(queue)
-    reply, task = await _lease(ctx, "workflow", wid, queue)
+    task, reply = await lease_task(ctx, "workflow", wid, queue)
     date = reply.server_date
     if date is None:
         raise NotCovered(
@@ -1019,7 +733,7 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     owner, other = await ctx.register(queue), await ctx.register(queue)
     await ctx.start(queue)
-    _, task = await _lease(ctx, "workflow", owner, queue)
+    task, _ = await lease_task(ctx, "workflow", owner, queue)
     for _ in range(3):
         hb = await ctx.wf_call(task, "heartbeat")
         expires = ctx.lease_expiry(
@@ -1027,9 +741,9 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
             hb,
             "LEASE-HEARTBEAT-RENEWS",
         )
-        reply = await _poll(ctx, "workflow", other, queue, 1)
+        reply = await send_poll(ctx, "workflow", other, queue, 1)
         ctx.expect(reply, 200, what="poll by another worker")
-        got = _task(reply)
+        got = task_of(reply)
         if got is None or got.get("task_id") != task.get("task_id"):
             continue
         date = reply.server_date
@@ -1040,7 +754,7 @@ async def lease_not_shared_while_live(ctx: CheckContext) -> None:
             not live,
             "a task whose lease is live is not handed to another poller",
             expected=f"no lease for {other} before {task.get('lease_expires_at')}",
-            received=f"{other} leased {_key(got)} at {reply.headers.get('date')} (owner's lease ran to "
+            received=f"{other} leased {task_key(got)} at {reply.headers.get('date')} (owner's lease ran to "
             f"{expires.isoformat()})",
             replies=[hb, reply],
         )
@@ -1057,7 +771,7 @@ async def lease_heartbeat_renews(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     await ctx.start(queue)
-    poll, task = await _lease(ctx, "workflow", wid, queue)
+    task, poll = await lease_task(ctx, "workflow", wid, queue)
     first = ctx.lease_expiry(task, poll, "LEASE-EXPIRY-IN-FUTURE")
     previous = first
 
@@ -1078,7 +792,7 @@ async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
     queue = ctx.uid("q")
     wid = await ctx.register(queue)
     workflow_id, _ = await ctx.start(queue)
-    _, task = await _lease(ctx, "workflow", wid, queue)
+    task, _ = await lease_task(ctx, "workflow", wid, queue)
     reply = await ctx.wf_call(task, "heartbeat")
     body = ctx.expect(reply, 200, what="owner heartbeat")
     ctx.lease_expiry(body, reply, "LEASE-HEARTBEAT-RUN-STATUS")
@@ -1092,9 +806,6 @@ async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
     )
 
 
-# -- poll_request_id idempotency (§7.3, invariant 24) -------------------------------------------------------
-
-
 @check("IDEMPOTENT-POLL-REPLAY")
 async def poll_replay_same_task_and_attempt(ctx: CheckContext) -> None:
     """A repeated poll_request_id returns the same task and attempt (not another ready task), attempt unchanged."""
@@ -1103,14 +814,14 @@ async def poll_replay_same_task_and_attempt(ctx: CheckContext) -> None:
     for _ in range(2):
         await ctx.start(queue)  # a second ready task the replay must not hand out
     prid = ctx.uid("poll")
-    first, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
-    again = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
-    replay = _leased(ctx, again, "poll with the same poll_request_id")
+    task, first = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
+    again = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    replay = polled_task(ctx, again, "poll with the same poll_request_id")
     ctx.require(
-        replay is not None and _key(replay) == _key(task),
+        replay is not None and task_key(replay) == task_key(task),
         "a repeated poll_request_id returns the same task_id and workflow_task_attempt",
-        expected=_key(task),
-        received=_key(replay) if replay else None,
+        expected=task_key(task),
+        received=task_key(replay) if replay else None,
         replies=[first, again],
     )
     done = await ctx.complete(task, [{"type": "complete_workflow"}])
@@ -1124,10 +835,10 @@ async def poll_replay_not_for_other_worker(ctx: CheckContext) -> None:
     owner, other = await ctx.register(queue), await ctx.register(queue)
     await ctx.start(queue)
     prid = ctx.uid("poll")
-    _, task = await _lease(ctx, "workflow", owner, queue, poll_request_id=prid)
-    reply = await _poll(ctx, "workflow", other, queue, 1, poll_request_id=prid)
-    got = _leased(ctx, reply, "poll by another worker with the same poll_request_id")
-    if got is not None and got not in _without_redeliveries(ctx, [task, got]):
+    task, _ = await lease_task(ctx, "workflow", owner, queue, poll_request_id=prid)
+    reply = await send_poll(ctx, "workflow", other, queue, 1, poll_request_id=prid)
+    got = polled_task(ctx, reply, "poll by another worker with the same poll_request_id")
+    if got is not None and got not in without_redeliveries(ctx, [task, got]):
         # Granted after the owner's lease had expired (a poll resent late under --faults, or a slow machine):
         # a redelivery, not a replay, and the owner no longer holds the lease the check goes on to judge.
         raise Indeterminate("the owner's lease expired before the other worker's poll was answered")
@@ -1135,7 +846,7 @@ async def poll_replay_not_for_other_worker(ctx: CheckContext) -> None:
         got is None or got.get("task_id") != task.get("task_id"),
         "another worker's poll with the same poll_request_id gets no replay of the task",
         expected=f"not {task.get('task_id')}",
-        received=_key(got) if got else None,
+        received=task_key(got) if got else None,
         replies=[reply],
     )
     ctx.expect(await ctx.wf_call(task, "heartbeat"), 200, what="the owner still holds the lease")
@@ -1148,11 +859,11 @@ async def poll_replay_dropped_after_close(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     await ctx.start(queue)
     prid = ctx.uid("poll")
-    _, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
+    task, _ = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
     ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="complete")
     fresh_id, _ = await ctx.start(queue)
-    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
-    got = _leased(ctx, reply, "poll with the poll_request_id of a completed task")
+    reply = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    got = polled_task(ctx, reply, "poll with the poll_request_id of a completed task")
     ctx.require(
         got is not None and got.get("workflow_id") == fresh_id and got.get("workflow_task_attempt") == 1,
         "after complete the poll_request_id is forgotten: the poll leases the new ready task",
@@ -1163,13 +874,13 @@ async def poll_replay_dropped_after_close(ctx: CheckContext) -> None:
     assert got is not None
     fail = await ctx.wf_call(got, "fail", {"failure": {"message": "conformance: replay dropped after fail"}})
     ctx.expect(fail, 200, what="fail")
-    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
-    again = _leased(ctx, reply, "poll with the poll_request_id of a failed task")
+    reply = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    again = polled_task(ctx, reply, "poll with the poll_request_id of a failed task")
     ctx.require(
-        again is None or _key(again) != _key(got),
+        again is None or task_key(again) != task_key(got),
         "after fail the poll_request_id is forgotten: the failed attempt is never handed out again",
-        expected=f"not {_key(got)}",
-        received=_key(again) if again else None,
+        expected=f"not {task_key(got)}",
+        received=task_key(again) if again else None,
         replies=[reply],
     )
 
@@ -1181,10 +892,10 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     wid = await ctx.register(queue)
     await ctx.start(queue)
     prid = ctx.uid("poll")
-    poll, task = await _lease(ctx, "workflow", wid, queue, poll_request_id=prid)
+    task, poll = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
     expires = ctx.lease_expiry(task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
     date = poll.server_date
-    lease = (expires - date).total_seconds() if date is not None else _advertised_lease(ctx)
+    lease = (expires - date).total_seconds() if date is not None else advertised_lease(ctx)
     ctx.needs_short(
         None if lease is None else lease + 2,
         "a workflow-task lease expiry",
@@ -1198,8 +909,8 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
             "a Date response header",
         )
     await ctx.wait_past(expires, within=lease + 4, what="the lease to expire on the server's clock")
-    reply = await _poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
-    got = _leased(ctx, reply, "poll with the poll_request_id of an expired lease")
+    reply = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
+    got = polled_task(ctx, reply, "poll with the poll_request_id of an expired lease")
     ctx.require(
         got is not None
         and got.get("task_id") == task.get("task_id")
@@ -1207,104 +918,6 @@ async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
         and got["workflow_task_attempt"] > task["workflow_task_attempt"],
         "after expiry the cached poll is dropped: a fresh poll redelivers the task with a new attempt",
         expected=f"task {task.get('task_id')} with attempt > {task.get('workflow_task_attempt')}",
-        received=_key(got) if got else "no task",
+        received=task_key(got) if got else "no task",
         replies=[poll, reply],
-    )
-
-
-@check("DISPATCH-ONE-LEASE-PER-DELIVERY", "LEASE-NO-DUPLICATE-ATTEMPT")
-async def duplicate_polls_yield_one_lease(ctx: CheckContext) -> None:
-    """Duplicate concurrent polls (same or no poll_request_id) never yield two leases of one delivery."""
-    await _one_worker_one_poll_request_id(ctx)
-    await _six_workers_each_their_poll_request_id(ctx)
-    await _one_worker_no_poll_request_id(ctx)
-
-
-async def _one_worker_one_poll_request_id(ctx: CheckContext) -> None:
-    # 1. One worker sends the same poll_request_id twice at once, with three ready tasks on the queue.
-    queue = ctx.uid("q")
-    worker, witness = await ctx.register(queue), await ctx.register(queue)
-    started = {(await ctx.start(queue))[0] for _ in range(3)}
-    prid = ctx.uid("poll")
-    pair = await _race(_poll(ctx, "workflow", worker, queue, 1, poll_request_id=prid) for _ in range(2))
-    got = _without_redeliveries(ctx, [t for t in (_leased(ctx, r, "duplicate poll") for r in pair) if t is not None])
-    ctx.require(
-        len({_key(t) for t in got}) <= 1,
-        "two concurrent polls with one poll_request_id return one lease (same task_id and attempt)",
-        expected="one (task_id, attempt)",
-        received=[_key(t) for t in got],
-        replies=pair,
-    )
-    # Nothing else was leased behind the duplicate's back: the other tasks are all still ready.
-    held = {str(t.get("workflow_id")) for t in got}
-    seen: list[dict[str, Any]] = []
-    for _ in range(len(started)):
-        reply = await _poll(ctx, "workflow", witness, queue, 1)
-        task = _leased(ctx, reply, "poll of the remaining tasks")
-        if task is None:
-            break
-        seen.append(task)
-    # The duplicate's own task, leased again once its lease expired (a slow target, or a witness poll resent after
-    # a lost answer under --faults), is a redelivery, not a lease taken behind the duplicate's back.
-    live = {id(t) for t in _without_redeliveries(ctx, [*got, *seen])}
-    rest = [str(t.get("workflow_id")) for t in seen if id(t) in live]
-    ctx.require_equal(
-        sorted(rest), sorted(started - held), "a duplicate poll leases nothing beyond the one task it returns"
-    )
-
-
-async def _six_workers_each_their_poll_request_id(ctx: CheckContext) -> None:
-    # 2. Six workers each send their own poll_request_id twice at once; three ready tasks.
-    queue = ctx.uid("q")
-    workers = [await ctx.register(queue) for _ in range(6)]
-    for _ in range(3):
-        await ctx.start(queue)
-    pollers = [w for w in workers for _ in range(2)]
-    ids = {w: ctx.uid("poll") for w in workers}
-    replies = await _race(_poll(ctx, "workflow", w, queue, 1, poll_request_id=ids[w]) for w in pollers)
-    leases = [(w, _leased(ctx, r, "duplicate poll")) for w, r in zip(pollers, replies, strict=True)]
-    live = [id(t) for t in _without_redeliveries(ctx, [t for _, t in leases if t is not None])]
-    holders: dict[Any, str] = {}
-    for worker in workers:
-        mine = [r for w, r in zip(pollers, replies, strict=True) if w == worker]
-        keys = {_key(t) for w, t in leases if w == worker and t is not None and id(t) in live}
-        ctx.require(
-            len(keys) <= 1,
-            f"{worker}'s two polls with one poll_request_id return one lease",
-            expected="one (task_id, attempt)",
-            received=sorted(map(str, keys)),
-            replies=mine,
-        )
-        for task_id, _ in keys:
-            ctx.require(
-                task_id not in holders,
-                "no task is leased to two workers at once",
-                expected="each task_id held by one worker",
-                received=f"{task_id} leased to {holders.get(task_id)} and {worker}",
-                replies=replies,
-            )
-            holders[task_id] = worker
-    ctx.require(
-        len(holders) == 3,
-        "the duplicate polls lease each of the 3 ready tasks exactly once",
-        expected=3,
-        received=f"{len(holders)} leased",
-        replies=replies,
-        requirement="LEASE-EACH-TASK-ONCE",
-    )
-
-
-async def _one_worker_no_poll_request_id(ctx: CheckContext) -> None:
-    # 3. One worker polls twice at once without a poll_request_id; one ready task.
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue)
-    await ctx.start(queue)
-    pair = await _race(_poll(ctx, "workflow", worker, queue, 1) for _ in range(2))
-    got = _without_redeliveries(ctx, [t for t in (_leased(ctx, r, "concurrent poll") for r in pair) if t is not None])
-    ctx.require(
-        len(got) == 1,
-        "two concurrent polls for one ready task yield exactly one lease",
-        expected=1,
-        received=[_key(t) for t in got],
-        replies=pair,
     )

@@ -25,6 +25,7 @@ from suite.worlds import (
     WF_LEASE,
     activity_call,
     lease_activity,
+    lease_wf,
     leased_run,
     schedule_activities,
     wait_out_lease,
@@ -125,7 +126,7 @@ async def signal_and_update_during_lease_read_next(ctx: CheckContext) -> None:
     accepted.append(await _update(ctx, run.workflow_id, "an update while the task is leased"))
     ctx.expect(await ctx.complete(run.task, [PARK]), 200, what="the leased task's complete (a long timer)")
     accepted.append(Accepted(Kind.TIMER))
-    task = await ctx.lease_wf(run.worker, run.queue, history_page_size=2)
+    task = await lease_wf(ctx, run.worker, run.queue, history_page_size=2)
     ctx.require_equal(task.get("run_id"), run.run_id, "the news of the lease wakes the run with a task of its own")
     await judge_task_history(ctx, task, accepted, inline=2, page_size=3)
 
@@ -139,7 +140,7 @@ async def several_updates_read_once_each(ctx: CheckContext) -> None:
     accepted = [Accepted(Kind.START), Accepted(Kind.TIMER)]
     for n in (1, 2, 3):
         accepted.append(await _update(ctx, run.workflow_id, f"update {n} of 3 on a waiting run"))
-    task = await ctx.lease_wf(run.worker, run.queue)
+    task = await lease_wf(ctx, run.worker, run.queue)
     await judge_task_history(ctx, task, accepted, inline=None, page_size=100)
 
 
@@ -152,7 +153,7 @@ async def redelivery_reads_the_current_history(ctx: CheckContext) -> None:
     reply = await ctx.wf_call(run.task, "heartbeat")
     body = ctx.expect(reply, 200, what="the holder's heartbeat (its lease's end, on the target's clock)")
     lease = await wait_out_lease(ctx, body, reply, WF_LEASE, what="the holder's heartbeat answer")
-    task = await ctx.lease_wf(run.worker, run.queue, within=lease + READY_WITHIN, history_page_size=2)
+    task = await lease_wf(ctx, run.worker, run.queue, within=lease + READY_WITHIN, history_page_size=2)
     ctx.require_equal(
         (task.get("task_id"), task.get("run_id")),
         (run.task.get("task_id"), run.run_id),
@@ -205,7 +206,7 @@ async def continue_as_new_chain_names_each_run(ctx: CheckContext) -> None:
         ctx.expect(await ctx.complete(task, [command]), 200, what=f"continue_as_new into run {number}")
         desc = await ctx.describe(run.workflow_id)
         ctx.require_equal(desc.get("run_number"), number, f"describe shows run {number} of the chain")
-        task = await ctx.lease_wf(run.worker, run.queue, within=READY_WITHIN)
+        task = await lease_wf(ctx, run.worker, run.queue, within=READY_WITHIN)
         ctx.require_equal(
             (task.get("workflow_id"), task.get("run_id")),
             (run.workflow_id, desc.get("run_id")),

@@ -25,6 +25,7 @@ from suite.worlds import (
     activity_call,
     lease_activity,
     lease_query,
+    lease_wf,
     schedule_activities,
     settle,
     start_query,
@@ -384,7 +385,7 @@ async def fuzz_workflow_task_routes(ctx: CheckContext) -> None:
     queue = ctx.uid("q-fuzz")
     worker = await ctx.register(queue)
     await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     fence = {"lease_owner": worker, "workflow_task_attempt": task.get("workflow_task_attempt")}
     await run_corpus(
         ctx,
@@ -468,7 +469,7 @@ async def _live_run(ctx: CheckContext) -> _LiveRun:
     b = await lease_activity(ctx, run, requirement="ROBUST-REJECTED-NO-STATE-CHANGE")
     reply = await ctx.client.control("POST", f"/workflows/{run.workflow_id}/signal/conformance_wake", {"input": []})
     ctx.expect(reply, 202, what="a signal that opens a workflow task", requirement="ROBUST-REJECTED-NO-STATE-CHANGE")
-    wf = await ctx.lease_wf(run.worker, run.queue)
+    wf = await lease_wf(ctx, run.worker, run.queue)
     return _LiveRun(run, wf, a, b, ctx.now())
 
 
@@ -661,7 +662,7 @@ async def unknown_fields_ignored(ctx: CheckContext) -> None:
         requirement=req,
     )
     workflow_id, _ = await ctx.start(queue)
-    task = await ctx.lease_wf(worker, queue, **UNKNOWN)
+    task = await lease_wf(ctx, worker, queue, **UNKNOWN)
     command = {
         "type": "schedule_activity",
         "activity_type": "conformance.act",
@@ -682,7 +683,7 @@ async def unknown_fields_ignored(ctx: CheckContext) -> None:
     reply = await activity_call(ctx, act, "complete", {"result": ctx.envelope("ok"), **UNKNOWN})
     what = "activity complete with unknown fields"
     ctx.expect(reply, 200, what=what, requirement=req, fields={"recorded": True})
-    task = await ctx.lease_wf(worker, queue)
+    task = await lease_wf(ctx, worker, queue)
     reply = await ctx.wf_call(task, "complete", {"commands": [{"type": "complete_workflow"}], **UNKNOWN})
     ctx.expect(reply, 200, what="workflow-task complete_workflow with unknown fields", requirement=req)
     status = (await ctx.describe(workflow_id)).get("status")
@@ -799,7 +800,7 @@ async def hooks_observe_only(ctx: CheckContext) -> None:
     )
     what = "activity complete after malformed progress reports"
     ctx.expect(reply, 200, what=what, requirement=req, fields={"recorded": True})
-    resume = await ctx.lease_wf(run.worker, run.queue)
+    resume = await lease_wf(ctx, run.worker, run.queue)
     output = ctx.envelope("workflow output")
     ctx.expect(
         await ctx.complete(resume, [{"type": "complete_workflow", "result": output}]),

@@ -17,7 +17,7 @@ from suite.context import CheckContext
 from suite.outcomes import Indeterminate, NotCovered
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
-from suite.worlds import ACTIVITY_TYPE, poll_activity
+from suite.worlds import ACTIVITY_TYPE, lease_task, lease_wf, poll_activity
 
 __all__: list[str] = []
 
@@ -60,7 +60,7 @@ async def schedule_in_session(ctx: CheckContext, queue: str, *sessions: dict[str
     wf_queue = ctx.uid("q")
     wf_worker = await ctx.register(wf_queue)
     workflow_id, run_id = await ctx.start(wf_queue)
-    task = await ctx.lease_wf(wf_worker, wf_queue)
+    task = await lease_wf(ctx, wf_worker, wf_queue)
     commands = [
         {
             "type": "schedule_activity",
@@ -82,15 +82,9 @@ async def leased(ctx: CheckContext, worker: str, queue: str) -> dict[str, Any] |
 
 
 async def lease_within(ctx: CheckContext, worker: str, queue: str, requirement: str) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        return await leased(ctx, worker, queue)
-
-    try:
-        return await ctx.wait_until(probe, timeout=10.0, what=f"an in-session activity task for {worker}")
-    except Exception as failure:
-        if getattr(failure, "requirement", "") is None:
-            failure.requirement = requirement  # type: ignore[attr-defined]
-        raise
+    what = f"an in-session activity task for {worker}"
+    task, _reply = await lease_task(ctx, "activity", worker, queue, what=what, requirement=requirement)
+    return task
 
 
 def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) -> None:

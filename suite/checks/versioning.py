@@ -9,6 +9,7 @@ from suite.context import CheckContext
 from suite.outcomes import NotCovered, Unimplemented
 from suite.protocol.capabilities import S0_CAPABILITY_KEYS, S0_COMMAND_TYPES, S0_FEATURE_FLAGS
 from suite.registry import check
+from suite.worlds import lease_wf
 
 # A worker route that needs no state: a poll by an unregistered worker. Whatever the version check
 # decides, nothing is created.
@@ -546,7 +547,7 @@ async def responses_match_schemas(ctx: CheckContext) -> None:
     await ctx.client.worker("/heartbeat", {"worker_id": wid})
     await ctx.poll_wf(wid, queue, 1)
     workflow_id, run_id = await ctx.start(queue, input=["hello", 42])
-    task = await ctx.lease_wf(wid, queue)
+    task = await lease_wf(ctx, wid, queue)
     await ctx.wf_call(task, "heartbeat")
     await ctx.wf_call(task, "history", {"after_sequence": 0})
     await ctx.complete(task, [{"type": "start_timer", "delay_seconds": 3600}])

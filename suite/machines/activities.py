@@ -46,6 +46,7 @@ from suite.protocol.commands import DEFAULT_RETRY_POLICY, validate_retry_policy
 from suite.protocol.errors import Violation
 from suite.protocol.lifecycles import AttemptStatus
 from suite.protocol.oracle import Applied, Kind
+from suite.worlds import lease_wf
 
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
 from .base import EXPIRY_STEP, MachineBase, Polled, note
@@ -301,7 +302,7 @@ class ActivityMachine(MachineBase):
         self.ack(run_id, Kind.START)
         sent = self.now()
         try:
-            task = self.run(self.ctx.lease_wf(worker, queue))
+            task = self.run(lease_wf(self.ctx, worker, queue))
         except CheckFailure as failure:
             failure.requirement = failure.requirement or "ACTIVITY-SCHEDULED-LEASABLE"
             raise
