@@ -28,10 +28,14 @@ __all__ = [
     "ACT_LEASE",
     "DEFAULT_QUERY_TIMEOUT",
     "LIVE_RUN_STATUSES",
+    "POLL_PATH",
     "QUERY_ARGS",
     "READY_WITHIN",
     "SCHEDULED",
     "SLACK",
+    "TASK_ATTEMPT",
+    "TASK_ID",
+    "TASK_KINDS",
     "WF_LEASE",
     "WORKFLOW_TASK_VERBS",
     "ActivityRun",
@@ -39,6 +43,7 @@ __all__ = [
     "QueryRun",
     "activity_call",
     "activity_cmd",
+    "advertised_lease",
     "attributed",
     "complete_cmd",
     "count_events",
@@ -50,27 +55,34 @@ __all__ = [
     "lease_length",
     "lease_query",
     "lease_task",
+    "lease_wf",
     "lease_workflow_task",
     "leased_activity",
     "leased_run",
     "next_activity",
     "poll_activity",
     "poll_query",
+    "polled_task",
     "query_call",
     "query_timeout",
+    "race",
     "renew_lease",
     "require_fields",
     "require_no_task",
     "require_open",
     "same_json",
     "schedule_activities",
+    "send_poll",
     "settle",
     "start_query",
     "started_with_activities",
+    "task_key",
+    "task_of",
     "task_summary",
     "verb_body",
     "wait_out_lease",
     "waiting_run",
+    "without_redeliveries",
 ]
 
 ACTIVITY_TYPE = "conformance.act"
@@ -86,6 +98,12 @@ SLACK = 10.0
 # The four workflow-task verbs fenced by §8.9.
 WORKFLOW_TASK_VERBS = ("heartbeat", "complete", "fail", "history")
 LIVE_RUN_STATUSES = tuple(sorted(status.value for status in RUN_LIVE_STATUSES))
+# A worker-plane body that needs no state: a poll by an unregistered worker. Whatever the version or auth check
+# decides, nothing is created.
+PROBE_BODY: dict[str, Any] = {
+    "worker_id": "conformance-version-probe",
+    "task_queue": "conformance-version-probe",
+}
 # The three kinds of task a worker polls for: the poll route, and the fields of a leased task that say which
 # task and which attempt it is.
 TASK_KINDS = ("workflow", "activity", "query")

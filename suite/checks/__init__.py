@@ -18,7 +18,6 @@ from . import (  # noqa: F401
     dispatch,
     fencing,
     history,
-    messages,
     polling,
     queries,
     read_back,

@@ -11,9 +11,11 @@ from typing import Any
 
 from suite.client import Reply
 from suite.context import CheckContext
+from suite.outcomes import NotCovered, Unimplemented
 from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
+    PROBE_BODY,
     WORKFLOW_TASK_VERBS,
     activity_call,
     activity_cmd,
@@ -154,3 +156,70 @@ async def _foreign_query_calls(ctx: CheckContext, wid: str, worker: str, queue: 
     finally:
         await settle(query)
     return answer
+
+
+@check("VERSION-BEFORE-NAMESPACE", "NAMESPACE-NOT-FOUND")
+async def check_order_version_then_namespace(ctx: CheckContext) -> None:
+    """No version header + unknown namespace is 400; a good header + unknown namespace is 404 namespace_not_found."""
+    ns = ctx.uid("no-such-namespace")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None, namespace=ns)
+    ctx.expect(reply, 400, "missing_protocol_version", requirement="VERSION-BEFORE-NAMESPACE")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, namespace=ns)
+    ctx.expect(reply, 404, "namespace_not_found", requirement="NAMESPACE-NOT-FOUND")
+
+
+def _auth(ctx: CheckContext) -> None:
+    if not ctx.target.auth_enabled:  # the run's tokens were probed first: the target itself has auth off
+        raise NotCovered(
+            "the target has auth off: it accepts requests without a token",
+            "auth turned on in the server's configuration (reference server: --worker-token and --operator-token)",
+        )
+
+
+@check("AUTH-BEFORE-VERSION", "AUTH-MISSING-TOKEN", "AUTH-BAD-TOKEN")
+async def auth_checked_first(ctx: CheckContext) -> None:
+    """No token or a bad token is 401 unauthorized, before the version check, in the worker envelope."""
+    _auth(ctx)
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=None)
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-MISSING-TOKEN")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token")
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BAD-TOKEN")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token", version=None)
+    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BEFORE-VERSION")
+
+
+@check("AUTH-ROLE-FORBIDDEN")
+async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
+    """An operator token on a worker route is 403 forbidden."""
+    _auth(ctx)
+    if not ctx.target.operator_token or ctx.target.operator_token == ctx.target.worker_token:
+        raise NotCovered("needs distinct worker and operator tokens", "--operator-token different from --worker-token")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=ctx.target.operator_token)
+    ctx.expect(reply, 403, "forbidden")
+
+
+@check("AUTH-FULL-ACCESS-TOKEN")
+async def auth_full_access_token(ctx: CheckContext) -> None:
+    """A declared full-access token (--auth-token) is accepted on the control plane, and on the worker plane when
+    it is the run's only token; beside role tokens the worker plane may keep it off (403, upstream's rule), never
+    refuse it as unknown. A server without one is not judged: the token is a server's option."""
+    full = ctx.target.full_token
+    if not full:
+        raise Unimplemented(
+            "full-access token",
+            "the target declares no full-access token (--auth-token not given): a server's option, not judged",
+        )
+    _auth(ctx)
+    alone = full == ctx.target.worker_token == ctx.target.operator_token
+    reply = await ctx.client.control("GET", f"/workflows/{ctx.uid('absent')}", token=full)
+    ctx.expect(reply, 404, what="a control-plane call with the full-access token")
+    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=full)
+    allowed = "not 401/403" if alone else "not 401 (403 allowed: admin-only beside role tokens)"
+    ctx.require(
+        reply.status != 401 and (reply.status != 403 or not alone),
+        "the full-access token is accepted on the worker plane"
+        + ("" if alone else ", or kept off it as admin-only (403)"),
+        expected=allowed,
+        received=f"{reply.status} {reply.body.get('reason') if isinstance(reply.body, dict) else ''}",
+        replies=[reply],
+    )

@@ -38,12 +38,7 @@ from suite.worlds import (
 )
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
-AREAS = (
-    Area.LONG_POLL,
-    Area.POLL_STATUS,
-    Area.LEASING,
-    Area.IDEMPOTENCY,
-)
+AREAS = (Area.LONG_POLL, Area.POLL_STATUS, Area.LEASING, Area.IDEMPOTENCY)
 
 
 # §7.4: every poll_status but "leased" comes with task:null.

@@ -1,22 +1,20 @@
-"""Versioning, the worker envelope, discovery, the control-plane header and the check order
-(PROTOCOL.md §2-§5, invariants 1-10)."""
+"""Versioning, the worker envelope and discovery (§2, §3, §5; invariants 1-10): the version header and its
+negotiation, the envelope on every worker-plane answer, and what cluster/info advertises.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from suite.context import CheckContext
-from suite.outcomes import NotCovered, Unimplemented
+from suite.outcomes import NotCovered
 from suite.protocol.capabilities import S0_CAPABILITY_KEYS, S0_COMMAND_TYPES, S0_FEATURE_FLAGS
+from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import lease_wf
+from suite.worlds import PROBE_BODY, lease_wf
 
-# A worker route that needs no state: a poll by an unregistered worker. Whatever the version check
-# decides, nothing is created.
-PROBE_BODY: dict[str, Any] = {
-    "worker_id": "conformance-version-probe",
-    "task_queue": "conformance-version-probe",
-}
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.VERSIONING, Area.ENVELOPE, Area.DISCOVERY)
 
 
 async def _raw_worker(ctx: CheckContext, path: str, body: dict[str, Any], version_value: str) -> Any:
@@ -415,112 +413,6 @@ async def cluster_info_passes_sdk_gate(ctx: CheckContext) -> None:
         "cluster/info satisfies the SDK compatibility gate",
         expected="Appendix B fields",
         received=problems,
-    )
-
-
-@check("CONTROL-VERSION-MISSING")
-async def control_header_missing(ctx: CheckContext) -> None:
-    """A control-plane call without the control-plane header is 400 missing_control_plane_version."""
-    headers = {k: v for k, v in ctx.client.control_headers().items() if k != "X-Durable-Workflow-Control-Plane-Version"}
-    reply = await ctx.client.request("GET", f"/api/workflows/{ctx.uid('absent')}", headers=headers)
-    ctx.expect(reply, 400, "missing_control_plane_version")
-
-
-@check("CONTROL-VERSION-UNSUPPORTED")
-async def control_header_unsupported(ctx: CheckContext) -> None:
-    """Any control-plane version other than '2' is 400 unsupported_control_plane_version."""
-    for value in ("1", "3", "v2", "2.0"):
-        reply = await ctx.client.control(
-            "GET",
-            f"/workflows/{ctx.uid('absent')}",
-            headers={"X-Durable-Workflow-Control-Plane-Version": value},
-        )
-        ctx.expect(reply, 400, "unsupported_control_plane_version", what=f"control-plane version {value!r}")
-
-
-@check("CONTROL-ENVELOPE")
-async def control_plane_envelope(ctx: CheckContext) -> None:
-    """Control-plane responses carry the control-plane header and no worker envelope."""
-    queue = ctx.uid("q")
-    wid, _ = await ctx.start(queue)
-    reply = await ctx.client.control("GET", f"/workflows/{wid}")
-    ctx.expect(reply, 200)
-    body = reply.json()
-    ctx.require(
-        reply.headers.get("x-durable-workflow-control-plane-version") == "2"
-        and "protocol_version" not in body
-        and "server_capabilities" not in body,
-        "control-plane answers carry X-Durable-Workflow-Control-Plane-Version: 2 and no worker envelope",
-        expected="control header, no protocol_version",
-        received=dict(reply.headers),
-        replies=[reply],
-    )
-
-
-@check("VERSION-BEFORE-NAMESPACE", "NAMESPACE-NOT-FOUND")
-async def check_order_version_then_namespace(ctx: CheckContext) -> None:
-    """No version header + unknown namespace is 400; a good header + unknown namespace is 404 namespace_not_found."""
-    ns = ctx.uid("no-such-namespace")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, version=None, namespace=ns)
-    ctx.expect(reply, 400, "missing_protocol_version", requirement="VERSION-BEFORE-NAMESPACE")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, namespace=ns)
-    ctx.expect(reply, 404, "namespace_not_found", requirement="NAMESPACE-NOT-FOUND")
-
-
-def _auth(ctx: CheckContext) -> None:
-    if not ctx.target.auth_enabled:  # the run's tokens were probed first: the target itself has auth off
-        raise NotCovered(
-            "the target has auth off: it accepts requests without a token",
-            "auth turned on in the server's configuration (reference server: --worker-token and --operator-token)",
-        )
-
-
-@check("AUTH-BEFORE-VERSION", "AUTH-MISSING-TOKEN", "AUTH-BAD-TOKEN")
-async def auth_checked_first(ctx: CheckContext) -> None:
-    """No token or a bad token is 401 unauthorized, before the version check, in the worker envelope."""
-    _auth(ctx)
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=None)
-    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-MISSING-TOKEN")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token")
-    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BAD-TOKEN")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token="not-a-valid-token", version=None)
-    ctx.expect(reply, 401, "unauthorized", requirement="AUTH-BEFORE-VERSION")
-
-
-@check("AUTH-ROLE-FORBIDDEN")
-async def auth_operator_on_worker_route(ctx: CheckContext) -> None:
-    """An operator token on a worker route is 403 forbidden."""
-    _auth(ctx)
-    if not ctx.target.operator_token or ctx.target.operator_token == ctx.target.worker_token:
-        raise NotCovered("needs distinct worker and operator tokens", "--operator-token different from --worker-token")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=ctx.target.operator_token)
-    ctx.expect(reply, 403, "forbidden")
-
-
-@check("AUTH-FULL-ACCESS-TOKEN")
-async def auth_full_access_token(ctx: CheckContext) -> None:
-    """A declared full-access token (--auth-token) is accepted on the control plane, and on the worker plane when
-    it is the run's only token; beside role tokens the worker plane may keep it off (403, upstream's rule), never
-    refuse it as unknown. A server without one is not judged: the token is a server's option."""
-    full = ctx.target.full_token
-    if not full:
-        raise Unimplemented(
-            "full-access token",
-            "the target declares no full-access token (--auth-token not given): a server's option, not judged",
-        )
-    _auth(ctx)
-    alone = full == ctx.target.worker_token == ctx.target.operator_token
-    reply = await ctx.client.control("GET", f"/workflows/{ctx.uid('absent')}", token=full)
-    ctx.expect(reply, 404, what="a control-plane call with the full-access token")
-    reply = await ctx.client.worker("/workflow-tasks/poll", PROBE_BODY, token=full)
-    allowed = "not 401/403" if alone else "not 401 (403 allowed: admin-only beside role tokens)"
-    ctx.require(
-        reply.status != 401 and (reply.status != 403 or not alone),
-        "the full-access token is accepted on the worker plane"
-        + ("" if alone else ", or kept off it as admin-only (403)"),
-        expected=allowed,
-        received=f"{reply.status} {reply.body.get('reason') if isinstance(reply.body, dict) else ''}",
-        replies=[reply],
     )
 
 
