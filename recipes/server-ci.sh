@@ -22,6 +22,9 @@
 #   DW_SUITE_VENV     the suite's virtualenv (default .dw-suite-venv, created when missing)
 #   DW_REPORTS        where the reports go (default dw-reports)
 #   DW_START_TIMEOUT  seconds to wait for the server (default 60)
+#   DW_RESTART_CMD    the suite's --restart-command: kills the server hard and starts it again on the same
+#                     URL and state, returning once it answers (default: this job's own — SIGKILL to the
+#                     server's process tree, then DW_SERVER_CMD again, waited for as in step 3)
 #   DW_WORKER_TOKEN, DW_OPERATOR_TOKEN, DW_AUTH_TOKEN   the server's credentials (role tokens, full-access
 #                     token); the suite reads them from the environment, and without them the auth
 #                     requirements are not covered
@@ -58,10 +61,11 @@ if [[ -z "$suite" ]]; then
 fi
 "$python" -m pip install --quiet "$suite"
 
-# 2. The server under test, stopped whatever happens next.
+# 2. The server under test, stopped whatever happens next (after a restart, the one the restart started).
 bash -c "$DW_SERVER_CMD" >"$reports/server.log" 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+spec="$(mktemp -d)/restart.json"  # how to start it again; never among the reports (the command may hold tokens)
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; [[ ! -f "$spec" ]] || "$python" -m suite.processes stop "$spec"' EXIT
 
 # 3. Wait until it answers.
 # The job's own server, never whatever answers on the port: its process (or a descendant) must hold every
@@ -69,9 +73,16 @@ trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EX
 "$python" -m suite.processes wait "$target" --pid "$server" --timeout "$timeout" \
   || die 3 "the server under test is not serving $target (see $reports/server.log)"
 
-# 4. The suite, failures first, from an empty directory; its exit status is the job's.
+# 4. The suite, failures first, from an empty directory; its exit status is the job's. The restart checks kill
+# the server and start it again: with DW_RESTART_CMD, or with this job's own restart of DW_SERVER_CMD.
+restart="${DW_RESTART_CMD:-}"
+if [[ -z "$restart" ]]; then
+  restart="$("$python" -m suite.processes spec "$spec" --url "$target" --pid "$server" --log "$reports/server.log" \
+    -- bash -c "$DW_SERVER_CMD")"
+fi
 run="$(mktemp -d)"
 status=0
-(cd "$run" && "$python" -m pytest -p no:cacheprovider --target="$target" --report-dir="$reports" "$@") || status=$?
+(cd "$run" && "$python" -m pytest -p no:cacheprovider --target="$target" --report-dir="$reports" \
+  --restart-command="$restart" "$@") || status=$?
 echo "server-ci: suite exit status $status; reports in $reports"
 exit "$status"

@@ -272,6 +272,11 @@ FAULTS: dict[str, Fault] = {
         machine="activities",
     ),
     # -- durability ---------------------------------------------------------------------------------------
+    "completion-commit-deferred": Fault(
+        "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"
+        " ones nest in it) until a clean shutdown, so a hard restart loses it and everything after it.",
+        ("RESTART-ACKNOWLEDGED-DURABLE",),
+    ),
     "complete-not-persisted": Fault(
         "A workflow-task complete is acknowledged 200 but its transaction is rolled back, never persisted.",
         ("COMMANDS-COMPLETE-WORKFLOW",),

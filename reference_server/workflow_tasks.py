@@ -514,6 +514,8 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     if run["status"] not in TERMINAL_RUN_STATUSES:
         _after_open_batch(t, task, run, new_events_arrived, created)
         run = t.run(run_id)
+    if fault(t.settings, "completion-commit-deferred"):
+        t.hold_open()  # the bug: acknowledged below, committed only at a clean shutdown
     if fault(t.settings, "complete-not-persisted"):
         t.db.execute("ROLLBACK")  # the bug: the answer below says completed, but nothing was kept
         t.db.execute("BEGIN IMMEDIATE")

@@ -443,6 +443,13 @@ class ProtocolClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def reconnect(self) -> None:
+        """Drop every connection (the target restarted: each one it had is gone) and open new ones from now on."""
+        await self._http.aclose()
+        self._wire = Http11Transport(max_connections=64) if direct_http(self.base_url) else None
+        limits = httpx.Limits(max_connections=64)
+        self._http = httpx.AsyncClient(timeout=self.timeout, verify=tls(), limits=limits, transport=self._wire)
+
     async def direct(self, url: str, body: Any, headers: Mapping[str, str], timeout: float) -> httpx.Response:
         """A POST outside the protocol (test equipment such as the target's test clock), on this client's
         connections: neither recorded, validated nor sent through the fault proxy."""

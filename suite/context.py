@@ -21,7 +21,7 @@ from suite.protocol.codec import encode_blob
 from suite.protocol.fencing import parse_rfc3339
 
 from .client import Exchange, ProtocolClient, Reply
-from .outcomes import CheckFailure, Indeterminate, NotCovered, profile_setting
+from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, profile_setting
 from .timing import HELD_GRACE, TargetClock
 
 __all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body"]
@@ -35,6 +35,12 @@ _counter = itertools.count(1)
 SHORT_SPAN = 1.0
 # Assumed worst clock skew when the target sends no Date header and the local clock must stand in.
 CLOCK_SKEW = 2.0
+# How long a restart command may take, and what covers the restart checks without one.
+RESTART_TIMEOUT = 120.0
+RESTART_SETTING = (
+    "--restart-command CMD (a command that kills the server hard, starts it again on the same URL and state, and "
+    "returns once it answers)"
+)
 # The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
 TEST_CLOCK_MAX_WAIT = 366 * 86_400.0
 
@@ -66,6 +72,9 @@ class TargetInfo:
     strict: bool = False
     embedded: bool = False
     clock_skew_seconds: float | None = None
+    # The shell command that kills the target hard and starts it again (--restart-command; the embedded target's
+    # own); None: the restart checks are not covered.
+    restart_command: str | None = None
     # --faults: the fault proxy of this process (a suite.client.FaultLedger), in front of ``upstream_url``.
     # Each process running checks has its own; neither field crosses to xdist workers.
     fault_ledger: Any = field(default=None, repr=False, compare=False)
@@ -378,6 +387,32 @@ class CheckContext:
             if not target_left and loop.time() >= real_deadline:
                 raise self.fail(f"timed out after {timeout:g}s waiting for {what}")
             await self.wait(interval, real=not target_left)
+
+    # -- restarts ----------------------------------------------------------------------------------------
+
+    async def restart(self) -> None:
+        """Kill the target hard and start it again (the run's restart command), then reconnect. Not covered
+        without a restart command; a command that fails, or a target that does not answer after it, is a harness
+        error (the command is the run's, not the protocol's)."""
+        command = self.target.restart_command
+        if command is None:
+            raise NotCovered("the suite cannot restart this target", RESTART_SETTING)
+        proc = await asyncio.create_subprocess_shell(
+            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        try:
+            output, _ = await asyncio.wait_for(proc.communicate(), RESTART_TIMEOUT)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise HarnessError(f"--restart-command did not return within {RESTART_TIMEOUT:g} s") from None
+        if proc.returncode != 0:
+            tail = output.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise HarnessError(f"--restart-command exited {proc.returncode}: {tail[0][:300]}")
+        await self.client.reconnect()
+        reply = await self.client.request("GET", "/api/health")
+        if reply.status != 200:
+            raise HarnessError(f"the target does not answer after --restart-command returned (health: {reply.status})")
 
     # -- protocol helpers ------------------------------------------------------------------------------
 

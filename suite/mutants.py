@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .processes import read_url, stop_process
+from .processes import read_url, stop_process, stop_restarted, write_restart_spec
 from .reports import render_mutants_page
 from .text import plural
 
@@ -219,9 +219,14 @@ def list_faults(python: str = sys.executable) -> list[Mutant]:
 class _Server:
     proc: subprocess.Popen[str]
     url: str
+    # Kills it hard and starts it again on the same port and database (the suite's --restart-command).
+    restart_command: str = ""
+    spec: Path | None = None
 
     def stop(self) -> None:
         stop_process(self.proc)
+        if self.spec is not None:
+            stop_restarted(self.spec, unless=self.proc.pid)
 
 
 def _start_server(python: str, workdir: Path, args: Sequence[str], env: dict[str, str]) -> _Server:
@@ -230,7 +235,10 @@ def _start_server(python: str, workdir: Path, args: Sequence[str], env: dict[str
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     url = read_url(proc, 30)
     if url is not None:
-        return _Server(proc, url)
+        again = [*cmd[:4], url.rsplit(":", 1)[1].split("/")[0], *cmd[5:]]
+        spec = workdir / "restart.json"
+        restart = write_restart_spec(spec, command=again, url=url, pid=proc.pid, log=str(workdir / "server.log"))
+        return _Server(proc, url, restart, spec)
     _Server(proc, "").stop()
     tail = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")[-1500:]
     raise RuntimeError(f"the reference server did not start: {' '.join(cmd)}\n{tail}")
@@ -293,6 +301,7 @@ def _run(
             "pytest",
             f"--target={server.url}",
             f"--report-dir={workdir / 'reports'}",
+            f"--restart-command={server.restart_command}",
             *_suite_options(requirements, proxy=proxy, machines=machines, selection=selection),
         ]
         suite_started = time.monotonic()

@@ -132,6 +132,14 @@ def _add_target_options(group: Any) -> None:
         "used for both planes when no role tokens are given",
     )
     group.addoption(
+        "--restart-command",
+        default=None,
+        metavar="CMD",
+        help="A shell command that kills the target hard (as a crash would), starts it again on the same URL and "
+        "state, and returns once it answers: the restart checks run it mid-flight (without it they are not "
+        "covered; the embedded target restarts itself)",
+    )
+    group.addoption(
         "--namespace", default="default", help="Namespace the checks run in, probed first (default 'default')"
     )
     group.addoption(
@@ -386,6 +394,7 @@ def _resolve_target(config: pytest.Config, settings: RunSettings) -> TargetInfo:
         strict=settings.strict,
         embedded=embedded,
         clock_skew_seconds=measure_clock_skew(url),
+        restart_command=server.restart_command if server is not None else settings.restart_command,
     )
 
 
@@ -783,6 +792,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "worker_token": "<set>" if config.getoption("--worker-token") else None,
         "operator_token": "<set>" if config.getoption("--operator-token") else None,
         "auth_token": "<set>" if config.getoption("--auth-token") else None,
+        "restart_command": "<set>" if config.getoption("--restart-command") else None,
     }
 
 

@@ -15,15 +15,24 @@ be judged as the started server's.
 exit 0 once the process tree of PID holds every socket listening on the URL's port and ``GET /api/health``
 answers 200; 1, with one line on standard error saying why, when it exits first, another process holds the
 port, or the time passes; 2 on bad usage.
+
+``python -m suite.processes restart SPEC`` restarts a server hard, as ``--restart-command`` must: it kills the
+process a restart spec names and its descendants (``SIGKILL``), starts the spec's command again (the same port
+and state), records the new pid in the spec and waits as ``wait`` does. ``spec SPEC --url URL --pid PID --log
+LOG -- CMD…`` writes the spec of a running server and prints that restart command; ``stop SPEC`` stops the
+server the spec names now. The embedded target, the kill matrix and the server-CI recipe restart servers this
+way (:func:`write_restart_spec`, :func:`stop_restarted`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,10 +41,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Listeners", "listeners", "main", "read_url", "stop_process", "wait_until_served"]
+__all__ = [
+    "Listeners",
+    "listeners",
+    "main",
+    "read_url",
+    "restart",
+    "stop_process",
+    "stop_restarted",
+    "wait_until_served",
+    "write_restart_spec",
+]
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
@@ -204,6 +224,82 @@ def wait_until_served(url: str, pid: int, timeout: float) -> str | None:
         time.sleep(0.2)
 
 
+# -- restarting a server hard ----------------------------------------------------------------------------------
+
+
+def write_restart_spec(
+    path: Path, *, command: Sequence[str], url: str, pid: int, log: str, env: Mapping[str, str] | None = None
+) -> str:
+    """Write the restart spec of a running server (its command, which must bind the same port, the URL it serves,
+    its pid, where its output goes, the environment it needs) readable by its owner alone; return the shell
+    command that restarts it (``python -m suite.processes restart SPEC``)."""
+    doc = {"command": list(command), "url": url, "pid": pid, "log": log, "env": dict(env or {})}
+    _write_spec(path, doc)
+    return shlex.join([sys.executable, "-m", "suite.processes", "restart", str(path)])
+
+
+def _write_spec(path: Path, doc: Mapping[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold tokens
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
+def _tree(pid: int) -> set[int]:
+    """``pid`` and its descendants (a server started through a shell is the shell's child)."""
+    try:
+        parents = _proc_parents() if Path("/proc").is_dir() else {}
+    except OSError:
+        parents = {}
+    return _descendants(pid, parents)
+
+
+def _kill_hard(pid: int, timeout: float = 10.0, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` (``SIGKILL``) to ``pid`` and its descendants and wait until they are gone (a zombie holds no
+    socket); False if one outlived ``timeout``."""
+    members = _tree(pid)
+    for member in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member, sig)
+    deadline = time.monotonic() + timeout
+    while any(_alive(m) for m in members):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def restart(spec_path: Path, timeout: float = 60.0) -> str | None:
+    """Kill the server a restart spec names with ``SIGKILL``, start its command again (detached: it outlives this
+    process), record the new pid and wait until it serves; ``None`` then, else why not."""
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    if not _kill_hard(int(spec["pid"])):
+        return f"the server (pid {spec['pid']}) did not die within 10 s of SIGKILL"
+    with open(spec["log"], "a", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            spec["command"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, **spec["env"]},
+            start_new_session=True,
+        )
+    _write_spec(spec_path, {**spec, "pid": proc.pid})
+    return wait_until_served(spec["url"], proc.pid, timeout)
+
+
+def stop_restarted(spec_path: Path, *, unless: int | None = None, grace: float = 10.0) -> None:
+    """Stop the server a restart spec names (politely, then not). ``unless``: the pid of the process first
+    started, which its owner stops itself (by now that pid may belong to another process)."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        pid = int(json.loads(spec_path.read_text(encoding="utf-8"))["pid"])
+        if pid == unless:
+            return
+        if not _kill_hard(pid, grace, signal.SIGTERM):
+            _kill_hard(pid)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m suite.processes",
@@ -214,7 +310,35 @@ def main(argv: list[str] | None = None) -> int:
     wait.add_argument("url")
     wait.add_argument("--pid", type=int, required=True)
     wait.add_argument("--timeout", type=float, default=60.0)
+    again = sub.add_parser("restart", help="kill the server a restart spec names (SIGKILL), start it again, wait")
+    again.add_argument("spec", type=Path)
+    again.add_argument("--timeout", type=float, default=60.0)
+    write = sub.add_parser("spec", help="write the restart spec of a running server; print its restart command")
+    write.add_argument("spec", type=Path)
+    write.add_argument("--url", required=True)
+    write.add_argument("--pid", type=int, required=True)
+    write.add_argument("--log", required=True)
+    write.add_argument("server_command", nargs=argparse.REMAINDER, help="-- and the command that starts the server")
+    stop = sub.add_parser("stop", help="stop the server a restart spec names")
+    stop.add_argument("spec", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "spec":
+        command = args.server_command[1:] if args.server_command[:1] == ["--"] else args.server_command
+        if not command:
+            parser.error("spec: give the server's command after --")
+        print(write_restart_spec(args.spec, command=command, url=args.url, pid=args.pid, log=args.log))
+        return 0
+    if args.command == "stop":
+        stop_restarted(args.spec)
+        return 0
+    if args.command == "restart":
+        try:
+            problem = restart(args.spec, args.timeout)
+        except (OSError, ValueError, KeyError) as exc:
+            problem = f"cannot restart from {args.spec}: {exc}"
+        if problem is not None:
+            print(problem, file=sys.stderr)
+        return 0 if problem is None else 1
     if not re.match(r"^https?://[^/]+", args.url):
         parser.error(f"{args.url} is not an http(s) URL")
     try:

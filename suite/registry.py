@@ -44,6 +44,8 @@ class Check:
     doc: str
     kind: Kind = Kind.CHECK
     subject: Any = None
+    # It restarts the target (CheckContext.restart): no other item of the run may be in flight meanwhile.
+    restarts: bool = False
 
     @property
     def primary(self) -> Requirement:
@@ -67,8 +69,11 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(*requirements: str, capability: str | None = None, slow: bool = False) -> Callable[[CheckFn], CheckFn]:
-    """Register ``fn`` as the check of ``requirements`` (at least one, each an ID of the registry)."""
+def check(
+    *requirements: str, capability: str | None = None, slow: bool = False, restarts: bool = False
+) -> Callable[[CheckFn], CheckFn]:
+    """Register ``fn`` as the check of ``requirements`` (at least one, each an ID of the registry); ``restarts``:
+    it restarts the target, alone in the run."""
     if not requirements:
         raise ValueError("a check must name the requirement IDs it enforces")
     unknown = [r for r in requirements if r not in REGISTRY]
@@ -79,7 +84,8 @@ def check(*requirements: str, capability: str | None = None, slow: bool = False)
         name = fn.__name__
         if name in CHECKS:
             raise ValueError(f"duplicate check name {name!r}")
-        CHECKS[name] = Check(name, fn, tuple(requirements), capability, slow, (fn.__doc__ or "").strip())
+        doc = (fn.__doc__ or "").strip()
+        CHECKS[name] = Check(name, fn, tuple(requirements), capability, slow, doc, restarts=restarts)
         return fn
 
     return register

@@ -14,7 +14,11 @@ the controller that way) and ends as a pytest failure, skip or pass by their ver
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import hashlib
 import json
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -109,9 +113,9 @@ class EntryItem(pytest.Item):
     def runtest(self) -> None:
         config = self.config
         target, settings = config.stash[TARGET_KEY], config.stash[SETTINGS_KEY]
-        records = [
-            replace(r, test_id=self.nodeid) for r in RUNNERS[self.entry.kind](self.entry, target, settings, config)
-        ]
+        with restart_guard(target, exclusive=self.entry.restarts):
+            ran = RUNNERS[self.entry.kind](self.entry, target, settings, config)
+        records = [replace(r, test_id=self.nodeid) for r in ran]
         foreign = foreign_clock(target)
         if foreign is not None:  # whatever the entry saw cannot be held against the target
             records = [
@@ -123,6 +127,31 @@ class EntryItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid
+
+
+@contextlib.contextmanager
+def restart_guard(target: TargetInfo, *, exclusive: bool) -> Iterator[None]:
+    """With a restart command, items that restart the target run alone: every other item holds a shared lock
+    while it runs, a restarting item the exclusive one — across xdist workers, which share the lock file of the
+    target's URL. A turnstile taken first keeps a waiting restart from being starved by a stream of new items."""
+    if target.restart_command is None:
+        yield
+        return
+    key = hashlib.sha256((target.upstream_url or target.url).encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"dw-conformance-restart-{key}"
+    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 def foreign_clock(target: TargetInfo) -> HarnessError | None:

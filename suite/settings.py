@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import shlex
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -113,6 +115,7 @@ class RunSettings:
     sign_key: str | None = None
     real_time: bool = False  # --real-time: wait in real time even when the target advertises a test clock
     area_order: bool = False  # --area-order: the registry's order, not failures first (suite.ordering)
+    restart_command: str | None = None  # --restart-command: kills the target hard and starts it again
     seed: int = 0
     narrowed_by: tuple[str, ...] = field(default=())
 
@@ -199,6 +202,34 @@ def _ids(config: pytest.Config) -> list[str]:
     return ids
 
 
+def _restart_command(raw: Any, target: str) -> str | None:
+    """``--restart-command``: a shell command line whose program exists and may be run; not with the embedded
+    target, which restarts itself."""
+    if raw is None:
+        return None
+    command = str(raw)
+    if target == "embedded":
+        raise pytest.UsageError(
+            "--restart-command: the embedded target restarts itself (kill -9, the same database); leave it out"
+        )
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--restart-command={command}: not a command line ({exc})") from None
+    if not words:
+        raise pytest.UsageError(
+            "--restart-command='': give the command that kills the server hard, starts it again on the same URL "
+            "and state, and returns once it answers"
+        )
+    program = words[0]
+    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
+    if found is None or not os.path.isfile(found):
+        raise pytest.UsageError(
+            f"--restart-command={command}: {program} is not an executable file (give a path or a program on PATH)"
+        )
+    return command
+
+
 def _minor(version: str) -> str:
     major, _, minor = version.partition(".")
     if not (major == "1" and minor.isdigit() and int(minor) <= 20 and str(int(minor)) == minor):
@@ -256,6 +287,7 @@ def parse_settings(config: pytest.Config) -> RunSettings:
         sign_key=_option(config, "--sign-key"),
         real_time=bool(_option(config, "--real-time", False)),
         area_order=bool(_option(config, "--area-order", False)),
+        restart_command=_restart_command(_option(config, "--restart-command"), str(_option(config, "--target"))),
         seed=_seed(),
         narrowed_by=tuple(_selection(config, requirements, ids)),
     )

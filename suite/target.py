@@ -16,13 +16,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .client import tls
 from .outcomes import HarnessError
-from .processes import read_url, stop_process
+from .processes import read_url, stop_process, stop_restarted, write_restart_spec
 
 __all__ = [
     "EMBEDDED_ARGS",
@@ -309,6 +310,8 @@ class EmbeddedServer:
     worker_token: str | None = None
     operator_token: str | None = None
     full_token: str | None = None
+    # The command that kills it hard and starts it again on the same port and database (the restart checks).
+    restart_command: str | None = None
     _env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> str:
@@ -343,6 +346,11 @@ class EmbeddedServer:
         url = read_url(self._proc, self.startup_timeout)
         if url is not None:
             self.url = url
+            port = url.rsplit(":", 1)[1].split("/")[0]
+            again = [port if i > 0 and cmd[i - 1] == "--port" else a for i, a in enumerate(cmd)]
+            self.restart_command = write_restart_spec(
+                self._spec, command=again, url=url, pid=self._proc.pid, log=self.log_path, env=self._env
+            )
             return url
         tail = ""
         with contextlib.suppress(OSError), open(self.log_path, encoding="utf-8") as fh:
@@ -350,10 +358,16 @@ class EmbeddedServer:
         self.stop()
         raise HarnessError(f"the embedded reference server did not start: {' '.join(cmd)}\n{tail}")
 
+    @property
+    def _spec(self) -> Path:
+        return Path(self._dir) / "restart.json"
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
             stop_process(proc)
+            if self._dir and self._spec.exists():
+                stop_restarted(self._spec, unless=proc.pid)  # a restart check may have started it again, detached
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""

@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     queries,
     read_back,
     registration,
+    restarts,
     robustness,
     sessions,
     versioning,

@@ -1851,6 +1851,44 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "passed become pollable without any extra stimulus from the client.",
         source=f"{_S3} Queue 是 Notification; PROTOCOL.md §9",
     ),
+    # ========================================================================================= restarts
+    _r(
+        "RESTART-ACKNOWLEDGED-DURABLE",
+        MUST,
+        _A.DISPATCH,
+        "Nothing the server acknowledged is lost when it is killed hard and started again: every accepted start "
+        "keeps its run id, and every history event recorded before the restart (an accepted signal, a completed "
+        "workflow task's commands, a completed activity's result, a closed run's terminal event) is still there, "
+        "unchanged, at its sequence.",
+        source=f"{_S3} 自测 1 (API 接收 Run 后进程立刻重启); 如何验证 (Worker claim 后 crash); durable state",
+    ),
+    _r(
+        "RESTART-WORK-TAKEN-OVER",
+        MUST,
+        _A.DISPATCH,
+        "A run accepted right before the server restarts is still dispatched after it: a worker polling its queue "
+        "after the restart leases its workflow task, so the work is not bound to the process that accepted it.",
+        source=f"{_S3} 自测 1: API 接收 Run 后进程立刻重启，怎样通过 dispatch/queue 让任务仍能被 Worker 接管，"
+        "而不是绑定在 HTTP 进程里",
+    ),
+    _r(
+        "RESTART-LEASE-TAKEOVER",
+        MUST,
+        _A.DISPATCH,
+        "A lease held when the server restarts still ends at its acknowledged lease_expires_at, no earlier, and its "
+        "task is then leased to another worker: the same task_id with the next attempt.",
+        source=f"{_S3} 如何验证: Worker claim 后 crash — lease 失效后其他 Worker 能继续",
+    ),
+    _r(
+        "RESTART-STALE-LEASE-FENCED",
+        MUST,
+        _A.DISPATCH,
+        "Fencing holds across a restart: once the task is taken over, a report carrying the lease from before the "
+        "restart (its old owner and attempt) is refused with 409 and leaves no trace; the new holder's complete "
+        "is accepted.",
+        source=f"{_S3} 自测 2: Worker lease 过期后新 Worker 接管，旧 Worker 的 lifecycle hook 晚到时应怎样被 "
+        "fencing 拒绝",
+    ),
     # ================================================================================== lifecycle-hooks
     _r(
         "HOOKS-OBSERVE-ONLY",
@@ -2107,6 +2145,8 @@ _COVERED_THROUGH: Final[Mapping[str, str]] = {
     "EXPIRY-SELF-RECOVERY": "workflow_task_lease_seconds",
     "DISPATCH-CRASH-TAKEOVER": "workflow_task_lease_seconds",
     "DISPATCH-LATE-EVENT-FENCED": "workflow_task_lease_seconds",
+    "RESTART-LEASE-TAKEOVER": "workflow_task_lease_seconds",
+    "RESTART-STALE-LEASE-FENCED": "workflow_task_lease_seconds",
     "ACTIVITY-REDELIVERY-NEW-ATTEMPT": "activity_task_lease_seconds",
     "QUERY-TIMEOUT-504": "query_task_timeout_seconds",
     "QUERY-LATE-COMPLETE-NOT-LEASED": "query_task_timeout_seconds",

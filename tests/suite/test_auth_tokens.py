@@ -11,6 +11,7 @@ import pytest
 
 from suite.target import EMBEDDED_ARGS
 from tests.conftest import ServerProcess, run_suite
+from tests.integration.scripted_server import scripted
 
 AUTH = ("AUTH-MISSING-TOKEN", "AUTH-BAD-TOKEN", "AUTH-BEFORE-VERSION", "AUTH-ROLE-FORBIDDEN", "AUTH-FULL-ACCESS-TOKEN")
 ROLES = {"DW_WORKER_TOKEN": "worker-secret-1", "DW_OPERATOR_TOKEN": "operator-secret-1"}
@@ -54,11 +55,12 @@ def test_without_a_declared_full_access_token_the_requirement_is_not_judged_and_
 
 
 @pytest.mark.slow
-def test_a_server_with_role_tokens_only_run_with_role_tokens_only_is_conformant(
-    server_factory: Callable[..., ServerProcess], tmp_path: Path
-) -> None:
-    server = server_factory(*EMBEDDED_ARGS, env=ROLES)
-    run = run_suite(server.url, tmp_path / "reports", env=ROLES, timeout=900)
+def test_a_server_with_role_tokens_only_run_with_role_tokens_only_is_conformant(tmp_path: Path) -> None:
+    """A full run against a URL target, the restart checks included (the server started by a script that is the
+    run's --restart-command)."""
+    with scripted(tmp_path / "srv", *EMBEDDED_ARGS, env=ROLES) as server:
+        restart = f"--restart-command={server.script}"
+        run = run_suite(server.url, tmp_path / "reports", restart, env=ROLES, timeout=900)
     assert run.results is not None, run.stdout[-3000:]
     summary = run.results["summary"]
     assert (run.returncode, summary["verdict"]) == (0, "CONFORMANT"), (summary["gaps"], run.stdout[-3000:])
