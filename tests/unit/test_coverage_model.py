@@ -1,0 +1,123 @@
+"""The coverage model: its cells come from the lifecycle tables, and the ruled-out ones say why."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from suite.protocol import coverage
+from suite.protocol.coverage import ENTITIES, Actor, Channel, cell_key, cells, matrix, not_reached
+from suite.protocol.lifecycles import LeaseState, TaskStatus
+from suite.protocol.sessions import SessionStatus
+
+
+def _cell(entity: str, state: str, op: str, actor: Actor) -> coverage.Cell:
+    e = next(x for x in ENTITIES if x.name == entity)
+    return next(c for c in cells(e) if (c.state, c.operation, c.actor) == (state, op, actor))
+
+
+def test_model_is_sound() -> None:
+    coverage.validate()
+
+
+def test_every_entity_named_by_the_protocol_is_modelled() -> None:
+    assert {e.name for e in ENTITIES} == {
+        "workflow_task",
+        "run",
+        "activity_attempt",
+        "query_task",
+        "worker_session",
+        "child",
+        "cancellation_request",
+        "update",
+    }
+
+
+def test_cells_are_the_product_of_states_operations_and_their_actors() -> None:
+    for entity in ENTITIES:
+        got = cells(entity)
+        assert len(got) == len(entity.states) * sum(len(op.by) for op in entity.operations)
+        assert len({c.key for c in got}) == len(got)
+
+
+def test_transient_states_are_told_apart() -> None:
+    wt = next(e for e in ENTITIES if e.name == "workflow_task")
+    assert wt.state("lease_expired").facets == {
+        "workflow_task": TaskStatus.LEASED,
+        "workflow_task_lease": LeaseState.EXPIRED,
+    }
+    assert Actor.FORMER_HOLDER in wt.state("redelivered").present
+    assert Actor.FORMER_HOLDER not in wt.state("leased").present
+    ws = next(e for e in ENTITIES if e.name == "worker_session")
+    assert ws.state("reacquired").facets["worker_session"] is SessionStatus.ACTIVE
+    child = next(e for e in ENTITIES if e.name == "child")
+    policies = {s.name for s in child.states if s.name.startswith("parent_closing_")}
+    assert policies == {
+        "parent_closing_abandon",
+        "parent_closing_request_cancel",
+        "parent_closing_request_cancellation",
+        "parent_closing_terminate",
+    }
+
+
+def test_a_clock_event_the_table_has_no_row_for_is_ruled_out_with_its_reason() -> None:
+    lapse = _cell("workflow_task", "lease_expired", "lapse", Actor.CLOCK)
+    assert lapse.ruled_out is not None
+    assert "no row for lapse in expired" in lapse.ruled_out
+    assert _cell("workflow_task", "leased", "lapse", Actor.CLOCK).ruled_out is None
+    assert _cell("workflow_task", "lease_expired", "recover", Actor.CLOCK).ruled_out is None
+    assert _cell("workflow_task", "leased", "recover", Actor.CLOCK).ruled_out is not None
+    assert _cell("worker_session", "closed", "lease_expire", Actor.CLOCK).ruled_out is not None
+
+
+def test_an_actor_that_cannot_exist_is_ruled_out_and_worker_calls_in_closed_states_are_not() -> None:
+    former = _cell("workflow_task", "leased", "complete", Actor.FORMER_HOLDER)
+    assert former.ruled_out is not None
+    assert "no former holder" in former.ruled_out
+    # A call in a closed state is answered (fenced), and that answer is judged: a reachable cell.
+    assert _cell("workflow_task", "run_closed", "complete", Actor.HOLDER).ruled_out is None
+    assert _cell("worker_session", "reacquired", "heartbeat", Actor.FORMER_HOLDER).ruled_out is None
+
+
+def test_operations_only_their_actors_make() -> None:
+    run = next(e for e in ENTITIES if e.name == "run")
+    assert run.operation("complete_workflow").by == (Actor.HOLDER,)
+    assert run.operation("cancel").by == (Actor.OPERATOR,)
+    assert all(op.by == (Actor.CLOCK,) for e in ENTITIES for op in e.operations if op.channel is Channel.CLOCK)
+
+
+def test_validate_names_a_lifecycle_event_no_operation_fires() -> None:
+    run = next(e for e in ENTITIES if e.name == "run")
+    crippled = dataclasses.replace(run, operations=tuple(o for o in run.operations if o.name != "time_out"))
+    saved = coverage.ENTITIES
+    coverage.ENTITIES = (crippled,)
+    try:
+        with pytest.raises(ValueError, match="run event time_out fired by no operation"):
+            coverage.validate()
+    finally:
+        coverage.ENTITIES = saved
+
+
+def test_matrix_counts_reached_and_lists_the_rest() -> None:
+    key = cell_key("workflow_task", "redelivered", "complete", Actor.FORMER_HOLDER)
+    rows = matrix({key: 3}, {"query_tasks": True})
+    wt = next(r for r in rows if r.entity == "workflow_task")
+    assert wt.reached == {key: 3}
+    assert key not in wt.not_reached
+    assert cell_key("workflow_task", "leased", "lapse", Actor.CLOCK) in wt.not_reached
+    assert cell_key("workflow_task", "lease_expired", "lapse", Actor.CLOCK) in wt.ruled_out
+    every = cells(next(e for e in ENTITIES if e.name == "workflow_task"))
+    ruled = sum(1 for c in every if c.ruled_out)
+    reachable = len(every) - ruled
+    assert (
+        wt.line()
+        == f"workflow_task: 1/{reachable} cells reached (3 hits), {ruled} ruled out, {reachable - 1} not reached"
+    )
+    by_name = {r.entity: r for r in rows}
+    assert by_name["query_task"].applicable
+    assert not by_name["worker_session"].applicable
+    left = not_reached(rows)
+    assert all(not k.startswith("worker_session/") for k in left)
+    assert any(k.startswith("query_task/") for k in left)
+    assert wt.to_json()["reached"] == {key: 3}
