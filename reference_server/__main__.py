@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="How long a child asked to cancel cooperatively (parent_close_policy request_cancellation) may "
         "clean up before the server closes it (default 60).",
     )
+    p.add_argument(
+        "--heartbeat-interval-seconds",
+        type=int,
+        default=30,
+        help="The worker heartbeat cadence registration and heartbeat answers ask for (heartbeat_interval_seconds, "
+        "1–3600, default 30; in the test profile).",
+    )
     _env_token(
         p,
         "--auth-token",
@@ -163,6 +170,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token or None,
         auth_token_admin_beside_roles=bool(args.auth_token_admin_beside_roles),
         cancellation_cleanup_seconds=max(1, args.cancellation_cleanup_seconds),
+        heartbeat_interval_seconds=min(3600, max(1, args.heartbeat_interval_seconds)),
         event_log=args.event_log,
         faults=frozenset(args.fault),
         test_clock=bool(args.test_clock),

@@ -33,12 +33,28 @@ from suite.protocol.lifecycles import CancellationRequestEvent
 
 from .app import validation_error
 from .engine import append_event, ts, wake_run
+from .faults import fault
 from .store import apply_schema, dumps, loads, new_id
 from .transitions import CANCELLATION_REQUESTS as REQUESTS
 from .transitions import initial, move
 from .tx import T
 
-__all__ = ["DDL", "deliver", "delivery_fields", "install", "observation", "on_child_closed", "request"]
+__all__ = [
+    "DDL",
+    "client_request",
+    "client_request_fields",
+    "deliver",
+    "delivery_fields",
+    "install",
+    "observation",
+    "on_child_closed",
+    "request",
+    "resolve_closed",
+]
+
+# A client's request has no parent run and no child call: both columns hold this.
+NO_PARENT = ""
+MAX_CLEANUP_SECONDS = 3600
 
 US = 1_000_000
 CALL_KINDS = frozenset(
@@ -63,7 +79,10 @@ CREATE INDEX IF NOT EXISTS cancellation_requests_due ON cancellation_requests (s
 
 
 def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
-    """Ask the open child run ``child`` to clean up: record the request, wake the child."""
+    """Ask the open child run ``child`` to clean up: record the request, wake the child. A child a client already
+    asked keeps that request (one per run)."""
+    if _open_request(t, child["run_id"]) is not None:
+        return
     request_id = new_id(t.now)
     deadline = t.now + t.settings.cancellation_cleanup_seconds * US
     t.db.execute(
@@ -88,6 +107,81 @@ def request(t: T, child: sqlite3.Row, call: sqlite3.Row) -> None:
     )
     wake_run(t, child["run_id"])
     t.fx.transition("cancellation_request", request_id, None, initial(REQUESTS), run_id=child["run_id"])
+
+
+def client_request_fields(body: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """``cleanup_timeout_seconds`` (1..3600, optional) and ``reason`` (optional) of a client's request (422 first)."""
+    errors: dict[str, list[str]] = {}
+    seconds = body.get("cleanup_timeout_seconds")
+    if seconds is not None and (
+        not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= MAX_CLEANUP_SECONDS
+    ):
+        errors["cleanup_timeout_seconds"] = [
+            f"cleanup_timeout_seconds must be an integer from 1 to {MAX_CLEANUP_SECONDS}."
+        ]
+    reason = body.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
+        errors["reason"] = ["reason must be a string of at most 1000 characters."]
+    if errors:
+        raise validation_error(errors)
+    return seconds, reason
+
+
+def client_request(t: T, run: sqlite3.Row, seconds: int | None, reason: str | None) -> dict[str, Any]:
+    """A client asks the open run ``run`` to clean up and close (SDK 2.12.0 ``request_workflow_cancellation``):
+    the request is recorded once; a repeated one answers the original identity and deadline (``duplicate``)."""
+    row = _open_request(t, run["run_id"])
+    duplicate = row is not None
+    if row is not None and fault(t.settings, "request-cancellation-new-identity"):
+        # The bug: a repeated request replaces the original identity and deadline instead of answering them.
+        seconds = seconds or t.settings.cancellation_cleanup_seconds
+        again = (new_id(t.now), t.now + seconds * US, row["request_id"])
+        t.db.execute(
+            "UPDATE cancellation_requests SET request_id = ?, cleanup_deadline_at = ? WHERE request_id = ?", again
+        )
+        duplicate = False
+    if row is None:
+        request_id = new_id(t.now)
+        deadline = t.now + (seconds or t.settings.cancellation_cleanup_seconds) * US
+        t.db.execute(
+            "INSERT INTO cancellation_requests (request_id, run_id, parent_run_id, child_call_id, requested_at,"
+            " cleanup_deadline_at, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (request_id, run["run_id"], NO_PARENT, NO_PARENT, t.now, deadline, initial(REQUESTS)),
+        )
+        append_event(
+            t,
+            run["run_id"],
+            "CooperativeCancellationRequested",
+            {
+                "workflow_command_id": request_id,
+                "workflow_run_id": run["run_id"],
+                "requested_at": ts(t.now),
+                "cleanup_deadline_at": ts(deadline),
+                "reason": reason if reason is not None else "client_requested",
+            },
+            workflow_command_id=request_id,
+        )
+        wake_run(t, run["run_id"])
+        t.fx.transition("cancellation_request", request_id, None, initial(REQUESTS), run_id=run["run_id"])
+    observed = observation(t, run["run_id"])
+    assert observed is not None
+    return {
+        "accepted": True,
+        "duplicate": duplicate,
+        "workflow_id": run["workflow_id"],
+        "run_id": run["run_id"],
+        "cancellation_request": observed,
+    }
+
+
+def resolve_closed(t: T, row: sqlite3.Row, status: str) -> None:
+    """The open request of a run that closed without telling a parent (a client asked it): resolved as the run
+    closed (the scheduler's deadline step finds it)."""
+    closed_by = "run"
+    also, args = "outcome = ?, closed_by = ?", (status, closed_by)
+    rid, state = row["request_id"], row["status"]
+    move(t, REQUESTS, rid, state, CancellationRequestEvent.RESOLVE, also=also, args=args, quiet=True)
+    t.fx.transition("cancellation_request", rid, state, "resolved", outcome=status)
 
 
 def _open_request(t: T, run_id: str) -> sqlite3.Row | None:
@@ -116,6 +210,9 @@ def on_child_closed(t: T, child_run: sqlite3.Row, status: str, *, closed_by: str
     also, args = "outcome = ?, closed_by = ?", (status, closed_by)
     rid, state = row["request_id"], row["status"]
     move(t, REQUESTS, rid, state, CancellationRequestEvent.RESOLVE, also=also, args=args, quiet=True)
+    t.fx.transition("cancellation_request", row["request_id"], row["status"], "resolved", outcome=status)
+    if row["parent_run_id"] == NO_PARENT:
+        return  # a client's request: the run's own history records how it closed
     append_event(
         t,
         row["parent_run_id"],
@@ -132,7 +229,6 @@ def on_child_closed(t: T, child_run: sqlite3.Row, status: str, *, closed_by: str
         },
         workflow_command_id=row["request_id"],
     )
-    t.fx.transition("cancellation_request", row["request_id"], row["status"], "resolved", outcome=status)
 
 
 # -- the delivery route (SDK 2.12.0 `deliver_workflow_cancellation`) ----------------------------------------

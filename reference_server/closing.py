@@ -261,6 +261,7 @@ def enforce_cancellation_deadlines(t: T) -> float | None:
         ):
             child = t.run(row["run_id"])
             if child["status"] in TERMINAL_RUN_STATUSES:
+                cancellation.resolve_closed(t, row, child["status"])  # a client's request: its run closed first
                 continue
             close_run(
                 t,

@@ -24,6 +24,7 @@ _TEST_PROFILE = {
     "max_active_leases_per_queue": "max_active_leases_per_queue",
     "stale_worker_seconds": "stale_worker_seconds",
     "cancellation_cleanup_seconds": "cancellation_cleanup_seconds",
+    "heartbeat_interval_seconds": "heartbeat_interval_seconds",
 }
 
 
@@ -46,6 +47,8 @@ class Settings:
     # Cooperative cancellation (parent_close_policy request_cancellation): how long a child may clean up
     # before the server closes it. The seed names a deadline but no value.
     cancellation_cleanup_seconds: int = 60
+    # §6.2: the worker heartbeat cadence a registration and a heartbeat answer ask for.
+    heartbeat_interval_seconds: int = 30
     worker_token: str | None = None
     operator_token: str | None = None
     admin_token: str | None = None

@@ -232,6 +232,11 @@ FAULTS: dict[str, Fault] = {
         "A child asked to cancel cooperatively that does not close is left open past its cleanup deadline.",
         ("CANCEL-COOPERATIVE-DEADLINE",),
     ),
+    "request-cancellation-new-identity": Fault(
+        "A repeated client request-cancellation replaces the original request_id and cleanup deadline with new"
+        " ones (duplicate: false) instead of answering them.",
+        ("CANCEL-CLIENT-REQUEST",),
+    ),
     # -- auth -----------------------------------------------------------------------------------------------
     "full-token-worker-only": Fault(
         "The full-access token authenticates as the worker role alone: the control plane answers it 403.",

@@ -27,6 +27,7 @@ from .observers import JsonLinesEventLog, ObserverSet
 from .polling import Poller
 from .queries import DEADLINE_WATCHES, sweep_query_tasks
 from .routes import open as open_routes
+from .routes.control import cancellation as cancellation_requests
 from .routes.control import messages, task_queues, test_clock, workflows
 from .routes.control import worker_sessions as session_visibility
 from .routes.worker import activity_tasks, query_tasks, registrations, workflow_tasks
@@ -96,6 +97,7 @@ class Server:
         app.mount(WORKER, workflow_tasks.Routes(self, self.poller))
         app.mount(CONTROL, workflows.Routes(self))
         app.mount(CONTROL, messages.Routes(self))
+        app.mount(CONTROL, cancellation_requests.Routes(self))
         app.mount(CONTROL, task_queues.Routes(self, self.poller))
         app.mount(WORKER, activity_tasks.Routes(self, self.poller))
         app.mount(WORKER, query_tasks.Routes(self, self.poller))

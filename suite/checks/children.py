@@ -242,3 +242,71 @@ async def child_cancellation_delivery_recorded_once(ctx: CheckContext) -> None:
         received={"again": (again.get("sequence"), again.get("call_kind")), "events": len(delivered)},
         replies=[second],
     )
+
+
+@check("CANCEL-CLIENT-REQUEST", capability="cooperative_cancellation")
+async def client_requests_cooperative_cancellation(ctx: CheckContext) -> None:
+    """A client's request-cancellation is accepted with an identity and a deadline, reaches the run's next
+    workflow task, and a repeated request answers the original; the run is not closed by it."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    wid, rid = await ctx.start(queue)
+    seconds = 120
+    path = f"/workflows/{wid}/runs/{rid}/request-cancellation"
+    reply = await ctx.client.control("POST", path, {"cleanup_timeout_seconds": seconds, "reason": "conformance"})
+    body = ctx.expect(reply, 200, what="request-cancellation")
+    observed = body.get("cancellation_request")
+    ctx.require(
+        (body.get("accepted"), body.get("duplicate"), body.get("workflow_id"), body.get("run_id"))
+        == (True, False, wid, rid)
+        and isinstance(observed, dict)
+        and isinstance(observed.get("request_id"), str)
+        and bool(observed["request_id"]),
+        "the request is accepted for the run, with an identity",
+        expected={"accepted": True, "duplicate": False, "workflow_id": wid, "run_id": rid, "request_id": "…"},
+        received=body,
+        replies=[reply],
+    )
+    assert isinstance(observed, dict)
+    at, deadline = observed.get("requested_at"), observed.get("cleanup_deadline_at")
+    try:
+        span = (parse_rfc3339(deadline) - parse_rfc3339(at)).total_seconds() if isinstance(at, str) else None
+    except (TypeError, ValueError):
+        span = None
+    ctx.require(
+        span is not None and abs(span - seconds) <= 1,
+        "the cleanup deadline is cleanup_timeout_seconds after the request",
+        expected=f"cleanup_deadline_at = requested_at + {seconds} s",
+        received={"requested_at": at, "cleanup_deadline_at": deadline},
+        replies=[reply],
+    )
+    again = await ctx.client.control("POST", f"/workflows/{wid}/request-cancellation", {"cleanup_timeout_seconds": 5})
+    repeated = ctx.expect(again, 200, what="a repeated request-cancellation")
+    first = {k: observed.get(k) for k in ("request_id", "requested_at", "cleanup_deadline_at")}
+    held = repeated.get("cancellation_request")
+    second: dict[str, Any] = held if isinstance(held, dict) else {}
+    ctx.require_equal(
+        (repeated.get("duplicate"), {k: second.get(k) for k in first}),
+        (True, first),
+        "a repeated request answers duplicate with the original identity and deadline",
+        replies=[again],
+    )
+    ctx.require(
+        (await ctx.describe(wid)).get("status") not in ("cancelled", "terminated", "completed", "failed"),
+        "a cooperative request does not close the run at once",
+        expected="an open run",
+    )
+    task = await lease_wf(ctx, worker, queue)
+    ctx.require(
+        task.get("cancel_requested") is True
+        and isinstance(task.get("cancellation_request"), dict)
+        and task["cancellation_request"].get("request_id") == first["request_id"]
+        and task["cancellation_request"].get("cleanup_deadline_at") == first["cleanup_deadline_at"],
+        "the run's workflow task carries cancel_requested and the request",
+        expected={"cancel_requested": True, **first},
+        received={
+            "cancel_requested": task.get("cancel_requested"),
+            "cancellation_request": task.get("cancellation_request"),
+        },
+    )
+    ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="the run's cleanup and close")

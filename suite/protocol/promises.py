@@ -93,6 +93,7 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
             _b("cleanup", "the child cleans up and closes itself", "CANCEL-COOPERATIVE-CLEANUP"),
             _b("deadline", "a child past its cleanup deadline is closed", "CANCEL-COOPERATIVE-DEADLINE"),
             _b("outcome", "the parent's history records how it ended", "CANCEL-COOPERATIVE-OUTCOME"),
+            _b("client-request", "a client asks a run to clean up, once per run", "CANCEL-CLIENT-REQUEST"),
         ),
         "worker_session_verbs": (_b("verbs", "create, heartbeat and close a session", "SESSION-EXPLICIT-LIFECYCLE"),),
         "worker_sessions": (

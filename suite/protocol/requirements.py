@@ -1984,6 +1984,20 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "a repeated delivery answers the committed one.",
         source="SDK 2.12.0 deliver_workflow_cancellation (route, body and receipt); S0 cooperative cancellation",
     ),
+    _r(
+        "CANCEL-CLIENT-REQUEST",
+        MUST,
+        _A.CANCELLATION,
+        "A server advertising cooperative_cancellation serves a client's request: POST /api/workflows/{id}[/runs/"
+        "{run_id}]/request-cancellation {cleanup_timeout_seconds} answers 200 {accepted: true, duplicate: false, "
+        "workflow_id, run_id, cancellation_request {request_id, requested_at, cleanup_deadline_at}} with the "
+        "deadline cleanup_timeout_seconds after the request; the run stays open and its next workflow task carries "
+        "cancel_requested and that request; a repeated request answers duplicate: true with the original "
+        "request_id and cleanup_deadline_at.",
+        source="S0 cooperative cancellation (an initial cancellation identity and deadline); SDK 2.12.0 "
+        "Client.request_workflow_cancellation (route, body, answer; repeated requests return the original identity "
+        "and deadline)",
+    ),
     # ================================================================================= worker sessions
     _r(
         "SESSION-ADVERTISED",

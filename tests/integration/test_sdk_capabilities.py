@@ -259,3 +259,43 @@ def test_role_tokens_still_work_beside_the_full_access_token(auth_server: AuthSe
             assert await handle.result(timeout=WAIT_DEADLINE) == "kid bo"
 
     run(scenario())
+
+
+def test_a_client_requests_cooperative_cancellation_through_the_sdk(auth_server: AuthServer) -> None:
+    """``Client.request_workflow_cancellation`` (and ``WorkflowHandle.request_cancellation``) against the
+    reference server: accepted with the server's identity and deadline, repeated as a duplicate with the same
+    ones; the run, on a worker that negotiated cooperative cancellation, receives it at its wait, cleans up and
+    completes."""
+
+    async def scenario() -> None:
+        queue = unique("caps-client-coop-q")
+        async with (
+            one_token_client(auth_server) as client,
+            running_worker(
+                client,
+                queue,
+                workflows=[CooperativeKidWorkflow],
+                activities=[echo],
+                capabilities=("cooperative_cancellation",),
+            ) as (_, worker_task),
+        ):
+            handle = await client.start_workflow(
+                workflow_type="caps.cooperative-kid", task_queue=queue, workflow_id=unique("caps-client-coop")
+            )
+            await wait_for_event(handle, worker_task, "ConditionWaitOpened")
+            first = await client.request_workflow_cancellation(
+                handle.workflow_id, run_id=handle.run_id, reason="operator asked", cleanup_timeout_seconds=600
+            )
+            assert (first["accepted"], first["duplicate"], first["workflow_id"]) == (True, False, handle.workflow_id)
+            request = first["cancellation_request"]
+            again = await handle.request_cancellation(cleanup_timeout_seconds=30)
+            assert again["duplicate"] is True
+            for key in ("request_id", "requested_at", "cleanup_deadline_at"):
+                assert again["cancellation_request"][key] == request[key], key
+            assert await handle.result(timeout=WAIT_DEADLINE) == {"cancelled": True, "cleanup": "cleaned up"}
+            events = await history_events(handle)
+            [asked] = [e["payload"] for e in events if e["event_type"] == "CooperativeCancellationRequested"]
+            assert (asked["workflow_command_id"], asked["reason"]) == (request["request_id"], "operator asked")
+            assert "CooperativeCancellationDelivered" in [e["event_type"] for e in events]
+
+    run(scenario())

@@ -100,3 +100,87 @@ def test_delivery_is_fenced_and_names_the_open_request(h: Harness) -> None:
 def test_cooperative_cancellation_is_advertised(h: Harness) -> None:
     _, info = h.call("GET", "/api/cluster/info")
     assert info["worker_protocol"]["server_capabilities"]["cooperative_cancellation"] is True
+
+
+# -- a client's request (SDK 2.12.0 request_workflow_cancellation) -----------------------------------------
+
+
+def request(h: Harness, path: str, **body: Any) -> tuple[int, dict[str, Any]]:
+    return h.control("POST", f"{path}/request-cancellation", body)
+
+
+def test_a_clients_request_is_recorded_once_and_reaches_the_run(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=30)
+    h.register("w1")
+    run_id = h.start("wf")
+    status, first = request(h, f"/workflows/wf/runs/{run_id}", cleanup_timeout_seconds=90, reason="ops")
+    assert status == 200, first
+    assert (first["accepted"], first["duplicate"], first["workflow_id"], first["run_id"]) == (True, False, "wf", run_id)
+    observed = first["cancellation_request"]
+    span = parse_rfc3339(observed["cleanup_deadline_at"]) - parse_rfc3339(observed["requested_at"])
+    assert span.total_seconds() == 90
+    h.elapse(1)
+    status, again = request(h, "/workflows/wf", cleanup_timeout_seconds=5)
+    assert (status, again["duplicate"], again["cancellation_request"]) == (200, True, observed)
+    [asked] = h.events("wf", "CooperativeCancellationRequested")
+    assert (asked["payload"]["workflow_command_id"], asked["payload"]["reason"]) == (observed["request_id"], "ops")
+    assert h.describe("wf")["status"] == "pending"
+    task = h.lease("w1")
+    assert task["cancel_requested"] is True
+    assert task["cancellation_request"]["request_id"] == observed["request_id"]
+
+
+def test_a_clients_request_without_a_timeout_uses_the_servers_cleanup_deadline(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=7)
+    h.start("wf")
+    observed = request(h, "/workflows/wf")[1]["cancellation_request"]
+    span = parse_rfc3339(observed["cleanup_deadline_at"]) - parse_rfc3339(observed["requested_at"])
+    assert span.total_seconds() == 7
+
+
+def test_a_run_that_closes_first_resolves_the_request_and_leaves_the_scheduler_idle(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=5)
+    h.register("w1")
+    h.start("wf")
+    request(h, "/workflows/wf")
+    h.completed(h.lease("w1"), COMPLETE)
+    h.elapse(6)  # the deadline passes after the close: the request is resolved, nothing is closed again
+    assert h.describe("wf")["status"] == "completed"
+    assert h.rows("SELECT status, outcome, closed_by FROM cancellation_requests") == [
+        {"status": "resolved", "outcome": "completed", "closed_by": "run"}
+    ]
+    assert h.elapse(1) >= 1.0  # no overdue request keeps the scheduler busy
+
+
+def test_past_the_deadline_the_server_closes_a_run_a_client_asked(make: HarnessFactory) -> None:
+    h = make(cancellation_cleanup_seconds=60)
+    h.start("wf")
+    request(h, "/workflows/wf", cleanup_timeout_seconds=3)
+    h.elapse(4)
+    assert h.describe("wf")["status"] == "cancelled"
+    [closed] = h.events("wf", "WorkflowCancelled")
+    assert closed["payload"]["reason"] == "cleanup_deadline_exceeded"
+    assert h.events("wf", "ChildCancellationResolved") == []  # no parent to tell
+
+
+def test_a_bad_request_or_a_closed_run_changes_nothing(make: HarnessFactory) -> None:
+    h = make()
+    h.start("wf")
+    for body in ({"cleanup_timeout_seconds": 0}, {"cleanup_timeout_seconds": 3601}, {"cleanup_timeout_seconds": "5"}):
+        status, doc = request(h, "/workflows/wf", **body)
+        assert (status, doc["reason"]) == (422, "validation_failed"), doc
+    status, doc = request(h, "/workflows/nope")
+    assert status == 404, doc
+    assert h.rows("SELECT * FROM cancellation_requests") == []
+    h.close("wf", "cancel")
+    status, doc = request(h, "/workflows/wf")
+    assert (status, doc["reason"]) == (409, "rejected_not_active"), doc
+
+
+def test_the_heartbeat_interval_is_a_setting_in_the_test_profile(make: HarnessFactory) -> None:
+    h = make(heartbeat_interval_seconds=2)
+    status, doc = h.worker("/register", {"worker_id": "w9", "task_queue": "q", "runtime": "python"})
+    assert (status, doc["heartbeat_interval_seconds"]) == (201, 2)
+    assert h.worker("/heartbeat", {"worker_id": "w9"})[1]["heartbeat_interval_seconds"] == 2
+    info = h.call("GET", "/api/cluster/info")[1]
+    assert info["worker_protocol"]["test_profile"]["heartbeat_interval_seconds"] == 2

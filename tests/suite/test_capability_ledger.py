@@ -135,7 +135,10 @@ def test_deselecting_a_capabilitys_checks_names_it_in_an_incomplete_run(tmp_path
     summary = run.results["summary"]
     assert summary["verdict"] == "INCOMPLETE"
     assert any("cooperative_cancellation" in gap and "no check exercised" in gap for gap in summary["gaps"])
-    assert "cooperative_cancellation (request, cleanup, deadline, outcome)" in summary["unexercised_capabilities"]
+    assert (
+        "cooperative_cancellation (request, cleanup, deadline, outcome, client-request)"
+        in summary["unexercised_capabilities"]
+    )
     caps = {row["capability"]: row for row in run.results["capability_ledger"]}
     poll = {b["behaviour"]: b["exercised"] for b in caps["poll_status"]["behaviours"]}
     assert poll == {"leased-or-empty": True, "throttled": False, "unavailable": False}

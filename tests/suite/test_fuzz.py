@@ -62,7 +62,7 @@ WORKER_ERROR = {"reason": "validation_failed", "protocol_version": "1.20", "serv
 
 def test_every_operation_is_fuzzed_and_every_world_names_an_operation() -> None:
     ops = fuzz.operations()
-    assert len(ops) == 42
+    assert len(ops) == 44
     grouped = [name for group in fuzz.all_groups() for name in fuzz.group_members(group)]
     assert sorted(n for n in grouped if n != fuzz.STATEFUL) == sorted(ops)
     assert set(fuzz.WORLDS) <= set(ops)

@@ -24,7 +24,11 @@ class Routes(WaitRoutes):
         reg = parse_registration(ctx.obj(), any_runtime=fault(self.core.settings, "accept-unknown-runtime"))
         wid = reg.worker_id or new_id()
         self.core.run_tx(lambda t: register_worker(t, ctx.namespace, wid, reg))
-        return 201, {"worker_id": wid, "registered": True, "heartbeat_interval_seconds": 30}
+        return 201, {
+            "worker_id": wid,
+            "registered": True,
+            "heartbeat_interval_seconds": self.core.settings.heartbeat_interval_seconds,
+        }
 
     @route("POST", "/api/worker/heartbeat")
     async def worker_heartbeat(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
@@ -46,7 +50,11 @@ class Routes(WaitRoutes):
                 )
 
         self.core.run_tx(tx)
-        return 200, {"worker_id": worker_id, "acknowledged": True, "heartbeat_interval_seconds": 30}
+        return 200, {
+            "worker_id": worker_id,
+            "acknowledged": True,
+            "heartbeat_interval_seconds": self.core.settings.heartbeat_interval_seconds,
+        }
 
     @route("DELETE", "/api/worker/registrations/{worker_id}")
     @route("POST", "/api/worker/registrations/{worker_id}/deregister")
