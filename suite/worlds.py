@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -20,19 +21,23 @@ from typing import Any, TypeVar
 from .client import Reply
 from .context import CheckContext, fenced_body
 from .outcomes import CheckFailure
+from .protocol.errors import Violation
 from .protocol.fencing import parse_rfc3339
 from .protocol.lifecycles import RUN_LIVE_STATUSES
+from .protocol.oracle import Accepted, Page, join_pages, judge_history, page_of
 
 __all__ = [
     "ACTIVITY_TYPE",
     "ACT_LEASE",
     "DEFAULT_QUERY_TIMEOUT",
     "LIVE_RUN_STATUSES",
+    "PAGINATION",
     "POLL_PATH",
     "QUERY_ARGS",
     "READY_WITHIN",
     "SCHEDULED",
     "SLACK",
+    "STATE_FIELDS",
     "TASK_ATTEMPT",
     "TASK_ID",
     "TASK_KINDS",
@@ -45,11 +50,15 @@ __all__ = [
     "activity_cmd",
     "advertised_lease",
     "attributed",
+    "complete_bodies",
     "complete_cmd",
     "count_events",
     "event_types",
     "expect_run_closed",
     "instant",
+    "int_or_none",
+    "judge_task_history",
+    "judged_by_oracle",
     "lease_activity",
     "lease_activity_at",
     "lease_length",
@@ -66,14 +75,19 @@ __all__ = [
     "query_call",
     "query_timeout",
     "race",
+    "read_in_full",
+    "refused_without_effect",
     "renew_lease",
     "require_fields",
     "require_no_task",
     "require_open",
+    "require_same_state",
+    "run_state",
     "same_json",
     "schedule_activities",
     "send_poll",
     "settle",
+    "side_effect_cmd",
     "start_query",
     "started_with_activities",
     "task_key",
@@ -665,3 +679,152 @@ def without_redeliveries(ctx: CheckContext, tasks: list[dict[str, Any]]) -> list
             continue
         kept.append(task)
     return kept
+
+
+# -- a rejected request changes nothing ---------------------------------------------------------------------
+
+
+# Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
+STATE_FIELDS = (
+    "run_id",
+    "status",
+    "is_terminal",
+    "closed_reason",
+    "closed_at",
+    "output_envelope",
+    "run_number",
+    "run_count",
+    "search_attributes",
+)
+
+
+async def run_state(ctx: CheckContext, run: LeasedRun) -> dict[str, Any]:
+    """What a rejected request must not change: the describe fields and the run's event list."""
+    desc = await ctx.describe(run.workflow_id)
+    events = await ctx.history(run.workflow_id, run.run_id)
+    return {
+        "describe": {k: desc.get(k) for k in STATE_FIELDS},
+        "history": [(e.get("sequence"), e.get("event_type")) for e in events],
+    }
+
+
+def require_same_state(
+    ctx: CheckContext,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    what: str,
+    replies: list[Reply],
+    requirement: str,
+) -> None:
+    """Fail ``requirement`` unless the run's state ``after`` a rejected ``what`` is its state ``before``."""
+    added = after["history"][len(before["history"]) :]
+    ctx.require(
+        after["history"] == before["history"],
+        f"{what} was rejected, so nothing of it may be applied: history changed",
+        expected=f"the same {len(before['history'])} events",
+        received=f"new or changed events {added}",
+        replies=replies,
+        requirement=requirement,
+    )
+    changed = {
+        k: (before["describe"][k], after["describe"][k])
+        for k in STATE_FIELDS
+        if before["describe"][k] != after["describe"][k]
+    }
+    ctx.require(
+        not changed,
+        f"{what} was rejected, so the run must be unchanged: describe changed",
+        expected="the same describe",
+        received=f"(before, after) = {changed}",
+        replies=replies,
+        requirement=requirement,
+    )
+
+
+async def refused_without_effect(
+    ctx: CheckContext,
+    run: LeasedRun,
+    bodies: Iterable[tuple[str, dict[str, Any]]],
+    judge: Callable[[Reply, str], None],
+    what: str,
+    requirement: str,
+) -> None:
+    """Complete the run's leased task with each body; ``judge`` each refusal; then the run must be as before."""
+    before = await run_state(ctx, run)
+    replies = []
+    for label, body in bodies:
+        reply = await ctx.wf_call(run.task, "complete", body)
+        judge(reply, label)
+        replies.append(reply)
+    require_same_state(ctx, before, await run_state(ctx, run), what, replies, requirement)
+
+
+def complete_bodies(cases: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Labelled command lists as workflow-task complete bodies."""
+    return [(label, {"commands": commands}) for label, commands in cases]
+
+
+def side_effect_cmd(value: Any) -> dict[str, Any]:
+    return {"type": "record_side_effect", "result": CheckContext.envelope(value)}
+
+
+# -- a history read back in full and judged by the oracle -------------------------------------------------
+
+
+PAGINATION = "HISTORY-PAGINATION-COMPLETE"
+
+
+@contextmanager
+def judged_by_oracle(ctx: CheckContext, replies: Iterable[Reply] = ()) -> Iterator[None]:
+    """The oracle's :class:`Violation` as this check's failure, with the requirement the oracle names."""
+    try:
+        yield
+    except Violation as v:
+        raise ctx.fail(
+            v.message, expected=v.expected, received=v.received, replies=list(replies), requirement=v.requirement
+        ) from None
+
+
+async def read_in_full(
+    ctx: CheckContext, task: Mapping[str, Any], *, inline: int | None, page_size: int, token: bool = False
+) -> tuple[list[dict[str, Any]], list[Reply]]:
+    """Every event of a leased task's worker-plane history: its inline page (asked with ``history_page_size``
+    ``inline``), then each page its cursor names, ``page_size`` at a time, by ``after_sequence`` or, with
+    ``token``, by ``next_history_page_token``. Returns the events and the history replies."""
+    replies: list[Reply] = []
+    with judged_by_oracle(ctx, replies):
+        pages: list[Page] = [page_of(task, after=0, page_size=inline)]
+        limit = int(task.get("last_history_sequence") or 0) + 2
+        while pages[-1].has_more:
+            if len(pages) > limit:
+                raise ctx.fail(
+                    f"the history cursor did not end after {limit} pages",
+                    expected=f"at most {limit} pages",
+                    replies=replies[-2:],
+                    requirement=PAGINATION,
+                )
+            last = pages[-1]
+            cursor: dict[str, Any] = {"after_sequence": last.next_after}
+            if token and last.token:
+                cursor = {"next_history_page_token": last.token}
+            reply = await ctx.wf_call(dict(task), "history", {**cursor, "page_size": page_size})
+            replies.append(reply)
+            body = ctx.expect(reply, 200, what=f"history page after sequence {last.next_after}", requirement=PAGINATION)
+            pages.append(page_of(body, after=int(last.next_after or 0), page_size=page_size))
+        return join_pages(pages), replies
+
+
+async def judge_task_history(
+    ctx: CheckContext, task: Mapping[str, Any], accepted: list[Accepted], *, inline: int | None, page_size: int
+) -> None:
+    """Read ``task``'s history in full both ways — by ``after_sequence`` and by the token — and judge each
+    against what the run acknowledged before the task's poll left."""
+    for token in (False, True):
+        events, replies = await read_in_full(ctx, task, inline=inline, page_size=page_size, token=token)
+        with judged_by_oracle(ctx, replies):
+            judge_history(events, accepted, last_sequence=int_or_none(task.get("last_history_sequence")))
+
+
+def int_or_none(value: Any) -> int | None:
+    """A JSON integer (not a boolean), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

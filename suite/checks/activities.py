@@ -12,9 +12,11 @@ import base64
 from datetime import datetime
 from typing import Any
 
+from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.oracle import Accepted, Kind, judge_history
 from suite.registry import check
 from suite.worlds import (
     READY_WITHIN,
@@ -22,6 +24,8 @@ from suite.worlds import (
     ActivityRun,
     activity_call,
     attributed,
+    int_or_none,
+    judged_by_oracle,
     lease_activity,
     lease_activity_at,
     lease_wf,
@@ -678,3 +682,38 @@ async def timeout_schedule_to_close_terminal(ctx: CheckContext) -> None:
     await lease_resume(
         ctx, run, requirement="TIMEOUT-TIMED-OUT-EVENT", why="a terminal activity timeout wakes the workflow"
     )
+
+
+ATTEMPTS = "RETRY-ATTEMPTS-CONTIGUOUS"
+
+
+@check(ATTEMPTS)
+async def retry_after_heartbeat_numbers_run_on(ctx: CheckContext) -> None:
+    """An attempt that heartbeated and then failed is retried as attempt 2, and the retry's heartbeat is
+    recorded as attempt 2: every event of an attempt carries its lease's number."""
+    run = await schedule_activities(ctx, retry_policy={"max_attempts": 3, "backoff_seconds": [0]}, requirement=ATTEMPTS)
+    accepted: list[Accepted] = []
+    replies: list[Reply] = []
+    for number in (1, 2):
+        task = await lease_activity(ctx, run, requirement=ATTEMPTS)
+        accepted.append(
+            Accepted(
+                Kind.ATTEMPT,
+                str(task.get("activity_attempt_id")),
+                scope=str(task.get("activity_execution_id")),
+                number=int_or_none(task.get("attempt_number")),
+            )
+        )
+        reply = await activity_call(ctx, task, "heartbeat", {"message": f"attempt {number} at work"})
+        ctx.expect(reply, 200, what=f"the heartbeat of lease {number}")
+        verb, body = (
+            ("fail", {"failure": {"message": "retry me"}})
+            if number == 1
+            else ("complete", {"result": ctx.envelope("done")})
+        )
+        reply = await activity_call(ctx, task, verb, body)
+        ctx.expect(reply, 200, what=f"the {verb} of lease {number}")
+        replies.append(reply)
+    events = await ctx.history(run.workflow_id, run.run_id)
+    with judged_by_oracle(ctx, replies):
+        judge_history(events, accepted)

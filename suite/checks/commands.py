@@ -1,5 +1,7 @@
-"""Workflow-task commands, timers, the task payload shape and the payload codec
-(PROTOCOL.md §8.2-§8.3, §8.7, §12.1, §13; invariants 33-44, 65, 66)."""
+"""Workflow-task commands, timers and the task payload shape (§8.2-§8.3, §8.7, §12.1; invariants 33-44): a batch
+is validated whole and applied atomically, at most one terminal command, each command's effect on the run and
+its history, and the fields a leased task carries.
+"""
 
 from __future__ import annotations
 
@@ -11,38 +13,38 @@ import schemas
 from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import (
-    FINGERPRINT,
-    GOLDEN_IMPLICIT_VALUES,
     decode_blob,
-    encode_blob,
-    encode_value,
-    golden_value,
     same_value,
 )
 from suite.protocol.errors import CodecError
+from suite.protocol.oracle import Accepted, Kind
 from suite.protocol.payloads import RESUME_CONTEXT_KEYS
+from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import LeasedRun, lease_wf, leased_activity, leased_run
-
-# Describe fields a rejected batch must leave alone (§12.3); a missing field reads as None both times.
-_STATE_FIELDS = (
-    "run_id",
-    "status",
-    "is_terminal",
-    "closed_reason",
-    "closed_at",
-    "output_envelope",
-    "run_number",
-    "run_count",
-    "search_attributes",
+from suite.worlds import (
+    READY_WITHIN,
+    LeasedRun,
+    complete_bodies,
+    judge_task_history,
+    lease_wf,
+    leased_activity,
+    leased_run,
+    refused_without_effect,
+    require_same_state,
+    run_state,
+    side_effect_cmd,
 )
 
-_UNSUPPORTED_CODEC = "unsupported_payload_codec"
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.COMMANDS, Area.PAYLOAD_SHAPE)
+
 
 # Valid frames that no single-block encoder produces (§13.2: "Decoders MUST also accept multiple blocks and
 # negative counts followed by a byte size"). A server that decodes and re-encodes a payload instead of storing
 # the blob unchanged gives back different bytes for each of them.
 _FRAME_HEADER = "c301e2a33dff55802237"
+
+
 NON_CANONICAL_FRAMES: dict[str, str] = {
     name: base64.b64encode(bytes.fromhex(f"{_FRAME_HEADER} {datum}")).decode("ascii")
     for name, datum in {
@@ -54,69 +56,6 @@ NON_CANONICAL_FRAMES: dict[str, str] = {
         "map_in_two_blocks": "0c 02 0e 02 026104 02 02 026204 04 00 00",
     }.items()
 }
-
-
-# -- shared helpers ----------------------------------------------------------------------------------------
-
-
-async def _state(ctx: CheckContext, run: LeasedRun) -> dict[str, Any]:
-    """What a rejected request must not change: the describe fields and the run's event list."""
-    desc = await ctx.describe(run.workflow_id)
-    events = await ctx.history(run.workflow_id, run.run_id)
-    return {
-        "describe": {k: desc.get(k) for k in _STATE_FIELDS},
-        "history": [(e.get("sequence"), e.get("event_type")) for e in events],
-    }
-
-
-def _same_state(
-    ctx: CheckContext,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    what: str,
-    replies: list[Reply],
-    requirement: str,
-) -> None:
-    added = after["history"][len(before["history"]) :]
-    ctx.require(
-        after["history"] == before["history"],
-        f"{what} was rejected, so nothing of it may be applied: history changed",
-        expected=f"the same {len(before['history'])} events",
-        received=f"new or changed events {added}",
-        replies=replies,
-        requirement=requirement,
-    )
-    changed = {
-        k: (before["describe"][k], after["describe"][k])
-        for k in _STATE_FIELDS
-        if before["describe"][k] != after["describe"][k]
-    }
-    ctx.require(
-        not changed,
-        f"{what} was rejected, so the run must be unchanged: describe changed",
-        expected="the same describe",
-        received=f"(before, after) = {changed}",
-        replies=replies,
-        requirement=requirement,
-    )
-
-
-async def _refused_without_effect(
-    ctx: CheckContext,
-    run: LeasedRun,
-    bodies: Iterable[tuple[str, dict[str, Any]]],
-    judge: Callable[[Reply, str], None],
-    what: str,
-    requirement: str,
-) -> None:
-    """Complete the run's leased task with each body; ``judge`` each refusal; then the run must be as before."""
-    before = await _state(ctx, run)
-    replies = []
-    for label, body in bodies:
-        reply = await ctx.wf_call(run.task, "complete", body)
-        judge(reply, label)
-        replies.append(reply)
-    _same_state(ctx, before, await _state(ctx, run), what, replies, requirement)
 
 
 def _scope_judge(ctx: CheckContext, requirement: str) -> Callable[[Reply, str], None]:
@@ -132,16 +71,8 @@ async def _commands_refused(
     ctx: CheckContext, run: LeasedRun, cases: Iterable[tuple[str, dict[str, Any]]], what: str, requirement: str
 ) -> None:
     """Each command, alone in a batch, is a 422 field-shape refusal that changes nothing."""
-    bodies = _batches((label, [command]) for label, command in cases)
-    await _refused_without_effect(ctx, run, bodies, _scope_judge(ctx, requirement), what, requirement)
-
-
-def _batches(cases: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(label, {"commands": commands}) for label, commands in cases]
-
-
-def _side_effect(value: Any) -> dict[str, Any]:
-    return {"type": "record_side_effect", "result": CheckContext.envelope(value)}
+    bodies = complete_bodies((label, [command]) for label, command in cases)
+    await refused_without_effect(ctx, run, bodies, _scope_judge(ctx, requirement), what, requirement)
 
 
 def _marker(change_id: str, version: int = 1, lo: int = 1, hi: int = 1) -> dict[str, Any]:
@@ -164,33 +95,6 @@ def _expect_invalid_batch(
     ctx.expect(reply, (409, 422), "invalid_commands", what=what, requirement=requirement)
 
 
-def _mentions(body: Any, needle: str) -> bool:
-    """Whether any string in the error body's errors/message fields contains ``needle``."""
-    if isinstance(body, str):
-        return needle in body
-    if isinstance(body, dict):
-        return any(_mentions(v, needle) for v in body.values())
-    if isinstance(body, list):
-        return any(_mentions(v, needle) for v in body)
-    return False
-
-
-def _codec_error_named(ctx: CheckContext, reply: Reply, what: str, requirement: str) -> None:
-    body = reply.json()
-    fields = {k: body.get(k) for k in ("errors", "validation_errors", "command_errors", "message", "error")}
-    ctx.require(
-        _mentions(fields, _UNSUPPORTED_CODEC + ":"),
-        f"{what}: the 422 names the problem with a message beginning '{_UNSUPPORTED_CODEC}:'",
-        expected=f"an error message '{_UNSUPPORTED_CODEC}: …'",
-        received=fields,
-        replies=[reply],
-        requirement=requirement,
-    )
-
-
-# -- COMMANDS: batch validation (invariants 33-35) ---------------------------------------------------------
-
-
 @check("COMMANDS-NON-EMPTY")
 async def commands_must_be_non_empty(ctx: CheckContext) -> None:
     """A complete with commands: [], without commands, or with a typeless command is 422 validation_failed."""
@@ -204,7 +108,7 @@ async def commands_must_be_non_empty(ctx: CheckContext) -> None:
     def judge(reply: Reply, what: str) -> None:
         ctx.expect(reply, 422, "validation_failed", what=f"complete with {what}", requirement="COMMANDS-NON-EMPTY")
 
-    await _refused_without_effect(ctx, run, cases, judge, "an empty command batch", "COMMANDS-NON-EMPTY")
+    await refused_without_effect(ctx, run, cases, judge, "an empty command batch", "COMMANDS-NON-EMPTY")
 
 
 @check("COMMANDS-ONE-TERMINAL")
@@ -217,14 +121,14 @@ async def commands_at_most_one_terminal(ctx: CheckContext) -> None:
             {"type": "fail_workflow", "message": "b"},
         ],
         [{"type": "complete_workflow"}, {"type": "complete_workflow"}],
-        [_side_effect(1), {"type": "continue_as_new"}, {"type": "complete_workflow"}],
+        [side_effect_cmd(1), {"type": "continue_as_new"}, {"type": "complete_workflow"}],
     ]
-    cases = _batches((f"a batch of {[c['type'] for c in commands]}", commands) for commands in batches)
+    cases = complete_bodies((f"a batch of {[c['type'] for c in commands]}", commands) for commands in batches)
 
     def judge(reply: Reply, what: str) -> None:
         _expect_invalid_batch(ctx, reply, what, "COMMANDS-ONE-TERMINAL")
 
-    await _refused_without_effect(ctx, run, cases, judge, "a batch with two terminal commands", "COMMANDS-ONE-TERMINAL")
+    await refused_without_effect(ctx, run, cases, judge, "a batch with two terminal commands", "COMMANDS-ONE-TERMINAL")
 
 
 @check("COMMANDS-UNKNOWN-TYPE")
@@ -234,17 +138,17 @@ async def commands_unknown_type_rejects_batch(ctx: CheckContext) -> None:
     batches: list[list[dict[str, Any]]] = [
         [{"type": "conformance_no_such_command"}],
         [
-            _side_effect("kept?"),
+            side_effect_cmd("kept?"),
             {"type": "start_timer", "delay_seconds": 3600},
             {"type": "conformance_another_unknown_type"},
         ],
     ]
-    cases = _batches((f"a batch with unknown type {commands[-1]['type']!r}", commands) for commands in batches)
+    cases = complete_bodies((f"a batch with unknown type {commands[-1]['type']!r}", commands) for commands in batches)
 
     def judge(reply: Reply, what: str) -> None:
         _expect_invalid_batch(ctx, reply, what, "COMMANDS-UNKNOWN-TYPE")
 
-    await _refused_without_effect(
+    await refused_without_effect(
         ctx, run, cases, judge, "a batch with an unknown command type", "COMMANDS-UNKNOWN-TYPE"
     )
 
@@ -265,14 +169,14 @@ async def commands_required_fields(ctx: CheckContext) -> None:
         ("record_version_marker with version below min_supported", _marker("below", 1, 2, 3)),
     ]
     # A valid command first: the rejection must take the whole batch, not just the bad command.
-    cases = _batches((what, [_side_effect(what), command]) for what, command in invalid)
+    cases = complete_bodies((what, [side_effect_cmd(what), command]) for what, command in invalid)
 
     def judge(reply: Reply, what: str) -> None:
         _expect_invalid_batch(ctx, reply, what, "COMMANDS-REQUIRED-FIELDS", shape_error=True)
 
-    await _refused_without_effect(ctx, run, cases, judge, "a batch with an invalid command", "COMMANDS-REQUIRED-FIELDS")
+    await refused_without_effect(ctx, run, cases, judge, "a batch with an invalid command", "COMMANDS-REQUIRED-FIELDS")
     # §8.7: "The task stays leased, so the same owner can retry with a valid batch."
-    reply = await ctx.complete(run.task, [_side_effect("ok"), {"type": "complete_workflow"}])
+    reply = await ctx.complete(run.task, [side_effect_cmd("ok"), {"type": "complete_workflow"}])
     ctx.expect(
         reply,
         200,
@@ -313,9 +217,9 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
     """A batch whose last command is invalid applies none of its earlier valid commands; a valid batch applies
     its non-terminal commands in order, then the terminal one."""
     run = await leased_run(ctx)
-    before = await _state(ctx, run)
+    before = await run_state(ctx, run)
     prefix = [
-        _side_effect("first"),
+        side_effect_cmd("first"),
         _marker("atomic-1"),
         {"type": "start_timer", "delay_seconds": 3600},
         {"type": "schedule_activity", "activity_type": "conformance.Atomic", "arguments": ctx.envelope([])},
@@ -334,7 +238,7 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
         reply = await ctx.complete(run.task, [*prefix, *tail])
         _expect_invalid_batch(ctx, reply, f"a batch with {what}", "COMMANDS-ATOMIC", shape_error=shape)
         replies.append(reply)
-    after = await _state(ctx, run)
+    after = await run_state(ctx, run)
     applied = [t for _, t in after["history"][len(before["history"]) :]]
     ctx.require(
         not applied,
@@ -343,10 +247,10 @@ async def commands_batch_is_atomic(ctx: CheckContext) -> None:
         received=applied,
         replies=replies,
     )
-    _same_state(ctx, before, after, "a batch whose last command is invalid", replies, "COMMANDS-ATOMIC")
+    require_same_state(ctx, before, after, "a batch whose last command is invalid", replies, "COMMANDS-ATOMIC")
     # The valid batch, terminal command last; the non-terminal types read differently backwards, so a server
     # that reorders them (or applies the terminal command first) shows.
-    good = [_side_effect("one"), _marker("atomic-2"), _marker("atomic-3"), {"type": "complete_workflow"}]
+    good = [side_effect_cmd("one"), _marker("atomic-2"), _marker("atomic-3"), {"type": "complete_workflow"}]
     reply = await ctx.complete(run.task, good)
     ctx.expect(reply, 200, what="a valid batch")
     events = await ctx.history(run.workflow_id, run.run_id)
@@ -379,7 +283,7 @@ async def commands_field_scope(ctx: CheckContext) -> None:
             "retry_policy on start_timer",
             {"type": "start_timer", "delay_seconds": 3600, "retry_policy": {"max_attempts": 2}},
         ),
-        ("start_to_close_timeout on record_side_effect", {**_side_effect(1), "start_to_close_timeout": 5}),
+        ("start_to_close_timeout on record_side_effect", {**side_effect_cmd(1), "start_to_close_timeout": 5}),
         (
             "run_timeout_seconds on schedule_activity",
             {"type": "schedule_activity", "activity_type": "conformance.Scope", "run_timeout_seconds": 5},
@@ -432,9 +336,6 @@ async def commands_timeout_order(ctx: CheckContext) -> None:
         what="schedule_activity with equal timeouts (heartbeat = start_to_close = "
         "schedule_to_start = schedule_to_close)",
     )
-
-
-# -- COMMANDS: terminal and non-terminal effects (invariants 36-38) -----------------------------------------
 
 
 @check("COMMANDS-COMPLETE-WORKFLOW", "PAYLOAD-RESULT-UNCHANGED")
@@ -575,7 +476,7 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
 async def non_terminal_batch_waits(ctx: CheckContext) -> None:
     """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""
     run = await leased_run(ctx)
-    reply = await ctx.complete(run.task, [_side_effect(1), {"type": "start_timer", "delay_seconds": 3600}])
+    reply = await ctx.complete(run.task, [side_effect_cmd(1), {"type": "start_timer", "delay_seconds": 3600}])
     body = ctx.expect(reply, 200, what="a start_timer-only batch")
     ctx.require(
         isinstance(body.get("created_task_ids"), list),
@@ -590,9 +491,6 @@ async def non_terminal_batch_waits(ctx: CheckContext) -> None:
         ctx.require_equal(
             body.get("run_status"), "waiting", "the complete response's run_status is waiting", replies=[reply]
         )
-
-
-# -- Timers (invariant 39) ---------------------------------------------------------------------------------
 
 
 @check("TIMER-FIRES", slow=True)
@@ -655,9 +553,6 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
         received=f"leased after {elapsed:.2f}s",
     )
     ctx.require_equal(task.get("workflow_id"), run.workflow_id, "the leased task belongs to the timer's run")
-
-
-# -- Payload shape (invariants 40-43) ---------------------------------------------------------------------
 
 
 def _require_resume_keys(ctx: CheckContext, task: dict[str, Any], which: str) -> None:
@@ -803,198 +698,21 @@ async def activity_task_attempt_alias(ctx: CheckContext) -> None:
     )
 
 
-# -- Codec: the suite's own codec against the golden vectors (invariant 65) --------------------------------
-
-
-@check("CODEC-GOLDEN-DECODE")
-async def codec_decodes_golden_cases(ctx: CheckContext) -> None:
-    """The suite's codec decodes all 16 golden cases (and both alternate map orders) to their values."""
-    golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    cases = [(c["name"], c["wire_base64"], golden_value(c)) for c in golden["cases"]]
-    cases += [
-        (g["name"], w, GOLDEN_IMPLICIT_VALUES[g["name"]])
-        for g in golden["alternate_map_orders"]
-        for w in g["wire_base64"]
-    ]
-    ctx.require_equal(len(golden["cases"]), 16, "the golden file has 16 valid cases")
-    for name, wire, wanted in cases:
-        try:
-            got: Any = decode_blob(wire)
-        except CodecError as exc:
-            raise ctx.fail(f"golden case {name} does not decode", expected=repr(wanted), received=str(exc)) from None
-        ctx.require(
-            same_value(got, wanted),
-            f"golden case {name} decodes to its listed value",
-            expected=repr(wanted),
-            received=repr(got),
+@check("COMMANDS-CONTINUE-AS-NEW")
+async def continue_as_new_chain_names_each_run(ctx: CheckContext) -> None:
+    """Down a chain of two continuations, the first task of each new run names that run (the one describe
+    shows, run_number 2 then 3), and its history is read in full."""
+    run = await leased_run(ctx, input=["run 1"])
+    task = run.task
+    for number in (2, 3):
+        command = {"type": "continue_as_new", "arguments": ctx.envelope([f"run {number}"])}
+        ctx.expect(await ctx.complete(task, [command]), 200, what=f"continue_as_new into run {number}")
+        desc = await ctx.describe(run.workflow_id)
+        ctx.require_equal(desc.get("run_number"), number, f"describe shows run {number} of the chain")
+        task = await lease_wf(ctx, run.worker, run.queue, within=READY_WITHIN)
+        ctx.require_equal(
+            (task.get("workflow_id"), task.get("run_id")),
+            (run.workflow_id, desc.get("run_id")),
+            f"the first task after continuation {number - 1} names the new run {number}",
         )
-
-
-@check("CODEC-GOLDEN-ROUNDTRIP")
-async def codec_reencodes_golden_bytes(ctx: CheckContext) -> None:
-    """Re-encoding each golden case's value reproduces its bytes."""
-    golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    for case in golden["cases"]:
-        wanted = case["wire_base64"]
-        got = encode_blob(golden_value(case))
-        ctx.require_equal(got, wanted, f"golden case {case['name']} re-encodes byte for byte")
-
-
-@check("CODEC-MALFORMED-REJECTED")
-async def codec_rejects_malformed_frames(ctx: CheckContext) -> None:
-    """All 18 malformed golden frames fail with the listed error (17 framing, 1 schema)."""
-    golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    frames = golden["malformed_frames"]
-    ctx.require(len(frames) == 18, "the golden file has 18 malformed frames", expected=18, received=len(frames))
-    for frame in frames:
-        try:
-            value = decode_blob(frame["wire_base64"])
-        except CodecError as exc:
-            ctx.require_equal(exc.code, frame["error"], f"malformed frame {frame['name']} fails with its listed error")
-        else:
-            raise ctx.fail(
-                f"malformed frame {frame['name']} decoded instead of failing",
-                expected=frame["error"],
-                received=repr(value),
-            )
-
-
-@check("CODEC-FINGERPRINT")
-async def codec_fingerprint(ctx: CheckContext) -> None:
-    """The frame's fingerprint bytes are e2a33dff55802237, after the magic c301."""
-    golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    ctx.require(
-        FINGERPRINT.hex() == "e2a33dff55802237" == golden["fingerprint"],
-        "the CRC-64-AVRO fingerprint of the Value schema is e2a33dff55802237",
-        expected="e2a33dff55802237",
-        received=FINGERPRINT.hex(),
-    )
-    frame = encode_value("x")
-    ctx.require_equal(
-        frame[:10].hex(), "c301e2a33dff55802237", "every frame starts with magic c301 and the fingerprint"
-    )
-
-
-# -- Codec on the wire (invariants 44, 66, §13.1) -----------------------------------------------------------
-
-
-@check("CODEC-START-UNKNOWN-CODEC", "CODEC-NON-AVRO-ENVELOPE-422", "CODEC-CHECK-BEFORE-DECODE")
-async def start_with_unknown_codec(ctx: CheckContext) -> None:
-    """A start whose input envelope names a codec other than avro is 422 unsupported_payload_codec: and
-    creates no run, even when the blob is a valid Avro frame."""
-    queue = ctx.uid("q")
-    valid_frame = encode_blob(["hello", 42])
-    for codec in ("json", "php", "base64", "Y", ""):
-        wid = ctx.uid("wf")
-        body = {
-            "workflow_type": "conformance.Probe",
-            "workflow_id": wid,
-            "task_queue": queue,
-            "input": {"codec": codec, "blob": valid_frame},
-        }
-        reply = await ctx.client.control("POST", "/workflows", body)
-        ctx.expect(reply, 422, what=f"start with input codec {codec!r}", requirement="CODEC-START-UNKNOWN-CODEC")
-        _codec_error_named(ctx, reply, f"start with input codec {codec!r}", "CODEC-NON-AVRO-ENVELOPE-422")
-        probe = await ctx.client.control("GET", f"/workflows/{wid}")
-        ctx.expect(
-            probe,
-            404,
-            what=f"describe after the rejected start with codec {codec!r} (no run is created)",
-            requirement="CODEC-START-UNKNOWN-CODEC",
-        )
-        # Nothing was reserved either: the same workflow id now starts normally.
-        ctx.expect(
-            await ctx.client.control("POST", "/workflows", {**body, "input": ctx.envelope(["ok"])}),
-            201,
-            what="a valid start with the id of the rejected one",
-            requirement="CODEC-START-UNKNOWN-CODEC",
-        )
-
-
-@check("CODEC-CHECK-BEFORE-DECODE", "CODEC-NON-AVRO-ENVELOPE-422")
-async def command_envelope_codec_checked(ctx: CheckContext) -> None:
-    """Command result/arguments envelopes with a codec other than avro (around a valid Avro frame) are 422
-    unsupported_payload_codec: and apply nothing."""
-    run = await leased_run(ctx)
-    frame = encode_blob(["valid", "avro"])
-    cases: list[tuple[str, dict[str, Any]]] = [
-        (
-            "complete_workflow.result codec json",
-            {"type": "complete_workflow", "result": {"codec": "json", "blob": frame}},
-        ),
-        (
-            "record_side_effect.result codec php",
-            {"type": "record_side_effect", "result": {"codec": "php", "blob": frame}},
-        ),
-        (
-            "schedule_activity.arguments codec json",
-            {
-                "type": "schedule_activity",
-                "activity_type": "conformance.Codec",
-                "arguments": {"codec": "json", "blob": frame},
-            },
-        ),
-        (
-            "continue_as_new.arguments codec base64",
-            {"type": "continue_as_new", "arguments": {"codec": "base64", "blob": frame}},
-        ),
-    ]
-
-    def judge(reply: Reply, what: str) -> None:
-        ctx.expect(reply, 422, what=what, requirement="CODEC-NON-AVRO-ENVELOPE-422")
-        _codec_error_named(ctx, reply, what, "CODEC-NON-AVRO-ENVELOPE-422")
-
-    batches = _batches((what, [_side_effect("before"), command]) for what, command in cases)
-    await _refused_without_effect(
-        ctx, run, batches, judge, "a batch with a non-avro envelope", "CODEC-CHECK-BEFORE-DECODE"
-    )
-    ctx.expect(
-        await ctx.complete(run.task, [{"type": "complete_workflow", "result": ctx.envelope("ok")}]),
-        200,
-        what="the same task completed with an avro envelope",
-        requirement="COMMANDS-RETRY-AFTER-REJECT",
-    )
-
-
-@check("CODEC-NON-AVRO-ENVELOPE-422")
-async def activity_envelope_codec_checked(ctx: CheckContext) -> None:
-    """An activity result or failure-details envelope with codec json is 422 unsupported_payload_codec:; the
-    attempt stays open."""
-    run = await leased_run(ctx)
-    task = await leased_activity(ctx, run, activity_type="conformance.Codec")
-    base = {"activity_attempt_id": task.get("activity_attempt_id"), "lease_owner": run.worker}
-    frame = encode_blob("result")
-    path = f"/activity-tasks/{task['task_id']}"
-    reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "json", "blob": frame}})
-    ctx.expect(reply, 422, what="activity complete with result codec json")
-    _codec_error_named(ctx, reply, "activity complete with result codec json", "CODEC-NON-AVRO-ENVELOPE-422")
-    reply = await ctx.client.worker(
-        f"{path}/fail", {**base, "failure": {"message": "x", "details": {"codec": "json", "blob": frame}}}
-    )
-    ctx.expect(reply, 422, what="activity fail with details codec json")
-    _codec_error_named(ctx, reply, "activity fail with details codec json", "CODEC-NON-AVRO-ENVELOPE-422")
-    reply = await ctx.client.worker(f"{path}/complete", {**base, "result": {"codec": "avro", "blob": frame}})
-    ctx.expect(reply, 200, what="the attempt completed with an avro result after the rejections")
-
-
-@check("CODEC-SIGNAL-MALFORMED")
-async def signal_with_malformed_frame(ctx: CheckContext) -> None:
-    """A signal whose input is a malformed golden frame is 422 (never 5xx) and records no SignalReceived."""
-    golden = schemas.load_json("avro/avro-value-v1-golden.json")
-    queue = ctx.uid("q")
-    await ctx.register(queue)
-    wid, rid = await ctx.start(queue)
-    for frame in golden["malformed_frames"]:
-        reply = await ctx.client.control(
-            "POST",
-            f"/workflows/{wid}/signal/conformance",
-            {"input": {"codec": "avro", "blob": frame["wire_base64"]}},
-        )
-        ctx.expect(reply, 422, what=f"signal with malformed frame {frame['name']} ({frame['error']})")
-    events = await ctx.history(wid, rid)
-    ctx.require_counts(events, {"SignalReceived": 0}, "a rejected signal records no SignalReceived")
-    # The control: a well-formed signal is recorded, so the history above could have shown one.
-    ok = await ctx.client.control("POST", f"/workflows/{wid}/signal/conformance", {"input": ctx.envelope(["ok"])})
-    ctx.expect(ok, 202, what="a well-formed signal")
-    events = await ctx.history(wid, rid)
-    ctx.require_counts(events, {"SignalReceived": 1}, "the well-formed signal is recorded exactly once")
+        await judge_task_history(ctx, task, [Accepted(Kind.START)], inline=None, page_size=1000)

@@ -1,5 +1,15 @@
 """History: sequences, poll-inline paging, the history route's cursors, compression, and one terminal event
-per run and per activity attempt (PROTOCOL.md §8.2, §8.4, §8.5; invariants 29, 41, 45-48, 69)."""
+per run and per activity attempt (§8.2, §8.4, §8.5; invariants 29, 41, 45-48, 69).
+
+Multi-step histories are read back in full too. A bug that shows only after a particular sequence of steps — a
+signal accepted while the run's task was leased, a second update, a redelivery after expiry — passes every check
+that builds a one-step history. The read-back checks make one such history on purpose, read it back in full
+(every page, following the cursor) and hand it to the history oracle (:mod:`suite.protocol.oracle`) with what
+the target acknowledged, in order (``suite.worlds.judge_task_history``). The state machines make the same
+histories at random and judge them the same way; these checks make them in every run, in a few requests, so a
+server broken in one of them fails in seconds. The same is done for a chain of continuations
+(``commands.py``) and a retry after a heartbeating attempt (``activities.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +22,19 @@ from suite.client import Reply
 from suite.context import CheckContext
 from suite.outcomes import NotCovered
 from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
+from suite.protocol.oracle import Accepted, Kind
 from suite.registry import check
-from suite.worlds import LeasedRun, lease_wf, leased_run, next_activity
+from suite.worlds import (
+    PAGINATION,
+    READY_WITHIN,
+    WF_LEASE,
+    LeasedRun,
+    judge_task_history,
+    lease_wf,
+    leased_run,
+    next_activity,
+    wait_out_lease,
+)
 
 _STATUS_OF = {
     "WorkflowCompleted": "completed",
@@ -717,3 +738,82 @@ async def compression_prefers_gzip(ctx: CheckContext) -> None:
             received=got[0] if got else "not compressed",
             replies=[probe, reply],
         )
+
+
+SIGNALS = "SIGNAL-RECORDED-AND-WAKES"
+
+
+UPDATES = "UPDATE-ACCEPTED-RECORDED"
+
+
+# A long timer: the batch is non-terminal and nothing wakes the run while the check runs.
+PARK = {"type": "start_timer", "delay_seconds": 3600}
+
+
+async def _signal(ctx: CheckContext, workflow_id: str, name: str, what: str) -> Accepted:
+    reply = await ctx.client.control("POST", f"/workflows/{workflow_id}/signal/{name}", {"input": [name]})
+    ctx.expect(reply, 202, what=what, requirement=SIGNALS)
+    return Accepted(Kind.SIGNAL, name)
+
+
+async def _update(ctx: CheckContext, workflow_id: str, what: str) -> Accepted:
+    body = {"input": [1], "wait_for": "accepted"}
+    reply = await ctx.client.control("POST", f"/workflows/{workflow_id}/update/bump", body)
+    answer = ctx.expect(reply, 202, what=what, requirement=UPDATES)
+    update_id = answer.get("update_id")
+    ctx.require(
+        isinstance(update_id, str) and bool(update_id),
+        "an accepted update's answer names its update_id",
+        expected="a string",
+        received=update_id,
+        replies=[reply],
+        requirement=UPDATES,
+    )
+    return Accepted(Kind.UPDATE, str(update_id))
+
+
+@check(PAGINATION, SIGNALS, UPDATES)
+async def signal_and_update_during_lease_read_next(ctx: CheckContext) -> None:
+    """A signal and an update accepted while the run's workflow task is leased are in the history of the next
+    task, exactly once, read in full over pages of 2 (inline) and 3, by either cursor."""
+    run = await leased_run(ctx)
+    accepted = [Accepted(Kind.START)]
+    accepted.append(await _signal(ctx, run.workflow_id, ctx.uid("sig"), "a signal while the task is leased"))
+    accepted.append(await _update(ctx, run.workflow_id, "an update while the task is leased"))
+    ctx.expect(await ctx.complete(run.task, [PARK]), 200, what="the leased task's complete (a long timer)")
+    accepted.append(Accepted(Kind.TIMER))
+    task = await lease_wf(ctx, run.worker, run.queue, history_page_size=2)
+    ctx.require_equal(task.get("run_id"), run.run_id, "the news of the lease wakes the run with a task of its own")
+    await judge_task_history(ctx, task, accepted, inline=2, page_size=3)
+
+
+@check(PAGINATION, UPDATES)
+async def several_updates_read_once_each(ctx: CheckContext) -> None:
+    """Three updates accepted on a waiting run are each in its next task's history exactly once, with no event
+    repeated, read in full as the poll's default inline page (and the pages after it, if any)."""
+    run = await leased_run(ctx)
+    ctx.expect(await ctx.complete(run.task, [PARK]), 200, what="the first task's complete (a long timer)")
+    accepted = [Accepted(Kind.START), Accepted(Kind.TIMER)]
+    for n in (1, 2, 3):
+        accepted.append(await _update(ctx, run.workflow_id, f"update {n} of 3 on a waiting run"))
+    task = await lease_wf(ctx, run.worker, run.queue)
+    await judge_task_history(ctx, task, accepted, inline=None, page_size=100)
+
+
+@check(PAGINATION, SIGNALS, "EXPIRY-REDELIVER-SAME-TASK", slow=True)
+async def redelivery_reads_the_current_history(ctx: CheckContext) -> None:
+    """A workflow task redelivered after its lease expired shows the history as it is now: a signal accepted
+    during the expired lease is there once, and every sequence up to last_history_sequence."""
+    run = await leased_run(ctx)
+    accepted = [Accepted(Kind.START), await _signal(ctx, run.workflow_id, ctx.uid("sig"), "a signal while leased")]
+    reply = await ctx.wf_call(run.task, "heartbeat")
+    body = ctx.expect(reply, 200, what="the holder's heartbeat (its lease's end, on the target's clock)")
+    lease = await wait_out_lease(ctx, body, reply, WF_LEASE, what="the holder's heartbeat answer")
+    task = await lease_wf(ctx, run.worker, run.queue, within=lease + READY_WITHIN, history_page_size=2)
+    ctx.require_equal(
+        (task.get("task_id"), task.get("run_id")),
+        (run.task.get("task_id"), run.run_id),
+        "the expired task is the one redelivered",
+        requirement="EXPIRY-REDELIVER-SAME-TASK",
+    )
+    await judge_task_history(ctx, task, accepted, inline=2, page_size=2)

@@ -151,7 +151,8 @@ def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> N
         results = json.loads((Path(m.report).parent / "results.json").read_text(encoding="utf-8"))
         output = (Path(m.report).parents[2] / "pytest.log").read_text(encoding="utf-8")
         if m.name in history_bugs:
-            # A history bug is found by a plain check too (suite/checks/read_back.py), not only by its machine.
+            # A history bug is found by a plain check too (the read-back checks of suite/checks/history.py), not
+            # only by its machine.
             by_checks = {c["failed_requirement"] for c in results["checks"] if c["kind"] == "check"}
             assert set(m.expected) <= by_checks, (m.name, sorted(by_checks - {None}))
         for requirement in m.expected:
