@@ -174,6 +174,7 @@ class Record:
     fault_reruns: int = 0
     indeterminate: tuple[str, ...] = ()
     ledger: Mapping[str, int] | None = None  # machines: how often each hard state was reached
+    cells: Mapping[str, int] | None = None  # machines: how often each coverage cell was hit
     budget: Mapping[str, Any] | None = None  # machines: examples, steps, seed, shrink
     replay: str | None = None  # machines: the replay bundle of a failure
     fuzz: FuzzStats | None = None

@@ -746,9 +746,11 @@ def progress_line(area: str, records: list[Record]) -> str:
         ledger = next((r.ledger for r in records if r.ledger is not None), {}) or {}
         budget = next((r.budget for r in records if r.budget), {}) or {}
         reached = plural(sum(1 for v in ledger.values() if v), "hard state")
+        cells = next((r.cells for r in records if r.cells is not None), {}) or {}
+        hit = plural(sum(1 for v in cells.values() if v), "coverage cell")
         return (
             f"machine {name}: {judged} — {_counted(budget.get('examples'), 'example')} × "
-            f"{_counted(budget.get('steps'), 'step')}, {reached} reached, {seconds:.1f} s"
+            f"{_counted(budget.get('steps'), 'step')}, {reached} and {hit} reached, {seconds:.1f} s"
         )
     if kind == Kind.FUZZ.value:
         cases = sum(r.fuzz.cases for r in records if r.fuzz)

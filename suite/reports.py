@@ -123,6 +123,8 @@ def terminal_lines(results: dict[str, Any], report_dir: str | None, width: int =
             cover = f" — to cover it: {req['setting']}" if req["setting"] else ""
             lines += wrap(f"NOT COVERED {req['id']} ({req['level']}): {req['reason']}{cover}", width, "  ")
     lines += wrap(capability_line(results), width, "  ")
+    for line in coverage_lines(results):
+        lines += wrap(line, width, "  ")
     auth = results["target"].get("auth")
     if auth is not None and not auth.get("enabled"):
         lines += wrap(f"auth: {auth['summary']}", width, "  ")
@@ -151,6 +153,24 @@ def capability_line(results: dict[str, Any]) -> str:
     if not missing:
         return f"{head}, every one exercised"
     return f"{head}; never exercised: {'; '.join(missing)}"
+
+
+def coverage_lines(results: dict[str, Any]) -> list[str]:
+    """One line per entity of the coverage matrix with cells in this run: reached (hits), ruled out, not reached."""
+    out = []
+    for row in results.get("coverage_matrix") or []:
+        reached = row["reached"]
+        total = len(reached) + len(row["not_reached"])
+        if not row["applicable"] and not reached:
+            continue
+        line = (
+            f"coverage {row['entity']}: {len(reached)}/{total} cells reached ({sum(reached.values())} hits), "
+            f"{len(row['ruled_out'])} ruled out, {len(row['not_reached'])} not reached"
+        )
+        if row.get("impossible_hits"):
+            line += f"; hit though ruled out (a classifier bug of the suite): {', '.join(row['impossible_hits'])}"
+        out.append(line)
+    return out
 
 
 def _terminal_failure(req: dict[str, Any], width: int, report_dir: str | None) -> list[str]:
@@ -466,6 +486,35 @@ def _capability_section(results: dict[str, Any]) -> str:
     )
 
 
+def _coverage_section(results: dict[str, Any]) -> str:
+    rows = results.get("coverage_matrix") or []
+    if not rows:
+        return ""
+    e = html.escape
+    parts = []
+    for row in rows:
+        cells = [(k, "reached", str(n), "#1a7f37") for k, n in row["reached"].items()]
+        cells += [(k, "not reached", "", "#cf222e") for k in row["not_reached"]]
+        cells += [(k, "ruled out", why, "#57606a") for k, why in row["ruled_out"].items() if k not in row["reached"]]
+        body = "".join(
+            f"<tr><td><code>{e(k)}</code></td><td style='color:{color};font-weight:600'>{e(state)}</td>"
+            f"<td>{e(detail)}</td></tr>"
+            for k, state, detail, color in cells
+        )
+        scope = "" if row["applicable"] else " (capability not advertised)"
+        parts.append(
+            f"<details><summary>{e(row['entity'])}{e(scope)}: {len(row['reached'])} reached, "
+            f"{len(row['not_reached'])} not reached, {len(row['ruled_out'])} ruled out</summary>"
+            f"<table><thead><tr><th>Cell (entity/state/operation/actor)</th><th>State</th><th>Hits, or why ruled "
+            f"out</th></tr></thead><tbody>{body}</tbody></table></details>"
+        )
+    return (
+        "<h2 id='coverage-matrix'>Coverage matrix</h2><p>For each entity with a lifecycle, every cell of state × "
+        "operation or event × actor: how often the machines hit it, the cells the protocol rules out and why, and "
+        f"the cells no machine reached.</p>{''.join(parts)}"
+    )
+
+
 def _ledger_section(ledgers: dict[str, dict[str, int]]) -> str:
     if not ledgers:
         return ""
@@ -510,6 +559,7 @@ white-space:pre-wrap}}code.id,td.section,td.verdict{{white-space:nowrap}}#run th
 {_not_covered(results)}
 {_requirements(results)}
 {_capability_section(results)}
+{_coverage_section(results)}
 {_fuzz_section(results)}
 {_ledger_section(results.get("coverage_ledger") or {})}
 {render_mutants_section(mutants) if mutants else ""}

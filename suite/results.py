@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import suite
+from suite.protocol.coverage import EntityRow, matrix
 from suite.protocol.promises import CapabilityRow, ledger, unexercised
 from suite.protocol.requirements import REGISTRY, Level, applicable
 
@@ -40,6 +41,7 @@ __all__ = [
     "aggregate",
     "build_results",
     "capability_ledger",
+    "coverage_matrix",
     "decide",
     "headline",
     "summarize",
@@ -161,6 +163,16 @@ def capability_ledger(
             if req_id in REGISTRY and _as_seen_by(rec, req_id).verdict in _EXERCISING:
                 counts[req_id] += 1
     return ledger(capabilities, counts, certified_minor)
+
+
+def coverage_matrix(capabilities: Mapping[str, Any], records: Iterable[Record]) -> tuple[EntityRow, ...]:
+    """The coverage matrix of a run (``suite.protocol.coverage``): the cells every machine hit, summed over
+    machines (each machine's records all carry its whole run, so one record per machine counts)."""
+    per_machine = {r.check: r.cells for r in records if r.cells is not None}
+    hits: Counter[str] = Counter()
+    for cells in per_machine.values():
+        hits.update({k: int(v) for k, v in cells.items()})
+    return matrix(hits, capabilities)
 
 
 def _unexercised_lines(rows: Iterable[CapabilityRow]) -> list[str]:
@@ -315,9 +327,10 @@ def build_results(
         "completeness": completeness.to_json(),
         "summary": summary,
         "requirements": rows,
-        "checks": [{k: v for k, v in r.to_json().items() if k != "exchanges"} for r in records],
+        "checks": [{k: v for k, v in r.to_json().items() if k not in ("exchanges", "cells")} for r in records],
         "capability_ledger": [row.to_json() for row in capabilities],
         "coverage_ledger": _ledgers(records),
+        "coverage_matrix": [row.to_json() for row in coverage_matrix(target.server_capabilities, records)],
         "fuzz_statistics": [r.fuzz.__dict__ | {"statuses": dict(r.fuzz.statuses)} for r in records if r.fuzz],
     }
     summary["headline"] = headline(results)

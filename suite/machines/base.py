@@ -44,14 +44,16 @@ from hypothesis.stateful import RuleBasedStateMachine
 from suite.client import ProtocolClient, Reply
 from suite.context import CheckContext, TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
+from suite.protocol.coverage import Actor, cell_key, known_cell
 from suite.protocol.errors import Violation
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, judge_history, page_of
 
+from .cells import run_state
 from .world import CLOSE_EVENTS, RunShadow
 
-__all__ = ["ESCAPED", "EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
+__all__ = ["CELLS", "ESCAPED", "EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
 
 R = TypeVar("R")
 RunT = TypeVar("RunT", bound=RunShadow)
@@ -62,6 +64,8 @@ EXPIRY_STEP = timedelta(milliseconds=10)
 
 # How often each hard state was reached in this process, per machine (the coverage ledger).
 LEDGER: dict[str, Counter[str]] = {}
+# How often each cell of the coverage model (suite.protocol.coverage) was hit in this process, per machine.
+CELLS: dict[str, Counter[str]] = {}
 # Every violation a machine raised in this process, in order: under --faults a failing sequence may not fail
 # again when Hypothesis replays it (the faults differ), and the first violation is then the evidence.
 FOUND: list[CheckFailure] = []
@@ -172,6 +176,7 @@ class MachineBase(RuleBasedStateMachine):
         self.queue = self.ctx.uid("q")
         self.workers: list[str] = []
         self.ledger = LEDGER.setdefault(self.name, Counter())
+        self.cells = CELLS.setdefault(self.name, Counter())
         self.touched: set[str] = set()  # run ids whose history changed since the last history check
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
         self.acks: dict[str, list[Accepted]] = {}
@@ -229,6 +234,26 @@ class MachineBase(RuleBasedStateMachine):
 
     def reached(self, state: str) -> None:
         self.ledger[state] += 1
+
+    def hit(self, entity: str, state: str, operation: str, actor: Actor) -> None:
+        """Count a judged exchange in its coverage cell: the entity's state as the model tracked it when the call
+        left (or as the answer settled it), the operation, and who made it. A cell the model does not have is the
+        machine's own bug (``ValueError``); the unit tests drive every classifier."""
+        key = cell_key(entity, state, operation, actor)
+        if not known_cell(key):
+            raise ValueError(f"{type(self).__name__} hit {key}, which is not a cell of the coverage model")
+        self.cells[key] += 1
+
+    def run_generation(self, run: RunShadow) -> int:
+        """The run's number within its workflow (> 1: it began with a continue-as-new); machines that follow
+        continue-as-new chains say more."""
+        return 1
+
+    def hit_run(self, run: RunShadow, operation: str, actor: Actor) -> None:
+        """Count an exchange about ``run`` in its cell (its state before the exchange changed it)."""
+        state = run_state(run, self.run_generation(run))
+        if state is not None:
+            self.hit("run", state, operation, actor)
 
     def violation(
         self,
@@ -443,6 +468,7 @@ class MachineBase(RuleBasedStateMachine):
                 )
             with self.judged():
                 judge_history(events, self.acks.get(run_id, []))
+            self.hit_run(run, "read_history", Actor.OPERATOR)
             if judge is not None:
                 judge(run, events)
         note(f"checked {len(self.touched)} run histories")

@@ -30,7 +30,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import ESCAPED, FOUND, LEDGER, UNKNOWN, MachineBase
+from .base import CELLS, ESCAPED, FOUND, LEDGER, UNKNOWN, MachineBase
 
 __all__ = ["MachineBudget", "MachineResult", "run_machine"]
 
@@ -58,6 +58,7 @@ def run_machine(
 ) -> MachineResult:
     """Run ``cls`` against ``target`` within ``budget``; one record per requirement the machine judges."""
     LEDGER[cls.name] = Counter()
+    CELLS[cls.name] = Counter()
     FOUND.clear()
     ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
     started = time.monotonic()
@@ -77,8 +78,16 @@ def run_machine(
             bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
         message = _message(outcome, failure, steps)
     ledger = dict(LEDGER.get(cls.name, Counter()))
+    hits = dict(sorted(CELLS.get(cls.name, Counter()).items()))
     seconds = round(time.monotonic() - started, 3)
-    base = Record(Kind.MACHINE, f"machine:{cls.name}", doc=_first_line(cls), duration_seconds=seconds, ledger=ledger)
+    base = Record(
+        Kind.MACHINE,
+        f"machine:{cls.name}",
+        doc=_first_line(cls),
+        duration_seconds=seconds,
+        ledger=ledger,
+        cells=hits,
+    )
     base = replace(base, budget=dict(budget.__dict__))
     records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)

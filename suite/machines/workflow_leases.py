@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, invariant, multiple, precondition, rule
 
 from suite.client import Reply
+from suite.protocol.coverage import Actor
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
 
 from .base import EXPIRY_STEP, MachineBase, Polled
+from .cells import run_state, task_actor, task_state
 from .world import RunShadow, TaskShadow, workflow_view
 
 __all__ = ["WorkflowLeaseMachine"]
@@ -50,6 +52,8 @@ BATCH_EVENTS = {
     "complete": RunEvent.BATCH_COMPLETE,
     "fail_workflow": RunEvent.BATCH_FAIL,
 }
+# The run operation (suite.protocol.coverage) a valid batch of the complete rule is.
+BATCH_OPERATIONS = {"timer": "open_waits", "complete": "complete_workflow", "fail_workflow": "fail_workflow"}
 BATCH_KINDS = {"timer": Kind.TIMER, "complete": Kind.COMPLETE, "fail_workflow": Kind.FAIL}
 
 
@@ -116,6 +120,27 @@ class WorkflowLeaseMachine(MachineBase):
         self.chains = 0
         self.redeliveries_read = 0
         self.successor: dict[str, RunShadow] = {}  # run id -> the run it continued as
+        self.lapsed: set[tuple[str, int]] = set()  # (task, attempt) whose lease lapse the machine has counted
+
+    # -- coverage cells ------------------------------------------------------------------------------
+
+    def hit_task(self, task: TaskM, operation: str, actor: Actor, at: datetime, got: str | None = None) -> None:
+        """Count an exchange about ``task`` in its cell (the state when the call left at ``at``)."""
+        state = task_state(task, task.run, at, self.MARGIN, got)
+        if state is not None:
+            self.hit("workflow_task", state, operation, actor)
+            if state == "lease_expired":
+                self.hit_lapse(task)
+
+    def hit_lapse(self, task: TaskM) -> None:
+        """The server's clock let the lease of this attempt lapse (seen in an answer or a redelivery): once."""
+        key = (task.task_id, task.attempt)
+        if key not in self.lapsed:
+            self.lapsed.add(key)
+            self.hit("workflow_task", "redelivered" if len(set(task.holders)) > 1 else "leased", "lapse", Actor.CLOCK)
+
+    def run_generation(self, run: RunShadow) -> int:
+        return self.generation.get(run.run_id, 1)
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -212,6 +237,12 @@ class WorkflowLeaseMachine(MachineBase):
         if known is not None and redelivery:
             self.judge_redelivery(known, attempt, worker, received_at, reply)
             self.reached("lease_expired_redelivered")
+            # The lease had lapsed and the server's clock recovered the task; this poll took it over.
+            self.hit_lapse(known)
+            self.hit("workflow_task", "lease_expired", "recover", Actor.CLOCK)
+            self.hit("workflow_task", "lease_expired", "poll", task_actor(known, worker))
+        elif known is None and not run.uncertain:
+            self.hit("workflow_task", "ready", "poll", Actor.OTHER_WORKER)
         self.reached("lease_granted")
         expires = parse_rfc3339(task_obj.get("lease_expires_at"))
         if known is None:
@@ -334,6 +365,9 @@ class WorkflowLeaseMachine(MachineBase):
             task.uncertain = True
             return None
         got = self.judge(task, allowed, reply, verb)
+        self.hit_task(task, verb, task_actor(task, owner), at, got)
+        if who == "owner" and verb == "fail":
+            self.hit_run(task.run, "task_fail", Actor.HOLDER)
         if got == "lease_expired" and not task.uncertain:
             self.reached("lease_expired_on_report")
         if got == "run_closed":
@@ -400,6 +434,9 @@ class WorkflowLeaseMachine(MachineBase):
                 self.ack(task.run.run_id, BATCH_KINDS[batch], applied=Applied.MAYBE)
             return
         got = self.judge(task, allowed, reply, f"complete ({batch})")
+        self.hit_task(task, "complete", task_actor(task, owner), at, got)
+        if who == "owner" and batch in BATCH_OPERATIONS:
+            self.hit_run(task.run, BATCH_OPERATIONS[batch], Actor.HOLDER)
         self.touched.add(task.run.run_id)
         if got == "run_closed":
             self.reached("complete_on_closed_run")
@@ -428,7 +465,17 @@ class WorkflowLeaseMachine(MachineBase):
         if run.closed_reason == "continued" or run.workflow_id in self.continued:
             return  # its (maybe) new run is not known yet: the model could not tell which run the call closes
         was_open = run.open
-        closed = self.close_by_control(run, kind, "x") is not None and was_open
+        at = self.now()
+        before = [task_state(t, run, at, self.MARGIN) for t in self.task_by_id.values() if t.run is run]
+        run_before = run_state(run, self.run_generation(run))
+        answered = self.close_by_control(run, kind, "x") is not None
+        if answered:
+            if run_before is not None:
+                self.hit("run", run_before, kind, Actor.OPERATOR)
+            for state in before:
+                if state is not None:
+                    self.hit("workflow_task", state, "close_run", Actor.OPERATOR)
+        closed = answered and was_open
         if closed and any(t.run is run and t.status is TaskStatus.LEASED for t in self.task_by_id.values()):
             self.reached("closed_while_leased")
 
@@ -474,10 +521,16 @@ class WorkflowLeaseMachine(MachineBase):
     def signal(self, run: RunShadow) -> None:
         """Signal an open run (§12.2: 202 signal_received): every task leased after the answer shows it once."""
         name = self.ctx.uid("sig")
+        at = self.now()
+        before = [task_state(t, run, at, self.MARGIN) for t in self.task_by_id.values() if t.run is run]
         reply = self.call(self.client.control("POST", f"/workflows/{run.workflow_id}/signal/{name}", {"input": [name]}))
         if reply is None:
             self.ack(run.run_id, Kind.SIGNAL, name, applied=Applied.MAYBE, copies=2)
             return
+        self.hit_run(run, "signal", Actor.OPERATOR)
+        for state in before:
+            if state is not None:
+                self.hit("workflow_task", state, "signal", Actor.OPERATOR)
         self.touched.add(run.run_id)
         self.expect_signal_received(reply, run)
         self.ack(run.run_id, Kind.SIGNAL, name)
@@ -504,7 +557,8 @@ class WorkflowLeaseMachine(MachineBase):
     def continue_run(self, task: TaskM) -> TaskM | None:
         """Complete ``task`` with continue_as_new, then lease and read the new run's first task."""
         run = task.run
-        allowed = self.expected(task, task.owner, task.attempt, self.now())
+        at = self.now()
+        allowed = self.expected(task, task.owner, task.attempt, at)
         commands = [{"type": "continue_as_new", "arguments": self.ctx.envelope([run.run_id])}]
         reply = self.call(
             self.ctx.complete({"task_id": task.task_id}, commands, owner=task.owner, attempt=task.attempt)
@@ -515,7 +569,10 @@ class WorkflowLeaseMachine(MachineBase):
             self.continued[run.workflow_id] = run  # maybe continued: a lease may name its new run
             return None
         self.touched.add(run.run_id)
-        if self.judge(task, allowed, reply, "complete (continue_as_new)") != "ok":
+        answer = self.judge(task, allowed, reply, "complete (continue_as_new)")
+        self.hit_task(task, "complete", Actor.HOLDER, at, answer)
+        self.hit_run(run, "continue_as_new", Actor.HOLDER)
+        if answer != "ok":
             return None
         unsure = task.uncertain or run.uncertain
         task.step(TaskEvent.COMPLETE, unsure=unsure)
@@ -573,6 +630,7 @@ class WorkflowLeaseMachine(MachineBase):
             task.uncertain = True
             return
         got = self.judge(task, allowed, reply, f"stale {verb}")
+        self.hit_task(task, verb, task_actor(task, old.owner), at, got)
         if got == "ok" and not task.uncertain:
             raise self.violation(
                 "DISPATCH-LATE-EVENT-FENCED",

@@ -13,7 +13,7 @@ Machines extend these with what they track besides (a run's task slot, its activ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -90,6 +90,11 @@ class TaskShadow:
     expires: datetime
     status: TaskStatus = _BORN
     uncertain: bool = False
+    holders: list[str] = field(default_factory=list)  # every worker that leased it, in order (owner last)
+
+    def __post_init__(self) -> None:
+        if not self.holders:
+            self.holders.append(self.owner)
 
     def step(self, event: TaskEvent, *, unsure: bool = False) -> None:
         self.status = advance(WORKFLOW_TASK, self.status, event, unsure or self.uncertain)
@@ -103,6 +108,7 @@ class TaskShadow:
             self.step(TaskEvent.EXPIRE)
         self.step(TaskEvent.CLAIM, unsure=self.status is not TaskStatus.READY)
         self.owner, self.attempt, self.expires = owner, attempt, expires
+        self.holders.append(owner)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.task_id!r}#{self.attempt})"

@@ -72,6 +72,7 @@ __all__ = [
     "applicable_entities",
     "cell_key",
     "cells",
+    "known_cell",
     "matrix",
     "not_reached",
     "validate",
@@ -463,6 +464,14 @@ def cells(entity: Entity) -> tuple[Cell, ...]:
     )
 
 
+_ALL_KEYS: Final[frozenset[str]] = frozenset(c.key for e in ENTITIES for c in cells(e))
+
+
+def known_cell(key: str) -> bool:
+    """Whether ``key`` names a cell of the model (ruled out or not)."""
+    return key in _ALL_KEYS
+
+
 def applicable_entities(capabilities: Mapping[str, Any]) -> tuple[Entity, ...]:
     """The entities a target's advertised capabilities bring into a run."""
     return tuple(e for e in ENTITIES if e.capability is None or advertised(capabilities.get(e.capability)))
@@ -478,6 +487,11 @@ class EntityRow:
     not_reached: tuple[str, ...]
     ruled_out: Mapping[str, str]  # cell key -> why
 
+    @property
+    def impossible_hits(self) -> tuple[str, ...]:
+        """Ruled-out cells a machine said it hit: its classifier is wrong (never the target's failure)."""
+        return tuple(k for k in self.reached if k in self.ruled_out)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "entity": self.entity,
@@ -485,6 +499,7 @@ class EntityRow:
             "reached": dict(self.reached),
             "not_reached": list(self.not_reached),
             "ruled_out": dict(self.ruled_out),
+            "impossible_hits": list(self.impossible_hits),
         }
 
     def line(self) -> str:

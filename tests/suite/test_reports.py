@@ -258,7 +258,7 @@ def test_progress_lines_summarise_an_area_a_machine_and_a_fuzz_group() -> None:
         ledger={"a": 1, "b": 0}, budget={"examples": 8, "steps": 40},
     )  # fmt: skip
     line = progress_line("machine:m", [machine, machine])
-    assert line == "machine m: 2 passed — 8 examples × 40 steps, 1 hard state reached, 12.0 s"
+    assert line == "machine m: 2 passed — 8 examples × 40 steps, 1 hard state and 0 coverage cells reached, 12.0 s"
     fuzz = Record(
         Kind.FUZZ, "fuzz:op", "dw::fuzz::g", ("ROBUST-NO-5XX",), Verdict.PASSED, requests=30,
         fuzz=FuzzStats(operation="op", group="g", cases=12, seconds=2.0),

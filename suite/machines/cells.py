@@ -1,0 +1,61 @@
+"""Which coverage cell (:mod:`suite.protocol.coverage`) an exchange of a machine hits, from the shadows the machine
+already tracks and, where the model cannot tell on its own, the answer.
+
+Each classifier returns the cover state's name, or ``None`` when the shadow is a guess (a request about it went
+unanswered) or the moment is too close to a lease expiry for the model to say which side of it the call landed
+on and the answer does not settle it: such an exchange is judged but counted in no cell.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from suite.protocol.coverage import Actor
+from suite.protocol.lifecycles import RunStatus, TaskStatus
+
+from .world import RunShadow, TaskShadow
+
+__all__ = ["run_state", "task_actor", "task_state"]
+
+_CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
+
+
+def task_state(task: TaskShadow, run: RunShadow, now: datetime, margin: float, got: str | None = None) -> str | None:
+    """The workflow task's cover state when a call left at ``now`` (``got``: what it answered, if it did)."""
+    if task.uncertain or run.uncertain:
+        return None
+    if task.status in _CLOSED_TASK:
+        return _CLOSED_TASK[task.status]
+    if not run.open:
+        return "run_closed"  # cancelled or terminated with the task ready or leased: the task is closed with it
+    if task.status is TaskStatus.READY:
+        return "requeued" if task.holders else "ready"
+    if abs((task.expires - now).total_seconds()) < margin:
+        # Either side of the expiry: the answer says which, or nothing does.
+        if got == "lease_expired":
+            expired = True
+        elif got == "ok":
+            expired = False
+        else:
+            return None
+    else:
+        expired = task.expires <= now
+    if expired:
+        return "lease_expired"
+    return "redelivered" if len(set(task.holders)) > 1 else "leased"
+
+
+def task_actor(task: TaskShadow, worker: str) -> Actor:
+    """Who ``worker`` is to the task: its (last) holder, a holder before it, or a worker that never held it."""
+    if worker == task.owner:
+        return Actor.HOLDER
+    return Actor.FORMER_HOLDER if worker in task.holders else Actor.OTHER_WORKER
+
+
+def run_state(run: RunShadow, generation: int = 1) -> str | None:
+    """The run's cover state; ``generation`` is its run number (> 1: it began with a continue-as-new)."""
+    if run.uncertain:
+        return None
+    if generation > 1 and run.status is RunStatus.PENDING:
+        return "continued"  # the new run resuming, before its first workflow task completed
+    return run.status.value
