@@ -206,7 +206,8 @@ WORKFLOW_TASK_ENTITY: Final = Entity(
         _st("ready", _wt(_T.READY, _L.NONE), (_O,), "ready and never leased"),
         _st("requeued", _wt(_T.READY, _L.NONE), (_F, _O), "ready again after its lease expired or its holder left"),
         _st("leased", _wt(_T.LEASED, _L.LIVE), (_H, _O), "leased by its first holder, lease live"),
-        _st("lease_expired", _wt(_T.LEASED, _L.EXPIRED), (_H, _O), "the lease expired and no poll took it yet"),
+        # A redelivered lease can expire too, so a former holder may be about.
+        _st("lease_expired", _wt(_T.LEASED, _L.EXPIRED), _ALL_WORKERS, "the lease expired and no poll took it yet"),
         _st("redelivered", _wt(_T.LEASED, _L.LIVE), _ALL_WORKERS, "leased again, to another worker, after expiry"),
         _st("completed", _wt(_T.COMPLETED, _L.NONE), _ALL_WORKERS, "completed by its holder"),
         _st("failed", _wt(_T.FAILED, _L.NONE), _ALL_WORKERS, "failed by its holder"),
