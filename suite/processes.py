@@ -318,12 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     write.add_argument("--url", required=True)
     write.add_argument("--pid", type=int, required=True)
     write.add_argument("--log", required=True)
-    write.add_argument("server_command", nargs=argparse.REMAINDER, help="-- and the command that starts the server")
+    write.epilog = "After the options: -- and the command that starts the server (on the port it serves now)."
     stop = sub.add_parser("stop", help="stop the server a restart spec names")
     stop.add_argument("spec", type=Path)
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    # The server's command follows "--" whole: its own options are never this parser's.
+    given, command = (given[: given.index("--")], given[given.index("--") + 1 :]) if "--" in given else (given, [])
+    args = parser.parse_args(given)
     if args.command == "spec":
-        command = args.server_command[1:] if args.server_command[:1] == ["--"] else args.server_command
         if not command:
             parser.error("spec: give the server's command after --")
         print(write_restart_spec(args.spec, command=command, url=args.url, pid=args.pid, log=args.log))

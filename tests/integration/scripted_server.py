@@ -63,7 +63,16 @@ def scripted(folder: Path, *args: str, env: Mapping[str, str]) -> Iterator[Scrip
             pid = int((folder / "pid").read_text(encoding="utf-8"))
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                os.kill(pid, 0)  # raises once it is gone (init reaps it: the script detached it)
+            while time.monotonic() < deadline and _running(pid):
                 time.sleep(0.05)
-            os.kill(pid, signal.SIGKILL)
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (the script detached it: whoever reaps orphans here may be slow to, or never)."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

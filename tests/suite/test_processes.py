@@ -135,3 +135,50 @@ def test_the_wait_accepts_the_started_reference_server(tmp_path: Path) -> None:
         server.wait()
         assert server.stdout is not None
         server.stdout.close()
+
+
+def test_a_server_restarted_from_its_spec_is_killed_and_serves_again_on_its_port(tmp_path: Path) -> None:
+    """``spec`` records a running reference server; ``restart`` kills it with SIGKILL and starts the command again
+    on the same port and database (it answers what the first one wrote); ``stop`` stops the one started last."""
+    import json
+    import urllib.request
+
+    from suite.processes import read_url, stop_process
+
+    db, log = tmp_path / "dw.sqlite", tmp_path / "server.log"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        url = read_url(first, 30)
+        assert url is not None
+        body = json.dumps({"workflow_type": "t", "workflow_id": "kept", "task_queue": "q"}).encode()
+        headers = {"Content-Type": "application/json", "X-Durable-Workflow-Control-Plane-Version": "2"}
+        with urllib.request.urlopen(urllib.request.Request(url + "/api/workflows", body, headers), timeout=10) as r:
+            assert r.status == 201
+        spec = tmp_path / "restart.json"
+        again = [sys.executable, "-m", "reference_server", "--port", url.rsplit(":", 1)[1], "--db", str(db)]
+        cli = [sys.executable, "-m", "suite.processes"]
+        printed = subprocess.run(
+            [*cli, "spec", str(spec), "--url", url, "--pid", str(first.pid), "--log", str(log), "--", *again],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert printed.endswith(f"suite.processes restart {spec}")
+        done = subprocess.run([*cli, "restart", str(spec)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert first.wait(timeout=10) == -signal.SIGKILL
+        second = json.loads(spec.read_text(encoding="utf-8"))["pid"]
+        assert second != first.pid
+        describe = urllib.request.Request(url + "/api/workflows/kept", headers=headers)
+        with urllib.request.urlopen(describe, timeout=10) as r:
+            assert json.loads(r.read())["workflow_id"] == "kept"
+        assert subprocess.run([*cli, "stop", str(spec)], timeout=30).returncode == 0
+        stat = Path(f"/proc/{second}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie
+    finally:
+        stop_process(first)
