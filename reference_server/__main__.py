@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Deliberately break one protocol rule (for proving the conformance suite); repeatable. "
         "--fault list prints each name, its bug, the requirement IDs the suite must report, (for a bug only "
         "retried requests reveal) the suite's --faults spec and (for a bug only a multi-step history shows) the "
-        "state machine that kills it, tab-separated.",
+        "state machine that kills it and (for a bug too deep for a default run) the campaign that finds it, "
+        "tab-separated.",
     )
     p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
     return p
@@ -204,11 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # One line per fault: name, the bug, the requirement IDs the suite must report (comma-separated), for a
         # fault only a faulty network reveals the suite's --faults spec that kills it, and for one only a
-        # multi-step history shows the state machine that kills it (empty columns when neither applies).
+        # multi-step history shows the state machine that kills it, and the campaign that finds a deeper one (empty
+        # columns when none applies).
         for name, spec in sorted(FAULTS.items()):
             extra = (
                 f"\t{spec.proxy or ''}\t{spec.machine}" if spec.machine else (f"\t{spec.proxy}" if spec.proxy else "")
             )
+            if spec.campaign:  # and one too deep for a default run: how long a campaign of its machine finds it
+                extra += f"\t{spec.campaign}"
             print(f"{name}\t{spec.description}\t{','.join(spec.kills)}{extra}")
         return 0
     settings = settings_from_args(args)

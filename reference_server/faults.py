@@ -26,6 +26,8 @@ class Fault:
     # The state machine that kills it (a bug only a multi-step history shows): the kill matrix runs that
     # machine too, with the checks of the fault's requirements. None: the plain checks kill it.
     machine: str | None = None
+    # A bug too deep for the default budget: the kill matrix runs its machine as a campaign this long (--campaign).
+    campaign: str | None = None
 
 
 class _Switches(Protocol):
@@ -103,6 +105,13 @@ FAULTS: dict[str, Fault] = {
     "accept-stale-attempt": Fault(
         "Workflow-task heartbeat/complete/fail/history accept any workflow_task_attempt from the owner.",
         ("FENCE-ATTEMPT",),
+    ),
+    "third-attempt-takes-previous": Fault(
+        "From a workflow task's third attempt on (two lease expiries, two redeliveries), a completion by the current"
+        " owner naming the previous attempt is taken as the current attempt's (found by a campaign).",
+        ("FENCE-ATTEMPT",),
+        machine="workflow_leases",
+        campaign="3m",
     ),
     "claim-not-conditional": Fault(
         "The claim write is not conditional: a poll racing a claim (within 1 s) takes the same task and attempt.",

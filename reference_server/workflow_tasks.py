@@ -355,6 +355,10 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
         owner = view.lease_owner
     if fault(t.settings, "accept-stale-attempt") and view is not None:
         attempt = view.attempt
+    deep = view is not None and view.attempt >= 3 and owner == view.lease_owner and attempt == view.attempt - 1
+    if fault(t.settings, "third-attempt-takes-previous") and deep and "commands" in body:
+        assert view is not None
+        attempt = view.attempt  # the bug: an attempt behind by one, deep into redeliveries, passes the fence
     if fault(t.settings, "skip-run-closed-guard") and view is not None:
         view = dataclasses.replace(view, run_status=RunStatus.RUNNING)  # the bug: the run-closed row is skipped
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))

@@ -72,6 +72,8 @@ class Mutant:
     proxy: str | None = None
     # The state machine that kills it (a bug only a multi-step history shows): its run includes that machine.
     machine: str | None = None
+    # A bug too deep for a default run: its run is a campaign of that machine this long (--campaign).
+    campaign: str | None = None
 
 
 # The fault proxy's seed in the kill matrix: a fixed one, so a matrix run is reproducible.
@@ -200,15 +202,16 @@ def list_faults(python: str = sys.executable) -> list[Mutant]:
         if not line.strip():
             continue
         parts = line.split("\t")
-        if len(parts) not in (3, 4, 5) or not parts[2].strip():
+        if len(parts) not in (3, 4, 5, 6) or not parts[2].strip():
             raise RuntimeError(
                 f"--fault list printed {line!r}; expected name, description, requirement IDs, an optional "
-                "--faults spec and an optional state machine, tab-separated"
+                "--faults spec, an optional state machine and an optional campaign duration, tab-separated"
             )
         name, description, kills = parts[:3]
         proxy = parts[3].strip() if len(parts) >= 4 and parts[3].strip() else None
-        machine = parts[4].strip() if len(parts) == 5 and parts[4].strip() else None
-        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k), proxy, machine))
+        machine = parts[4].strip() if len(parts) >= 5 and parts[4].strip() else None
+        campaign = parts[5].strip() if len(parts) == 6 and parts[5].strip() else None
+        mutants.append(Mutant(name, description, tuple(k for k in kills.split(",") if k), proxy, machine, campaign))
     return mutants
 
 
@@ -303,6 +306,7 @@ def _run(
             f"--report-dir={workdir / 'reports'}",
             f"--restart-command={server.restart_command}",
             *_suite_options(requirements, proxy=proxy, machines=machines, selection=selection),
+            *(["--campaign", mutant.campaign] if mutant is not None and mutant.campaign else []),
         ]
         suite_started = time.monotonic()
         try:

@@ -178,6 +178,7 @@ class Record:
     budget: Mapping[str, Any] | None = None  # machines: examples, steps, seed, shrink
     replay: str | None = None  # machines: the replay bundle of a failure
     fuzz: FuzzStats | None = None
+    campaign: Mapping[str, Any] | None = None  # machines under --campaign or --example-db: what was spent, replayed
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

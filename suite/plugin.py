@@ -45,7 +45,7 @@ from .outcomes import (
     exit_status,
 )
 from .registry import TEST_ID_ROOT, Check, entries
-from .run import RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
+from .run import MACHINE_COUNT_KEY, RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
 from .text import plural
 
@@ -112,6 +112,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--format", default="text", metavar="text|json", help="--list-requirements: text or json")
     _add_target_options(group)
     _add_budget_options(group)
+    _add_campaign_options(group)
+
+
+def _add_campaign_options(group: Any) -> None:
+    group.addoption(
+        "--campaign",
+        default=None,
+        metavar="DURATION",
+        help="Run the state machines round after round (each round its own seed) until DURATION (20s, 10m, 2h) is "
+        "spent, a progress line every minute; the checks and fuzzing run once. Ends with the usual verdict and the "
+        "campaign's statistics",
+    )
+    group.addoption(
+        "--campaign-worker",
+        default=None,
+        metavar="I/N",
+        help="This worker's index among N identical workers (default: JOB_COMPLETION_INDEX of a Kubernetes "
+        "Indexed Job, else 0): each draws its own seeds; they share what they find through --example-db",
+    )
+    group.addoption(
+        "--campaign-progress", default=None, metavar="SECONDS", help="Seconds between progress lines (default 60)"
+    )
+    group.addoption(
+        "--example-db",
+        default=None,
+        metavar="URL",
+        help="The machines' example database: redis://HOST:PORT/DB (pip install 'hypothesis[redis]') or a "
+        "directory, keyed by suite build and target; its stored failures are replayed first (reached before the "
+        "first request: unreachable is a usage error)",
+    )
+    group.addoption(
+        "--example-db-readonly",
+        action="store_true",
+        default=False,
+        help="Replay what --example-db holds and never write to it (CI jobs)",
+    )
+    group.addoption(
+        "--example-db-target",
+        default=None,
+        metavar="NAME",
+        help="The target's name in --example-db (default: the server's name and version, and its URL)",
+    )
 
 
 def _add_target_options(group: Any) -> None:
@@ -584,6 +626,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    kinds = [getattr(getattr(item, "entry", None), "kind", None) for item in items]
+    config.stash[MACHINE_COUNT_KEY] = kinds.count(Kind.MACHINE)
     if not settings.area_order:
         target = config.stash.get(TARGET_KEY, None)
         timed = target is not None and target.time is not None and not target.time["test_clock_used"]
@@ -710,6 +754,9 @@ class Recorder:
         self.results = build_results(
             target, self.records, run, options=_options(self.config), completeness=completeness
         )
+        campaign = campaign_statistics(self.records, self.settings)
+        if campaign is not None:
+            self.results["campaign"] = campaign
         self.out_dir = write_reports(self.results, Path(self.settings.report_dir) / run["run_id"])
         if self.settings.certify:
             from .certify import write_manifest
@@ -733,6 +780,65 @@ class Recorder:
         width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 100)
         for line in terminal_lines(self.results, str(self.out_dir) if self.out_dir else None, width=width):
             terminalreporter.write_line(line)
+        for line in campaign_lines(self.results.get("campaign")):
+            terminalreporter.write_line(line)
+
+
+def campaign_statistics(records: list[Record], settings: RunSettings) -> dict[str, Any] | None:
+    """What a campaign (or a run given a database) spent and replayed, per machine and in all."""
+    if settings.campaign_seconds is None and settings.example_db is None:
+        return None
+    machines: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.kind is Kind.MACHINE and r.campaign is not None:
+            machines.setdefault(r.check.removeprefix("machine:"), dict(r.campaign))
+    seconds = sum(float(m.get("seconds", 0)) for m in machines.values())
+    examples = sum(int(m.get("examples", 0)) for m in machines.values())
+    requests = sum(int(m.get("requests", 0)) for m in machines.values())
+    minutes = seconds / 60 if seconds else 0.0
+    return {
+        "duration_seconds": settings.campaign_seconds,
+        "worker": settings.campaign_worker,
+        "workers": settings.campaign_workers,
+        "seed": settings.seed,
+        "example_db": settings.example_db,
+        "readonly": settings.example_db_readonly,
+        "machine_seconds": round(seconds, 1),
+        "examples": examples,
+        "requests": requests,
+        "examples_per_minute": round(examples / minutes, 1) if minutes else None,
+        "requests_per_minute": round(requests / minutes, 1) if minutes else None,
+        "rounds": sum(int(m.get("rounds", 0)) for m in machines.values()),
+        "failures": sum(int(m.get("failures", 0)) for m in machines.values()),
+        "replayed": sum(int(m.get("replayed", 0)) for m in machines.values()),
+        "still_failing": sum(int(m.get("still_failing", 0)) for m in machines.values()),
+        "fixed": sum(len(m.get("fixed", [])) for m in machines.values()),
+        "machines": machines,
+    }
+
+
+def campaign_lines(doc: dict[str, Any] | None) -> list[str]:
+    """The campaign's statistics under the verdict."""
+    if doc is None:
+        return []
+    workers = f"/{doc['workers']}" if doc.get("workers") is not None else ""
+    rate = (
+        f" ({doc['examples_per_minute']:g} examples and {doc['requests_per_minute']:g} requests a minute)"
+        if doc.get("examples_per_minute") is not None
+        else ""
+    )
+    lines = [
+        f"campaign (worker {doc['worker']}{workers}, seed {doc['seed']}): {plural(doc['rounds'], 'round')}, "
+        f"{plural(doc['examples'], 'example')}, {plural(doc['requests'], 'request')} in "
+        f"{doc['machine_seconds']:g} s of machines{rate}, {plural(doc['failures'], 'failure')} found",
+    ]
+    if doc.get("example_db"):
+        mode = "read only" if doc.get("readonly") else "read and written"
+        lines.append(
+            f"example database {doc['example_db']} ({mode}): {plural(doc['replayed'], 'stored failure')} replayed, "
+            f"{doc['still_failing']} still failing, {doc['fixed']} fixed"
+        )
+    return lines
 
 
 def progress_line(area: str, records: list[Record]) -> str:
@@ -791,6 +897,10 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "faults": settings.faults,
         "fault_seed": settings.fault_seed,
         "workers": getattr(config.option, "numprocesses", None),
+        "campaign": settings.campaign_seconds,
+        "campaign_worker": settings.campaign_worker,
+        "example_db": settings.example_db,
+        "example_db_readonly": settings.example_db_readonly,
         "worker_token": "<set>" if config.getoption("--worker-token") else None,
         "operator_token": "<set>" if config.getoption("--operator-token") else None,
         "auth_token": "<set>" if config.getoption("--auth-token") else None,

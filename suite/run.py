@@ -50,6 +50,7 @@ from .text import plural
 __all__ = [
     "FAULT_ATTEMPTS",
     "FAULT_RERUN_SECONDS",
+    "MACHINE_COUNT_KEY",
     "RECORD_KEY",
     "RUNNERS",
     "RUN_KEY",
@@ -66,6 +67,8 @@ RECORD_KEY = "dw_record"
 TARGET_KEY = pytest.StashKey[TargetInfo]()
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
 RUN_KEY = pytest.StashKey[dict[str, Any]]()  # run_id, started_at, seed, command line
+MACHINE_COUNT_KEY = pytest.StashKey[int]()  # the machine items this process runs (a campaign splits its time)
+_CAMPAIGN_KEY = pytest.StashKey[Any]()  # this process's suite.campaign.CampaignClock
 
 # Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
 # at most FAULT_ATTEMPTS times in all, and after the first few only while its attempts have taken less than
@@ -324,7 +327,52 @@ def run_machine_entry(entry: Check, target: TargetInfo, settings: RunSettings, c
         seed=settings.seed,
     )
     replay_dir = Path(settings.report_dir) / str(config.stash[RUN_KEY]["run_id"]) / "replay"
-    return [replace(r, doc=entry.doc) for r in run_machine(entry.subject, target, budget, replay_dir).records]
+    campaign = _campaign_of(target, settings, config)
+    result = run_machine(entry.subject, target, budget, replay_dir, campaign)
+    return [replace(r, doc=entry.doc) for r in result.records]
+
+
+def _campaign_of(target: TargetInfo, settings: RunSettings, config: pytest.Config) -> Any:
+    """The campaign a machine runs in (suite.machines.runner.Campaign), or None for a plain run."""
+    if settings.campaign_seconds is None and settings.example_db is None:
+        return None
+    from .campaign import CampaignClock, open_store, suite_build, target_identity
+    from .machines.runner import Campaign
+
+    clock = None
+    if settings.campaign_seconds is not None:
+        clock = config.stash.get(_CAMPAIGN_KEY, None)
+        if clock is None:
+            machines = config.stash.get(MACHINE_COUNT_KEY, 1)
+            clock = CampaignClock(settings.campaign_seconds, machines, settings.campaign_progress)
+            config.stash[_CAMPAIGN_KEY] = clock
+    try:
+        store = None if settings.example_db is None else open_store(settings.example_db, settings.example_db_readonly)
+    except ValueError as exc:  # reached when the run began: it went away since
+        raise HarnessError(f"--example-db={settings.example_db}: {exc}") from None
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        """A line on the terminal while the item runs (its own output is captured meanwhile)."""
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.ensure_newline()
+            reporter.write_line(line)
+
+    identity = target_identity(
+        target.cluster_info, target.upstream_url or target.url, target.embedded, settings.example_db_target
+    )
+    return Campaign(
+        store=store,
+        build=suite_build(),
+        target=identity,
+        clock=clock,
+        worker=settings.campaign_worker,
+        workers=settings.campaign_workers,
+        say=say,
+    )
 
 
 def run_fuzz_entry(entry: Check, target: TargetInfo, settings: RunSettings, config: pytest.Config) -> list[Record]:

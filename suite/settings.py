@@ -118,6 +118,14 @@ class RunSettings:
     restart_command: str | None = None  # --restart-command: kills the target hard and starts it again
     seed: int = 0
     narrowed_by: tuple[str, ...] = field(default=())
+    # --campaign: the machines run round after round until these seconds are spent (None: one round each).
+    campaign_seconds: float | None = None
+    campaign_progress: float = 60.0
+    campaign_worker: int = 0
+    campaign_workers: int | None = None
+    example_db: str | None = None  # --example-db: redis://… or a directory
+    example_db_readonly: bool = False
+    example_db_target: str | None = None
 
     def narrowing(self) -> list[str]:
         """Every option of this run that selects a part of the suite, as the user wrote it."""
@@ -271,7 +279,9 @@ def parse_settings(config: pytest.Config) -> RunSettings:
         raise pytest.UsageError("--namespace='': give the name of an existing namespace (default 'default')")
     _check_tokens(config)
     ids = _ids(config)
+    campaign = _campaign(config)
     settings = RunSettings(
+        **campaign,
         target=_target(str(_option(config, "--target"))),
         namespace=namespace.lower(),
         protocol_version=_minor(str(_option(config, "--protocol-version"))),
@@ -296,6 +306,41 @@ def parse_settings(config: pytest.Config) -> RunSettings:
     elif settings.sign_key is not None:
         raise pytest.UsageError(f"--sign-key={settings.sign_key}: signing needs --certify (only a bundle is signed)")
     return settings
+
+
+def _campaign(config: pytest.Config) -> dict[str, Any]:
+    """--campaign, --campaign-worker and the example database; the database is reached here (a Redis that does
+    not answer is the user's to fix, before the first request to the target)."""
+    from .campaign import open_store, parse_duration, parse_worker
+
+    out: dict[str, Any] = {}
+    raw = _option(config, "--campaign")
+    if raw is not None:
+        seconds = parse_duration(str(raw))
+        if seconds is None:
+            raise pytest.UsageError(f"--campaign={raw}: give a duration from 1s to 7 days, such as 20s, 10m or 2h")
+        out["campaign_seconds"] = seconds
+    progress = _option(config, "--campaign-progress")
+    if progress is not None:
+        out["campaign_progress"] = float(Limit("--campaign-progress", float, 1, 3600, "of seconds").parse(progress))
+    worker = parse_worker(_option(config, "--campaign-worker"), dict(os.environ))
+    if worker is None:
+        raw_worker = _option(config, "--campaign-worker")
+        shown = f"--campaign-worker={raw_worker}" if raw_worker is not None else "JOB_COMPLETION_INDEX"
+        raise pytest.UsageError(f"{shown}: give I/N with 0 <= I < N (the worker's index and the number of workers)")
+    out["campaign_worker"], out["campaign_workers"] = worker
+    url = _option(config, "--example-db")
+    readonly = bool(_option(config, "--example-db-readonly", False))
+    if url is None and readonly:
+        raise pytest.UsageError("--example-db-readonly: give the database to read with --example-db URL")
+    if url is not None:
+        try:
+            open_store(str(url), readonly)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--example-db={url}: {exc}") from None
+        out["example_db"], out["example_db_readonly"] = str(url), readonly
+    out["example_db_target"] = _option(config, "--example-db-target")
+    return out
 
 
 # The token options and the environment variable each defaults to.

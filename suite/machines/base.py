@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
+from hypothesis import event as _hypothesis_event
 from hypothesis import note as _hypothesis_note
 from hypothesis.errors import HypothesisException, InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine
@@ -53,7 +54,20 @@ from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, jud
 from .cells import run_state
 from .world import CLOSE_EVENTS, RunShadow
 
-__all__ = ["CELLS", "ESCAPED", "EXPIRY_STEP", "FOUND", "LEDGER", "UNKNOWN", "MachineBase", "Polled", "note", "race"]
+__all__ = [
+    "CELLS",
+    "ESCAPED",
+    "EXPIRY_STEP",
+    "FOUND",
+    "LEDGER",
+    "STATS",
+    "UNKNOWN",
+    "MachineBase",
+    "Polled",
+    "event",
+    "note",
+    "race",
+]
 
 R = TypeVar("R")
 RunT = TypeVar("RunT", bound=RunShadow)
@@ -77,6 +91,18 @@ UNKNOWN: list[Indeterminate] = []
 # this list keeps what it raised. The runner clears it before each run it judges and once the machine is judged
 # (it holds the examples' machines).
 ESCAPED: list[BaseException] = []
+# Examples begun and requests sent by the machines in this process (a campaign's statistics).
+STATS: Counter[str] = Counter()
+
+# The protocol outcomes a coverage-guided fuzzer may steer by, as Hypothesis events: a reason of an answer.
+OUTCOME_EVENTS = {
+    "lease_owner_mismatch": "fenced",
+    "workflow_task_attempt_mismatch": "stale attempt",
+    "query_task_attempt_mismatch": "stale attempt",
+    "stale_attempt": "stale attempt",
+    "stale_task": "stale attempt",
+    "lease_expired": "lease expired",
+}
 
 
 def note(text: str) -> None:
@@ -86,6 +112,13 @@ def note(text: str) -> None:
         _hypothesis_note(text)
     except InvalidArgument:
         print(text, file=sys.stderr)
+
+
+def event(text: str) -> None:
+    """A Hypothesis event (shown by --hypothesis-show-statistics, read by coverage-guided fuzzers); nothing outside
+    a Hypothesis run (a replay)."""
+    with contextlib.suppress(InvalidArgument):
+        _hypothesis_event(text)
 
 
 async def race(n: int, make: Callable[[int], Awaitable[R]]) -> list[R | BaseException]:
@@ -181,6 +214,7 @@ class MachineBase(RuleBasedStateMachine):
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
         self.acks: dict[str, list[Accepted]] = {}
         self.reads = 0
+        STATS["examples"] += 1
 
     @classmethod
     def bound(cls, target: TargetInfo) -> type[MachineBase]:
@@ -215,6 +249,8 @@ class MachineBase(RuleBasedStateMachine):
             note(f"no response (maybe applied): {exc}")
             return None
         note(reply.exchange.summary())
+        if reply.status != 200 and reply.reason in OUTCOME_EVENTS:
+            event(OUTCOME_EVENTS[reply.reason])
         return reply
 
     @staticmethod
@@ -233,6 +269,8 @@ class MachineBase(RuleBasedStateMachine):
     # -- verdicts ------------------------------------------------------------------------------------
 
     def reached(self, state: str) -> None:
+        if not self.ledger[state]:
+            event(f"cell reached: {self.name}.{state}")
         self.ledger[state] += 1
 
     def hit(self, entity: str, state: str, operation: str, actor: Actor) -> None:
@@ -557,6 +595,7 @@ class MachineBase(RuleBasedStateMachine):
         ending = sys.exc_info()[1]
         if isinstance(ending, Exception) and not isinstance(ending, HypothesisException) and self._raised_here(ending):
             ESCAPED.append(ending)
+        STATS["requests"] += len(self.client.exchanges)
         try:
             self.run(self.client.aclose())
         finally:

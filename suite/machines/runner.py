@@ -15,24 +15,29 @@ import textwrap
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, reject
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test, initialize
 
+from suite.campaign import CampaignClock, Store, check_program, worker_seed
 from suite.context import TargetInfo
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotCovered, Record, Verdict, broken
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import CELLS, ESCAPED, FOUND, LEDGER, UNKNOWN, MachineBase
+from .base import CELLS, ESCAPED, FOUND, LEDGER, STATS, UNKNOWN, MachineBase
 
-__all__ = ["MachineBudget", "MachineResult", "run_machine"]
+__all__ = ["Campaign", "MachineBudget", "MachineResult", "run_machine"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,21 @@ class MachineBudget:
 
 
 @dataclass
+class Campaign:
+    """What a run given --campaign or --example-db adds to a machine's run: the database (its Hypothesis keys and
+    the replays of the failures it holds), the clock of a campaign (None: one round), the worker's index, and
+    where the progress lines go."""
+
+    store: Store | None
+    build: str
+    target: str
+    clock: CampaignClock | None = None
+    worker: int = 0
+    workers: int | None = None
+    say: Callable[[str], None] = field(default=lambda line: None)
+
+
+@dataclass
 class MachineResult:
     records: list[Record]
     failed: bool
@@ -54,16 +74,35 @@ class MachineResult:
 
 
 def run_machine(
-    cls: type[MachineBase], target: TargetInfo, budget: MachineBudget, replay_dir: Path | None
+    cls: type[MachineBase],
+    target: TargetInfo,
+    budget: MachineBudget,
+    replay_dir: Path | None,
+    campaign: Campaign | None = None,
 ) -> MachineResult:
-    """Run ``cls`` against ``target`` within ``budget``; one record per requirement the machine judges."""
+    """Run ``cls`` against ``target`` within ``budget``; one record per requirement the machine judges. Given a
+    database, the failures it holds for this target and machine are replayed first; a still failing one is the
+    outcome, and exploration does not run."""
     LEDGER[cls.name] = Counter()
     CELLS[cls.name] = Counter()
     FOUND.clear()
     ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
     started = time.monotonic()
+    stats: dict[str, Any] = {}
+    replayed: dict[str, Any] | None = None
+    outcome: BaseException | None
+    examples_before, requests_before = STATS["examples"], STATS["requests"]
     try:
-        outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
+        if campaign is not None and campaign.store is not None:
+            replayed, stored = _replay_stored(cls, target, campaign, stats)
+        else:
+            stored = None
+        if stored is not None:
+            outcome, reported = stored
+        elif campaign is not None:
+            outcome, reported = _campaign(cls, target, budget, campaign, stats)
+        else:
+            outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
     finally:
         ESCAPED.clear()  # judged: the outcome is kept, not the machines of every example that ended
     failure = _failure_of(outcome)
@@ -73,10 +112,14 @@ def run_machine(
     if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
         message = outcome.reason
     elif outcome is not None:
-        steps = _steps(outcome, reported)
+        steps = replayed["steps"] if replayed is not None else _steps(outcome, reported)
         if replay_dir is not None:
             bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
         message = _message(outcome, failure, steps)
+        if replayed is not None:
+            message = f"{_stored_origin(replayed)} still fails on replay:\n{message}"
+        elif failure is not None and campaign is not None and campaign.store is not None and steps:
+            _keep_failure(cls, campaign, budget, failure, steps, stats)
     ledger = dict(LEDGER.get(cls.name, Counter()))
     hits = dict(sorted(CELLS.get(cls.name, Counter()).items()))
     seconds = round(time.monotonic() - started, 3)
@@ -89,32 +132,168 @@ def run_machine(
         cells=hits,
     )
     base = replace(base, budget=dict(budget.__dict__))
+    if campaign is not None:
+        stats.update(
+            examples=STATS["examples"] - examples_before,
+            requests=STATS["requests"] - requests_before,
+            seconds=seconds,
+            failures=int(failure is not None),
+            worker=campaign.worker,
+            workers=campaign.workers,
+            database=None if campaign.store is None else campaign.store.url,
+            readonly=campaign.store is not None and campaign.store.readonly,
+        )
+        base = replace(base, campaign=stats, requests=stats["requests"])
     records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)
 
 
-def _settings(budget: MachineBudget) -> hypothesis_settings:
+def _stored_origin(entry: dict[str, Any]) -> str:
+    worker = entry.get("worker")
+    who = f" by worker {worker}" if worker is not None else ""
+    return f"a stored failure (found {entry.get('found_at', 'earlier')}{who}, suite build {entry.get('build', '?')})"
+
+
+def _replay_stored(
+    cls: type[MachineBase], target: TargetInfo, campaign: Campaign, stats: dict[str, Any]
+) -> tuple[dict[str, Any] | None, tuple[BaseException, list[str]] | None]:
+    """Replay every failure the database holds for this target and machine: the first that still fails, with
+    what it raised; the ones that no longer fail are reported as fixed (and, when the database is written,
+    removed from it)."""
+    assert campaign.store is not None
+    entries = campaign.store.replays.entries(campaign.target, cls.name)
+    stats.update(replayed=len(entries), still_failing=0, fixed=[], unreadable=0)
+    for entry in entries:
+        try:
+            program = check_program(entry["steps"], cls.__name__)
+        except (SyntaxError, ValueError):
+            stats["unreadable"] += 1  # not a step program: never executed
+            continue
+        campaign.say(f"[dw] replaying {_stored_origin(entry)} of machine {cls.name}")
+        FOUND.clear()
+        exc = _replay(cls.bound(target), program)
+        if _failure_of(exc) is not None:
+            stats["still_failing"] += 1
+            assert exc is not None
+            return entry, (exc, [])
+        if exc is not None:  # the replay could not run through (an answer lost, the harness): no verdict either way
+            continue
+        stats["fixed"].append(entry.get("id"))
+        campaign.say(f"[dw] {_stored_origin(entry)} of machine {cls.name} no longer fails: fixed")
+        if not campaign.store.readonly:
+            campaign.store.replays.remove(campaign.target, cls.name, str(entry.get("id")))
+    return None, None
+
+
+def _replay(bound: type[MachineBase], program: Any) -> BaseException | None:
+    namespace: dict[str, Any] = {bound.__name__: bound}
+    try:
+        try:
+            exec(compile(program, "<stored replay>", "exec"), namespace)
+        finally:
+            state = namespace.get("state")
+            if isinstance(state, MachineBase):
+                state.teardown()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _keep_failure(
+    cls: type[MachineBase],
+    campaign: Campaign,
+    budget: MachineBudget,
+    failure: CheckFailure,
+    steps: str,
+    stats: dict[str, Any],
+) -> None:
+    """A failure found here, kept as its step program (a later build replays it too), unless read-only."""
+    assert campaign.store is not None
+    if campaign.store.readonly:
+        return
+    entry = {
+        "machine": cls.name,
+        "steps": steps,
+        "requirement": failure.requirement,
+        "message": str(failure).splitlines()[0] if str(failure) else "",
+        "found_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "build": campaign.build,
+        "seed": budget.seed,
+        "worker": campaign.worker,
+    }
+    stats["stored"] = campaign.store.replays.save(campaign.target, cls.name, entry)
+
+
+def _campaign(
+    cls: type[MachineBase], target: TargetInfo, budget: MachineBudget, campaign: Campaign, stats: dict[str, Any]
+) -> tuple[BaseException | None, list[str]]:
+    """Rounds of ``budget.examples`` examples, each round its own seed, until the machine's share of the campaign
+    is spent (one round without a campaign clock) or a round fails."""
+    database = None
+    if campaign.store is not None:
+        database = campaign.store.for_machine(campaign.build, campaign.target, cls.name)
+    bound = cls.bound(target)
+    clock = campaign.clock
+    share = clock.share() if clock is not None else 0.0
+    began = time.monotonic()
+    rounds = 0
+    outcome: BaseException | None = None
+    reported: list[str] = []
+    while True:
+        seed = worker_seed(budget.seed, campaign.worker, rounds) if clock is not None else budget.seed
+        outcome, reported = _explore(bound, target, replace(budget, seed=seed), cls.name, database)
+        rounds += 1
+        stats["rounds"] = rounds
+        if clock is not None and clock.due():
+            clock.last_line = time.monotonic()
+            campaign.say(_progress(cls.name, clock, campaign, outcome is not None))
+        if outcome is not None or clock is None or time.monotonic() - began >= share:
+            break
+    if clock is not None:
+        clock.machines_left -= 1
+    return outcome, reported
+
+
+def _progress(name: str, clock: CampaignClock, campaign: Campaign, failed: bool) -> str:
+    workers = f"/{campaign.workers}" if campaign.workers is not None else ""
+    cells = sum(1 for v in CELLS.get(name, Counter()).values() if v)
+    states = sum(1 for v in LEDGER.get(name, Counter()).values() if v)
+    reached = f"{plural(cells, 'coverage cell')} and {plural(states, 'hard state')} of {name}"
+    return (
+        f"[dw] campaign {clock.elapsed() / 60:.1f} of {clock.seconds / 60:.1f} min, worker {campaign.worker}{workers}: "
+        f"{plural(STATS['examples'], 'example')}, {plural(STATS['requests'], 'request')}, "
+        f"{plural(int(failed), 'failure')}, {reached} reached (machine {name})"
+    )
+
+
+def _settings(budget: MachineBudget, database: ExampleDatabase | None = None) -> hypothesis_settings:
+    phases = (Phase.generate, Phase.shrink) if budget.shrink else (Phase.generate,)
     return hypothesis_settings(
         max_examples=budget.examples,
         stateful_step_count=budget.steps,
         deadline=None,
-        database=None,
+        database=database,
         suppress_health_check=list(HealthCheck),
-        phases=(Phase.generate, Phase.shrink) if budget.shrink else (Phase.generate,),
+        # Given a database, the examples it holds for this build, target and machine run first.
+        phases=(Phase.reuse, *phases) if database is not None else phases,
         verbosity=Verbosity.normal,
         report_multiple_bugs=False,
     )
 
 
 def _explore(
-    bound: type[MachineBase], target: TargetInfo, budget: MachineBudget, name: str
+    bound: type[MachineBase],
+    target: TargetInfo,
+    budget: MachineBudget,
+    name: str,
+    database: ExampleDatabase | None = None,
 ) -> tuple[BaseException | None, list[str]]:
     """Run the examples; what the run raised (``None``: no violation) and what Hypothesis reported."""
     reported: list[str] = []
     faulty = target.fault_ledger is not None
     with with_reporter(lambda text: reported.append(str(text))):
         if not faulty:
-            outcome = _run(bound, budget.seed, _settings(budget))
+            outcome = _run(bound, budget.seed, _settings(budget, database))
             # A precondition reads the model, which the target's answers shape; when the target's timing makes
             # one choice sequence take two paths, Hypothesis' data tree raises Flaky* although nothing was
             # violated. That is neither a verdict nor a harness fault: the examples run again one by one —
@@ -362,6 +541,7 @@ recomputed by the pure model at every step, so the verdict means the same on eve
 import os
 import sys
 
+from suite.campaign import CampaignClock, Store, check_program, worker_seed
 from suite.context import TargetInfo
 from suite.target import probe_cluster_info
 from {module} import {cls.__name__} as _Machine

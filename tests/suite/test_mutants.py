@@ -141,7 +141,9 @@ def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> N
     assert all(m.without_proxy == "survived" for m in proxied), [(m.name, m.without_proxy) for m in proxied]
     assert matrix.correct_proxy is not None
     assert matrix.correct_proxy.verdict == "passed"
-    history_bugs = {f.name for f in list_faults() if f.machine is not None}
+    # A bug too deep for a default run is found by a campaign of its machine only (no plain check goes that deep).
+    history_bugs = {f.name for f in list_faults() if f.machine is not None and f.campaign is None}
+    assert any(f.campaign for f in list_faults())
     for m in matrix.mutants:
         assert m.as_expected, (m.name, m.verdict, m.failed, m.note)
         assert m.exit_code == 1, (m.name, m.exit_code)
