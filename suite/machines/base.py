@@ -189,6 +189,8 @@ class MachineBase(RuleBasedStateMachine):
     name: ClassVar[str] = "machine"
     # A workflow-task call within this many seconds of a lease expiry may land on either side.
     MARGIN: ClassVar[float] = 1.0
+    # Whether the runner runs :meth:`sweep` after the examples (when they found nothing).
+    SWEEPS: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -281,6 +283,9 @@ class MachineBase(RuleBasedStateMachine):
         if not known_cell(key):
             raise ValueError(f"{type(self).__name__} hit {key}, which is not a cell of the coverage model")
         self.cells[key] += 1
+
+    def sweep(self) -> None:
+        """A deterministic phase over the cells the examples left cold; machines with ``SWEEPS`` define it."""
 
     def run_generation(self, run: RunShadow) -> int:
         """The run's number within its workflow (> 1: it began with a continue-as-new); machines that follow

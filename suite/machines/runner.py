@@ -105,12 +105,20 @@ def run_machine(
             outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
     finally:
         ESCAPED.clear()  # judged: the outcome is kept, not the machines of every example that ended
+    swept = outcome is None and cls.SWEEPS
+    if swept:
+        outcome = _sweep(cls.bound(target), cls.name)
     failure = _failure_of(outcome)
     if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
         failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
     message, bundle = "", None
     if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
         message = outcome.reason
+    elif swept and outcome is not None:
+        # A deterministic phase, not a Hypothesis program: every run of the machine repeats it as it is.
+        message = _message(outcome, failure, "").replace(
+            "Minimal failing step program:", "Found by the sweep over the cells the examples left cold"
+        )
     elif outcome is not None:
         steps = replayed["steps"] if replayed is not None else _steps(outcome, reported)
         if replay_dir is not None:
@@ -264,6 +272,23 @@ def _progress(name: str, clock: CampaignClock, campaign: Campaign, failed: bool)
         f"{plural(STATS['examples'], 'example')}, {plural(STATS['requests'], 'request')}, "
         f"{plural(int(failed), 'failure')}, {reached} reached (machine {name})"
     )
+
+
+def _sweep(bound: type[MachineBase], name: str) -> BaseException | None:
+    """Run the machine's sweep over cold cells on a machine of its own; what it raised (``None``: nothing). A fault
+    that left an outcome unknown stops it without a verdict (the cells it did not reach stay not reached)."""
+    machine = bound()
+    try:
+        machine.sweep()
+    except Indeterminate:
+        LEDGER.setdefault(name, Counter())["sweep_stopped_by_faults"] += 1
+    except NotCovered:
+        LEDGER.setdefault(name, Counter())["sweep_not_possible"] += 1
+    except Exception as exc:
+        return exc
+    finally:
+        machine.teardown()
+    return None
 
 
 def _settings(budget: MachineBudget, database: ExampleDatabase | None = None) -> hypothesis_settings:

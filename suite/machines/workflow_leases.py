@@ -28,6 +28,7 @@ from suite.protocol.oracle import Applied, Kind
 
 from .base import EXPIRY_STEP, MachineBase, Polled
 from .cells import run_state, task_actor, task_state
+from .workflow_sweep import sweep_cold_cells
 from .world import RunShadow, TaskShadow, workflow_view
 
 __all__ = ["WorkflowLeaseMachine"]
@@ -76,6 +77,7 @@ class WorkflowLeaseMachine(MachineBase):
     waited-out leases and runs closed while leased, judged by the fencing model."""
 
     name = "workflow_leases"
+    SWEEPS = True
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "LEASE-EXCLUSIVE": "duplicate_claim_raced",
@@ -640,6 +642,13 @@ class WorkflowLeaseMachine(MachineBase):
                 replies=[reply],
             )
         self.reached("stale_report_after_reclaim")
+
+    # -- the sweep over cold cells -----------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """After the examples: every workflow-task cell they left cold, made deterministically
+        (:mod:`suite.machines.workflow_sweep`)."""
+        sweep_cold_cells(self)
 
     # -- invariants ----------------------------------------------------------------------------------
 

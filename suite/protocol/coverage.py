@@ -121,6 +121,7 @@ class CoverState:
     facets: Mapping[str, StrEnum]
     present: frozenset[Actor]
     description: str
+    unnamed: bool = False  # no worker has been told the entity's id yet: only a poll can reach it
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,7 @@ class Operation:
     events: tuple[StrEnum, ...] = ()
     lifecycle: str = ""  # the lifecycle a clock event steps ("" = the entity's own)
     actors: tuple[Actor, ...] = ()  # worker calls only the holder may make (e.g. a batch): narrower than the channel
+    names_entity: bool = True  # False for a poll: it asks for work, it does not name a task
 
     @property
     def by(self) -> tuple[Actor, ...]:
@@ -180,8 +182,10 @@ def cell_key(entity: str, state: str, operation: str, actor: Actor | str) -> str
     return f"{entity}/{state}/{operation}/{actor}"
 
 
-def _st(name: str, facets: Mapping[str, StrEnum], present: Iterable[Actor], description: str) -> CoverState:
-    return CoverState(name, MappingProxyType(dict(facets)), frozenset(present), description)
+def _st(
+    name: str, facets: Mapping[str, StrEnum], present: Iterable[Actor], description: str, *, unnamed: bool = False
+) -> CoverState:
+    return CoverState(name, MappingProxyType(dict(facets)), frozenset(present), description, unnamed)
 
 
 _H, _F, _O = Actor.HOLDER, Actor.FORMER_HOLDER, Actor.OTHER_WORKER
@@ -203,7 +207,7 @@ WORKFLOW_TASK_ENTITY: Final = Entity(
     None,
     (WORKFLOW_TASK, WORKFLOW_TASK_LEASE),
     (
-        _st("ready", _wt(_T.READY, _L.NONE), (_O,), "ready and never leased"),
+        _st("ready", _wt(_T.READY, _L.NONE), (_O,), "ready and never leased", unnamed=True),
         _st("requeued", _wt(_T.READY, _L.NONE), (_F, _O), "ready again after its lease expired or its holder left"),
         _st("leased", _wt(_T.LEASED, _L.LIVE), (_H, _O), "leased by its first holder, lease live"),
         # A redelivered lease can expire too, so a former holder may be about.
@@ -214,7 +218,7 @@ WORKFLOW_TASK_ENTITY: Final = Entity(
         _st("run_closed", _wt(_T.CANCELLED, _L.NONE), _ALL_WORKERS, "its run was cancelled or terminated"),
     ),
     (
-        Operation("poll", Channel.WORKER, (TaskEvent.CLAIM,)),
+        Operation("poll", Channel.WORKER, (TaskEvent.CLAIM,), names_entity=False),
         Operation("history", Channel.WORKER),
         Operation("heartbeat", Channel.WORKER),
         Operation("complete", Channel.WORKER, (TaskEvent.COMPLETE,)),
@@ -305,7 +309,7 @@ QUERY_TASK_ENTITY: Final = Entity(
         _st("timed_out", {QUERY_TASK.name: _Q.TIMED_OUT}, (_H, _O), "the caller's wait ended first"),
     ),
     (
-        Operation("poll", Channel.WORKER, (QueryTaskEvent.CLAIM,)),
+        Operation("poll", Channel.WORKER, (QueryTaskEvent.CLAIM,), names_entity=False),
         Operation("complete", Channel.WORKER, (QueryTaskEvent.COMPLETE,)),
         Operation("fail", Channel.WORKER, (QueryTaskEvent.FAIL,)),
         Operation("close_run", Channel.CONTROL, (QueryTaskEvent.RUN_CLOSED,)),
@@ -444,6 +448,8 @@ ENTITIES: Final[tuple[Entity, ...]] = (
 def _ruled_out(entity: Entity, state: CoverState, op: Operation, actor: Actor) -> str | None:
     if actor in WORKER_ACTORS and actor not in state.present:
         return f"{_ABSENT[actor]} ({entity.name} {state.name}: {state.description})."
+    if state.unnamed and op.channel is Channel.WORKER and op.names_entity:
+        return f"a {entity.name} id reaches a worker only in a lease, and nobody has leased it in {state.name}."
     if op.channel is Channel.CLOCK:
         lifecycle = entity.lifecycle_by_name[op.lifecycle] if op.lifecycle else entity.lifecycle
         value = state.facets[lifecycle.name]

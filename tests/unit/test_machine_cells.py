@@ -57,3 +57,18 @@ def test_run_states_name_cover_states() -> None:
     for event in (RunEvent.BATCH_OPEN_WAITS, RunEvent.WAKE, RunEvent.TERMINATE):
         run.step(event)
         assert run_state(run) in names
+
+
+def test_the_sweep_plans_only_cold_reachable_cells_and_ends_each_instance_with_its_one_change() -> None:
+    from suite.machines.workflow_sweep import cold_plan
+    from suite.protocol.coverage import cell_key
+
+    warm = cell_key("workflow_task", "leased", "history", Actor.HOLDER)
+    plan = cold_plan({warm: 1})
+    assert ("history", Actor.HOLDER) not in [c for inst in plan["leased"] for c in inst]
+    for instances in plan.values():
+        for calls in instances[1:]:
+            assert len(calls) == 1  # every further change gets an instance of its own
+    # Nobody can name a task never leased: only a poll, a signal and a close reach it.
+    assert {op for inst in plan["ready"] for op, _ in inst} == {"poll", "signal", "close_run"}
+    assert "requeued" not in plan  # needs a deregistration, which the sweep does not make
