@@ -114,11 +114,8 @@ def run_machine(
     message, bundle = "", None
     if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
         message = outcome.reason
-    elif swept and outcome is not None:
-        # A deterministic phase, not a Hypothesis program: every run of the machine repeats it as it is.
-        message = _message(outcome, failure, "").replace(
-            "Minimal failing step program:", "Found by the sweep over the cells the examples left cold"
-        )
+    elif swept and outcome is not None:  # a deterministic phase, not a Hypothesis program: no replay bundle
+        message = _message(outcome, failure, "").replace("Minimal failing step program:", "Found by the sweep")
     elif outcome is not None:
         steps = replayed["steps"] if replayed is not None else _steps(outcome, reported)
         if replay_dir is not None:
