@@ -119,7 +119,7 @@ def _row(req_id: str, recs: list[Record], certified_minor: int) -> dict[str, Any
         "minor": req.minor,
         "section": req.section,
         "profile": req.profile,
-        "invariant": req.invariant,
+        "cites": [{"document": c.document.name, "section": c.section, "detail": c.detail} for c in req.cites],
         "source": req.source,
         "sentence": req.sentence,
         "verdict": verdict.value,

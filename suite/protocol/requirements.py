@@ -1,42 +1,48 @@
 """The requirement registry: every normative rule of worker protocol 1.20 with a stable ID.
 
-STYLE.md §3: "Every normative sentence has a stable requirement ID … with its level (MUST / SHOULD /
-MAY), the protocol minor that introduced it, and the spec sentence. The code that enforces it — in the
-model, the server or a check — cites the ID."
-
-Sources: the 69 black-box invariants of PROTOCOL.md §16 (each referenced by at least one requirement;
-an invariant with several distinct rules is split into requirements sharing its number), the seed-003
-dispatch/lease/hook semantics of §14.1, the seed-001 retry invariants of §14.2, and the normative
-sentences of §3-§13 that no invariant states.
+Every requirement has a stable ID, its level (MUST / SHOULD / MAY), the protocol minor that introduced it, its
+normative sentence, and its provenance: the sections of the public documents it comes from
+(:mod:`suite.protocol.documents`). ``docs/reference.md`` is generated from this registry
+(``python -m suite.reference``); the code that enforces a rule — in the model, the server or a check — cites
+its ID.
 
 IDs are UPPER-KEBAB, grouped by a prefix that names the subject (``VERSION-``, ``LEASE-``, ``FENCE-`` …).
-**An ID never changes once published**: reports, configuration and known-deviation lists key on it.
+**An ID never changes once published**: reports, ``-k`` selections and configuration key on it.
 Add new requirements; retire an old one only by keeping its ID with an updated sentence.
 
-``minor`` is the protocol minor that introduced the rule, read from the spec (1.0 ⇒ 0). Where the spec
-does not say, the reading is a judgement and is marked ``# minor: judgement`` next to the entry. The
-rules used:
+``minor`` is the protocol minor that introduced the rule (1.0 ⇒ 0). Where the documents do not say, the
+reading is a judgement and is marked ``# minor: judgement`` next to the entry. The rules used:
 
-* everything upstream (UPS 1.0-1.1 era, UPP 1.15) already has is 0;
-* ``fail_workflow.exception`` is 10 (§8.7.1 "minimum protocol 1.10");
+* everything the 1.0–1.15 releases of the server and the workflow package already have is 0;
+* ``fail_workflow.exception`` is 10 (its command type says "minimum protocol 1.10");
 * ``poll_status`` and the poll outcomes ``throttled`` / ``draining`` (409 ``worker_draining``) exist
-  only in the 1.20 seed [S0]; no upstream has them (§7.4 "UPS … emits no poll_status"; UPP 1.15 has no
-  such key), so they are 20.
+  only in worker protocol 1.20; no earlier release has them, so they are 20.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from suite.protocol.documents import (
+    DISPATCH,
+    PYTHON_SDK,
+    READINGS,
+    SCHEDULING,
+    SERVER,
+    WORKER_PROTOCOL,
+    WORKFLOW_PACKAGE,
+    Citation,
+    Document,
+    cite,
+)
 from suite.protocol.versions import ADVERTISED_MINOR, minor_supports
 
 __all__ = [
-    "INVARIANT_COUNT",
     "REGISTRY",
     "REQUIREMENT_ID_PATTERN",
     "TEST_PROFILE",
@@ -45,7 +51,6 @@ __all__ = [
     "Requirement",
     "applicable",
     "by_area",
-    "by_invariant",
     "by_level",
     "validate_registry",
 ]
@@ -99,36 +104,38 @@ class Requirement:
     level: Level
     area: Area
     minor: int  # protocol minor that introduced it (1.0 => 0); judgements are commented at the entry
-    source: str  # e.g. "PROTOCOL.md §16.20; S3 verification table"
+    cites: tuple[Citation, ...]  # where the rule comes from, the section that states it first
     sentence: str  # the normative sentence
-    invariant: int | None  # the PROTOCOL.md §16 invariant it checks, if any
     # The key of worker_protocol.test_profile (a setting or a control, see TEST_PROFILE) through which alone
     # a black-box suite can cover this rule in reasonable time; None: any conforming server can be checked.
     profile: str | None = None
 
     @property
+    def source(self) -> str:
+        """The provenance as one line: every citation, the first one the section that states the rule."""
+        return "; ".join(str(c) for c in self.cites)
+
+    @property
     def section(self) -> str:
-        """Where the spec states the rule: the first PROTOCOL.md section its source cites past the §16 invariant
-        list, else an appendix, else the invariant, else the seed or document the source names first."""
-        cited = re.findall(r"§(\d+(?:\.\d+)*)", self.source)
-        rules = [c for c in cited if c.split(".")[0] != "16"]
-        if rules or cited:
-            return f"§{(rules or cited)[0]}"
-        appendix = re.search(r"(?:PROTOCOL\.md |Appendix )([A-C]\.\d+)", self.source)
-        if appendix:
-            return f"App. {appendix.group(1)}"
-        seed = re.match(r"S(\d)\b", self.source)
-        return f"seed 00{seed.group(1)}" if seed else self.source.split()[0].rstrip(":;,")
+        """The section that states the rule, as a table cell shows it (document · section)."""
+        return self.cites[0].short
 
 
-INVARIANT_COUNT: Final = 69
 REQUIREMENT_ID_PATTERN: Final = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 
 MUST, SHOULD, MAY = Level.MUST, Level.SHOULD, Level.MAY
 _A = Area
-_S1 = "seed-001 §4.3-4.4 (PROTOCOL.md §14.2)"
-_S3 = "seed-003 (PROTOCOL.md §14.1)"
-_W = "PROTOCOL.md A.2; worker-sessions-runtime.schema.json; UPP docs/architecture/worker-sessions.md"
+
+
+def _citer(document: Document) -> Callable[..., Citation]:
+    def citation(section: str, detail: str = "") -> Citation:
+        return cite(document, section, detail)
+
+    return citation
+
+
+_wp, _hook, _af = _citer(WORKER_PROTOCOL), _citer(DISPATCH), _citer(SCHEDULING)
+_srv, _pkg, _sdk, _read = _citer(SERVER), _citer(WORKFLOW_PACKAGE), _citer(PYTHON_SDK), _citer(READINGS)
 
 
 def _r(
@@ -137,13 +144,10 @@ def _r(
     area: Area,
     sentence: str,
     *,
-    source: str,
-    invariant: int | None = None,
+    cites: tuple[Citation, ...],
     minor: int = 0,
 ) -> Requirement:
-    return Requirement(
-        id=id, level=level, area=area, minor=minor, source=source, sentence=sentence, invariant=invariant
-    )
+    return Requirement(id=id, level=level, area=area, minor=minor, cites=cites, sentence=sentence)
 
 
 _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
@@ -154,8 +158,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "A worker-plane request without X-Durable-Workflow-Protocol-Version returns 400 "
         'reason:"missing_protocol_version", and requested_version is null.',
-        source="PROTOCOL.md §16.1; §3.1",
-        invariant=1,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-EMPTY-IS-MISSING",
@@ -163,8 +169,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "An empty or whitespace-only X-Durable-Workflow-Protocol-Version behaves exactly like a missing one "
         "(empty after trimming counts as missing).",
-        source="PROTOCOL.md §16.2; §3.1 Parsing",
-        invariant=2,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-MAJOR-MISMATCH",
@@ -172,8 +180,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "A worker version header with a different major (0.9, 2.0, 999) returns 400 "
         'reason:"unsupported_protocol_version".',
-        source="PROTOCOL.md §16.3; §3.1 Rejected",
-        invariant=3,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-MINOR-ABOVE",
@@ -181,8 +191,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "A worker version header with the same major and a minor above the server's (1.21 on a 1.20 server) "
         'returns 400 reason:"unsupported_protocol_version".',
-        source="PROTOCOL.md §16.3; §3.1 Rejected",
-        invariant=3,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-MALFORMED",
@@ -191,16 +203,20 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "A worker version header that does not match ^(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)$ after trimming "
         '(abc, 1, 1.2.3, v1.2, 1.x, 1.05) returns 400 reason:"unsupported_protocol_version"; there is no '
         "separate malformed code.",
-        source="PROTOCOL.md §16.3; §3.1 Parsing",
-        invariant=3,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-REQUESTED-ECHO",
         MUST,
         _A.VERSIONING,
         "An unsupported_protocol_version rejection's requested_version echoes the value sent, after trimming.",
-        source="PROTOCOL.md §16.3; §3.1 Error body",
-        invariant=3,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-ERROR-BODY",
@@ -208,14 +224,20 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "A worker version rejection carries reason, error, supported_version (the advertised version), "
         "requested_version and remediation, inside the worker envelope.",
-        source="PROTOCOL.md §3.1 Error body",
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-ACCEPTED-RANGE-FIELD",
         MAY,
         _A.VERSIONING,
         'A version rejection may add "accepted_versions": {"min": "1.0", "max": "1.20"}.',
-        source="PROTOCOL.md §3.1",
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-TRIM",
@@ -223,7 +245,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "The worker version header is trimmed of surrounding whitespace before it is parsed, so ' 1.20 ' is "
         "accepted as 1.20.",
-        source="PROTOCOL.md §3.1 Parsing",
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-OLDER-MINOR-ACCEPTED",
@@ -231,15 +256,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.VERSIONING,
         "Every minor from 1.0 to the advertised minor is accepted on every worker route: a server 1.N "
         "accepts 1.M for every M ≤ N.",
-        source="PROTOCOL.md §16.4; §3.1; seed-000 Версія протоколу",
-        invariant=4,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "VERSION-NO-NEWER-REQUIRED-FIELDS",
         MUST,
         _A.VERSIONING,
         "A server MUST NOT require fields that were introduced after the worker's minor.",
-        source="PROTOCOL.md §3.3",
+        cites=(_wp("Protocol version"),),
     ),
     # ========================================================================================= envelope
     _r(
@@ -248,24 +275,30 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ENVELOPE,
         "Every worker-plane response, success or error (400, 401, 403, 404, 409, 412, 422, 503), carries "
         "the header X-Durable-Workflow-Protocol-Version equal to the advertised version.",
-        source="PROTOCOL.md §16.5; §2.1",
-        invariant=5,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker protocol envelope"),
+        ),
     ),
     _r(
         "ENVELOPE-PROTOCOL-VERSION-BODY",
         MUST,
         _A.ENVELOPE,
         "Every worker-plane response body, success or error, carries protocol_version equal to the advertised version.",
-        source="PROTOCOL.md §16.5; §2.1",
-        invariant=5,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker protocol envelope"),
+        ),
     ),
     _r(
         "ENVELOPE-SERVER-CAPABILITIES",
         MUST,
         _A.ENVELOPE,
         "Every worker-plane response body, success or error, carries a server_capabilities object.",
-        source="PROTOCOL.md §16.5; §2.1; seed-000 Discovery capabilities",
-        invariant=5,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker protocol envelope"),
+        ),
     ),
     _r(
         "ENVELOPE-NO-MINOR-ECHO",
@@ -273,8 +306,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ENVELOPE,
         "The version echoed in the header and in protocol_version is the advertised one, never the client's "
         "older requested minor.",
-        source="PROTOCOL.md §16.5; §3.1 Echo on success",
-        invariant=5,
+        cites=(
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+        ),
     ),
     _r(
         "ENVELOPE-NO-CONTROL-PLANE-MARKS",
@@ -282,45 +317,51 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ENVELOPE,
         "Worker-plane responses MUST NOT carry the X-Durable-Workflow-Control-Plane-Version header or a "
         "control_plane body key, even when the request sent both version headers.",
-        source="PROTOCOL.md §16.6; §2.1",
-        invariant=6,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker protocol envelope"),
+        ),
     ),
     _r(
         "ENVELOPE-IGNORE-EXTRA-CONTROL-HEADER",
         SHOULD,
         _A.ENVELOPE,
         "The worker plane SHOULD ignore an extra control-plane header and still answer in the worker envelope.",
-        source="PROTOCOL.md §4.3; §16.6",
-        invariant=6,
+        cites=(_srv("AuthNamespaceProtocolOrderingContractTest"),),
     ),
     _r(
         "ENVELOPE-ERROR-REASON",
         MUST,
         _A.ENVELOPE,
         "Every error body carries reason, a snake-case machine-readable code.",
-        source="PROTOCOL.md §2.2",
+        cites=(_srv("Worker protocol envelope"),),
     ),
     _r(
         "ENVELOPE-ERROR-AND-MESSAGE",
         SHOULD,
         _A.ENVELOPE,
-        "The RS SHOULD emit both error and message in error bodies.",
-        source="PROTOCOL.md §2.2; §15 Error text key",
+        "A server SHOULD emit both error and message in error bodies.",
+        cites=(
+            _srv("Worker protocol envelope"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "ENVELOPE-JSON-BODIES",
         MUST,
         _A.ENVELOPE,
         "Every body is application/json, including error bodies.",
-        source="PROTOCOL.md §0 Conventions",
+        cites=(_pkg("Platform protocol specs"),),
     ),
     _r(
         "SCHEMA-RESPONSES",
         MUST,
         _A.ENVELOPE,
-        "Every response matches the JSON Schema of its message in schemas/ (the shapes PROTOCOL.md §2-§12 "
-        "give for each endpoint and status).",
-        source="PROTOCOL.md §2-§12; schemas/openapi.yaml",
+        "Every response matches the JSON Schema of its message in schemas/ (each endpoint and status has one).",
+        cites=(
+            _srv("Worker protocol envelope"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     # ============================================================================================= auth
     _r(
@@ -328,8 +369,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.AUTH,
         "A bad credential with no version header gives 401, not 400 (authentication is checked first).",
-        source="PROTOCOL.md §16.10; §2.3",
-        invariant=10,
+        cites=(_srv("AuthNamespaceProtocolOrderingContractTest"),),
     ),
     _r(
         "VERSION-BEFORE-NAMESPACE",
@@ -337,30 +377,34 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.AUTH,
         "No version header with an unknown namespace gives 400, not 404, so a caller cannot learn whether a "
         "namespace exists from the status code.",
-        source="PROTOCOL.md §16.10; §2.3",
-        invariant=10,
+        cites=(_srv("AuthNamespaceProtocolOrderingContractTest"),),
     ),
     _r(
         "NAMESPACE-NOT-FOUND",
         MUST,
         _A.AUTH,
         "A valid version header with an unknown X-Namespace gives 404 namespace_not_found.",
-        source="PROTOCOL.md §16.10; §4.2",
-        invariant=10,
+        cites=(_srv("Namespaces"),),
     ),
     _r(
         "AUTH-MISSING-TOKEN",
         MUST,
         _A.AUTH,
         "When auth is enabled, a request with no token returns 401 unauthorized in the plane's envelope.",
-        source="PROTOCOL.md §4.3; §4.1",
+        cites=(
+            _srv("AuthNamespaceProtocolOrderingContractTest"),
+            _srv("Authentication and roles"),
+        ),
     ),
     _r(
         "AUTH-BAD-TOKEN",
         MUST,
         _A.AUTH,
         "When auth is enabled, a request with a bad token returns 401 unauthorized in the plane's envelope.",
-        source="PROTOCOL.md §4.3; §4.1",
+        cites=(
+            _srv("AuthNamespaceProtocolOrderingContractTest"),
+            _srv("Authentication and roles"),
+        ),
     ),
     _r(
         "AUTH-ROLE-FORBIDDEN",
@@ -368,7 +412,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.AUTH,
         "When role tokens are configured, an operator token on a worker route returns 403 forbidden with "
         "role and allowed_roles, in the worker envelope.",
-        source="PROTOCOL.md §4.3; §4.1",
+        cites=(
+            _srv("AuthNamespaceProtocolOrderingContractTest"),
+            _srv("Authentication and roles"),
+        ),
     ),
     _r(
         "NAMESPACE-SCOPED",
@@ -376,7 +423,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.AUTH,
         "Everything is namespace-scoped: a task id from namespace A used with X-Namespace: B behaves as not "
         "found (404 task_not_found / query_task_not_found).",
-        source="PROTOCOL.md §4.2",
+        cites=(_srv("Namespaces"),),
     ),
     # ======================================================================================== discovery
     _r(
@@ -384,40 +431,54 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.DISCOVERY,
         "GET /api/cluster/info with only a credential (no version headers) returns 200.",
-        source="PROTOCOL.md §16.7; §5.2 Suite rules; §1.2",
-        invariant=7,
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "DISCOVERY-VERSION-MATCHES",
         MUST,
         _A.DISCOVERY,
         "worker_protocol.version MUST equal the protocol_version in worker-plane responses.",
-        source="PROTOCOL.md §16.7; §5.2 Suite rules",
-        invariant=7,
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-CAPABILITIES-MATCH",
         MUST,
         _A.DISCOVERY,
         "worker_protocol.server_capabilities deep-equals the server_capabilities returned on worker-plane responses.",
-        source="PROTOCOL.md §16.7; §5.2; seed-000 Discovery capabilities",
-        invariant=7,
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-PAYLOAD-CODECS-AVRO",
         MUST,
         _A.DISCOVERY,
         'capabilities.payload_codecs MUST contain "avro".',
-        source="PROTOCOL.md §16.8; §5.1; §5.2 Suite rules",
-        invariant=8,
+        cites=(
+            _srv("HealthController::clusterInfo"),
+            _pkg("Platform protocol specs"),
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-S0-COMMANDS",
         MUST,
         _A.DISCOVERY,
-        "supported_workflow_task_commands is a superset of S0's 11 command types.",
-        source="PROTOCOL.md §16.8; §5.2",
-        invariant=8,
+        "supported_workflow_task_commands is a superset of the 11 command types the worker protocol's Command "
+        "types list names.",
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-FEATURE-FLAGS",
@@ -425,47 +486,68 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISCOVERY,
         "query_tasks, activity_retry_policy, activity_timeouts, child_workflow_retry_policy, "
         "child_workflow_timeouts, parent_close_policy and non_retryable_failures are true.",
-        source="PROTOCOL.md §16.8; §5.2",
-        invariant=8,
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-POLL-STATUS",
         MUST,
         _A.DISCOVERY,
         "The poll_status capability is truthy (true or a non-empty object).",
-        source="PROTOCOL.md §16.8; §5.2",
-        invariant=8,
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
         minor=20,  # minor: judgement (poll_status exists only in the 1.20 seed)
     ),
     _r(
         "DISCOVERY-S0-KEYS",
         SHOULD,
         _A.DISCOVERY,
-        "All 11 S0 capability keys (the §5.2 keys marked S0, including poll_status) SHOULD be present; the "
-        "two worker-session keys only when worker sessions are implemented.",
-        source="PROTOCOL.md §5.2 Suite rules; seed-000 Discovery capabilities",
-        invariant=8,
+        "All 11 capability keys the worker protocol's Discovery capabilities list names "
+        "(supported_workflow_task_commands, poll_status, query_tasks, activity_retry_policy, activity_timeouts, "
+        "child_workflow_retry_policy, child_workflow_timeouts, parent_close_policy, non_retryable_failures, "
+        "worker_session_verbs, worker_sessions) SHOULD be present; the two worker-session keys only when worker "
+        "sessions are implemented.",
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
     ),
     _r(
         "DISCOVERY-SESSIONS-ONLY-IF-IMPLEMENTED",
         MUST,
         _A.DISCOVERY,
         "worker_session_verbs and worker_sessions are advertised only if worker sessions are implemented.",
-        source="PROTOCOL.md §5.2; Appendix A.1; SDK-INTEROP §12",
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "DISCOVERY-PAGE-SIZE-BOTH-NAMES",
         SHOULD,
         _A.DISCOVERY,
-        "The RS should emit both history_page_size_default and default_history_page_size.",
-        source="PROTOCOL.md §5.2; §15 Page size capability name",
+        "A server should emit both history_page_size_default and default_history_page_size.",
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "DISCOVERY-VERSION-STRINGS",
         SHOULD,
         _A.DISCOVERY,
         'worker_protocol.version and control_plane.version are strings ("1.20" and "2"), not integers.',
-        source="PROTOCOL.md §5.2 Note; §15",
+        cites=(
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "DISCOVERY-SDK-GATE",
@@ -474,7 +556,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         'cluster/info carries control_plane {version "2", request_contract '
         "durable-workflow.v2.control-plane-request.contract v1} and a valid auth_composition_contract, so "
         "the official Python SDK Worker starts.",
-        source="PROTOCOL.md Appendix B; SDK-INTEROP §3",
+        cites=(_wp("Protocol version"),),
     ),
     # ==================================================================================== control-plane
     _r(
@@ -483,8 +565,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "A control-plane call without X-Durable-Workflow-Control-Plane-Version (or with an empty one) "
         "returns 400 missing_control_plane_version.",
-        source="PROTOCOL.md §16.9; §3.2",
-        invariant=9,
+        cites=(_srv("Control-plane version"),),
     ),
     _r(
         "CONTROL-VERSION-UNSUPPORTED",
@@ -492,15 +573,19 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         'A control-plane call whose version header is anything other than "2" after trimming returns 400 '
         "unsupported_control_plane_version with supported_version, requested_version and remediation.",
-        source="PROTOCOL.md §16.9; §3.2",
-        invariant=9,
+        cites=(_srv("Control-plane version"),),
     ),
     _r(
         "CONTROL-VERSION-EXEMPT",
         MUST,
         _A.CONTROL_PLANE,
         "GET /api/cluster/info, /api/health and /api/ready are exempt from both version headers.",
-        source="PROTOCOL.md §3.2 Exempt; §3.1 Applies to; §1.2",
+        cites=(
+            _srv("Control-plane version"),
+            _wp("Protocol version"),
+            _pkg("Platform protocol specs"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "CONTROL-ENVELOPE",
@@ -508,7 +593,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "Control-plane responses carry X-Durable-Workflow-Control-Plane-Version: 2 and have no "
         "protocol_version or server_capabilities.",
-        source="PROTOCOL.md §3.2 Response header",
+        cites=(_srv("Control-plane version"),),
     ),
     _r(
         "CONTROL-START",
@@ -516,21 +601,24 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "POST /api/workflows returns 201 for started_new, 200 for returned_existing_active (use-existing) "
         "and 409 rejected_duplicate when an active run exists under the default fail policy.",
-        source="PROTOCOL.md §12.1",
+        cites=(
+            _wp("Starting a workflow"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "CONTROL-HISTORICAL-RUN",
         MUST,
         _A.CONTROL_PLANE,
         "A run-targeted command on a non-current run gives 409 historical_run_command_rejected.",
-        source="PROTOCOL.md §1.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "CONTROL-UNKNOWN-WORKFLOW",
         MUST,
         _A.CONTROL_PLANE,
         "An unknown workflow gives 404 instance_not_found; an unknown run gives 404 run_not_found.",
-        source="PROTOCOL.md §12.3",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "SIGNAL-RECORDED-AND-WAKES",
@@ -538,21 +626,24 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "A signal to an open run returns 202 (outcome signal_received), records one SignalReceived and makes a "
         "workflow task available for the run.",
-        source="PROTOCOL.md §12.2; SDK-INTEROP.md §6.2",
+        cites=(
+            _srv("Control-plane workflow routes"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "SIGNAL-CLOSED-RUN-REJECTED",
         MUST,
         _A.CONTROL_PLANE,
         "A signal to a closed run returns 409 (rejected_not_active) and records nothing.",
-        source="PROTOCOL.md §12.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "UPDATE-ACCEPTED-RECORDED",
         MUST,
         _A.CONTROL_PLANE,
         "An update with wait_for accepted returns 202 with update_status accepted and records UpdateAccepted.",
-        source="PROTOCOL.md §12.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "UPDATE-WAIT-COMPLETED",
@@ -560,7 +651,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "An update with wait_for completed blocks until a workflow task applies complete_update (200 with the "
         "result) or fail_update (422 update_failed) for that update_id.",
-        source="PROTOCOL.md §12.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "UPDATE-CLOSED-AT-MOST-ONCE",
@@ -568,14 +659,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "An accepted update is closed at most once: complete_update or fail_update for an update that is not "
         "accepted and open is an invalid command batch.",
-        source="PROTOCOL.md §8.7.1",
+        cites=(_wp("Command types"),),
     ),
     _r(
         "UPDATE-CLOSED-RUN-REJECTED",
         MUST,
         _A.CONTROL_PLANE,
         "An update to a closed run is refused with 409 and records nothing.",
-        source="PROTOCOL.md §12.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
         "CONTROL-CANCEL-CLOSES-RUN",
@@ -583,7 +674,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CONTROL_PLANE,
         "Cancel and terminate close the run immediately (status cancelled or terminated, with closed_reason "
         "the same value).",
-        source="PROTOCOL.md §12.2",
+        cites=(_srv("Control-plane workflow routes"),),
     ),
     # ===================================================================================== registration
     _r(
@@ -591,30 +682,41 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.REGISTRATION,
         'register with task_queue and runtime:"python" returns 201 {registered:true, worker_id}.',
-        source="PROTOCOL.md §16.11; §6.1",
-        invariant=11,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "REGISTER-IDEMPOTENT",
         MUST,
         _A.REGISTRATION,
         "Re-registering the same worker id is an upsert keyed by (namespace, worker_id) and also returns 201.",
-        source="PROTOCOL.md §16.11; §6.1",
-        invariant=11,
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "REGISTER-VALIDATION",
         MUST,
         _A.REGISTRATION,
         "register with a missing task_queue or runtime, or an unknown runtime, returns 422 validation_failed.",
-        source="PROTOCOL.md §6.1",
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "REGISTER-ACCEPT-RUST",
         SHOULD,
         _A.REGISTRATION,
-        "The RS SHOULD also accept runtime rust, because S0 names Rust among the SDKs.",
-        source="PROTOCOL.md §6.1; §15 runtime enum",
+        "A server SHOULD also accept runtime rust, because the worker protocol names Rust among the SDKs.",
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "REGISTER-TOLERATE-EXTRAS",
@@ -622,7 +724,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.REGISTRATION,
         "SDK extras on register (capabilities, workflow_command_contracts, task_slots, process_metrics, "
         "heartbeat_interval_seconds) must be tolerated.",
-        source="PROTOCOL.md §6.1",
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "REGISTER-FINGERPRINT-CONFLICT",
@@ -630,7 +735,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.REGISTRATION,
         "An active registration that re-registers with a different fingerprint for the same workflow type "
         "gets 409 workflow_definition_changed with workflow_type.",
-        source="PROTOCOL.md §6.1",
+        cites=(
+            _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
     ),
     _r(
         "WORKER-HEARTBEAT-ACK",
@@ -638,15 +746,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.REGISTRATION,
         "POST /api/worker/heartbeat for a registered worker returns 200 with acknowledged:true; an unknown "
         "worker returns 404 worker_not_registered.",
-        source="PROTOCOL.md §6.2",
+        cites=(_srv("Worker registration"),),
     ),
     _r(
         "POLL-NOT-REGISTERED",
         MUST,
         _A.REGISTRATION,
         "Polling with an unregistered worker_id returns 412 worker_not_registered.",
-        source="PROTOCOL.md §16.12; §7.5",
-        invariant=12,
+        cites=(_srv("WorkflowTaskPoller"),),
     ),
     _r(
         "POLL-QUEUE-MISMATCH",
@@ -654,23 +761,21 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.REGISTRATION,
         "Polling a task_queue other than the registered one returns 409 task_queue_mismatch with "
         "registered_task_queue and requested_task_queue.",
-        source="PROTOCOL.md §16.12; §7.5",
-        invariant=12,
+        cites=(_srv("WorkflowTaskPoller"),),
     ),
     _r(
         "POLL-BUILD-ID-MISMATCH",
         MUST,
         _A.REGISTRATION,
         "A poll build_id different from the registered non-empty build_id returns 409 build_id_mismatch.",
-        source="PROTOCOL.md §7.5",
+        cites=(_srv("WorkflowTaskPoller"),),
     ),
     _r(
         "POLL-MISSING-FIELDS",
         MUST,
         _A.REGISTRATION,
         "Missing worker_id or task_queue on any poll returns 422 validation_failed, not 5xx.",
-        source="PROTOCOL.md §16.13; §7.5",
-        invariant=13,
+        cites=(_srv("WorkflowTaskPoller"),),
     ),
     # ======================================================================================== long-poll
     _r(
@@ -679,24 +784,27 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LONG_POLL,
         "An empty queue polled with timeout_seconds t returns 200 with task:null after roughly t seconds; "
         "timeout_seconds is honoured per request.",
-        source="PROTOCOL.md §16.14; §7.2; §15 timeout_seconds",
-        invariant=14,
+        cites=(
+            _wp("Long-poll semantics"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "LONGPOLL-CLAMP-MAX",
         MUST,
         _A.LONG_POLL,
         "timeout_seconds above 60 is clamped: a poll with 120 returns within 60 s plus slack.",
-        source="PROTOCOL.md §16.15; §7.2",
-        invariant=15,
+        cites=(_wp("Long-poll semantics"),),
     ),
     _r(
         "LONGPOLL-CLAMP-MIN",
         MUST,
         _A.LONG_POLL,
         "timeout_seconds of 0 or below is clamped to 1: such a poll returns within 1 s plus slack.",
-        source="PROTOCOL.md §16.15; §7.2; §15 Long-poll min",
-        invariant=15,
+        cites=(
+            _wp("Long-poll semantics"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "LONGPOLL-IMMEDIATE-DELIVERY",
@@ -704,8 +812,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LONG_POLL,
         "If a matching task becomes ready while the server is waiting, the server MUST return it "
         "immediately, well before the timeout.",
-        source="PROTOCOL.md §16.16; §7.2",
-        invariant=16,
+        cites=(_wp("Long-poll semantics"),),
     ),
     # ====================================================================================== poll-status
     _r(
@@ -713,8 +820,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         'A poll whose timeout expires returns the normal envelope with task:null and poll_status:"empty", HTTP 200.',
-        source="PROTOCOL.md §16.14; §7.2; seed-000 long poll",
-        invariant=14,
+        cites=(
+            _wp("Long-poll semantics"),
+            _wp("Execution semantics"),
+        ),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -722,8 +831,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         "Every poll response (workflow, activity and query) has poll_status.",
-        source="PROTOCOL.md §16.17; §7.4",
-        invariant=17,
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -731,8 +839,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         'task != null if and only if poll_status == "leased".',
-        source="PROTOCOL.md §16.17; §7.4",
-        invariant=17,
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -740,8 +847,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         "When poll_status is empty, throttled, unavailable or draining, task is null.",
-        source="PROTOCOL.md §16.18; §7.4",
-        invariant=18,
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -749,8 +855,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         'poll_status "draining" comes with HTTP 409 and reason:"worker_draining".',
-        source="PROTOCOL.md §16.18; §7.4; §15 Draining",
-        invariant=18,
+        cites=(
+            _wp("Poll response status"),
+            _read("Where the documents disagree"),
+        ),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -759,7 +867,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.POLL_STATUS,
         'Admission backpressure is reported as HTTP 200 with poll_status:"throttled" and task:null, never as '
         "an empty poll.",
-        source="PROTOCOL.md §7.4; §15 Throttled",
+        cites=(
+            _wp("Poll response status"),
+            _read("Where the documents disagree"),
+        ),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -767,7 +878,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         SHOULD,
         _A.POLL_STATUS,
         "A throttled poll SHOULD include retry_after_seconds.",
-        source="PROTOCOL.md §7.4 (SPEC PollTerminal)",
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -776,7 +887,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.POLL_STATUS,
         "When the queue or matching layer cannot coordinate safely, the poll returns "
         'poll_status:"unavailable" with task:null and a reason, as 503 (or 200).',
-        source="PROTOCOL.md §7.4; §8.9 row 11",
+        cites=(
+            _wp("Poll response status"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+        ),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -785,8 +899,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.POLL_STATUS,
         "After POST /task-queues/{q}/build-ids/drain {build_id:b}, a poll by a worker registered with "
         "build_id b on q returns 409 draining and never leases, even when ready work exists.",
-        source="PROTOCOL.md §16.19; §7.4",
-        invariant=19,
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -794,8 +907,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         "After resume, the same worker leases again.",
-        source="PROTOCOL.md §16.19; §7.4",
-        invariant=19,
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     _r(
@@ -803,7 +915,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.POLL_STATUS,
         "Drain and resume are idempotent; build_id null drains the unversioned cohort.",
-        source="PROTOCOL.md §7.4",
+        cites=(_wp("Poll response status"),),
         minor=20,  # minor: judgement
     ),
     # ========================================================================================== leasing
@@ -813,16 +925,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LEASING,
         "With K ≥ 8 concurrent pollers on one queue holding exactly one ready workflow task, exactly one "
         "response is leased.",
-        source="PROTOCOL.md §16.20; §14.1",
-        invariant=20,
+        cites=(_hook("How to verify"),),
     ),
     _r(
         "LEASE-NO-DUPLICATE-ATTEMPT",
         MUST,
         _A.LEASING,
         "Two concurrent polls never both receive a lease for the same (task_id, workflow_task_attempt).",
-        source="PROTOCOL.md §16.20; §9",
-        invariant=20,
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     _r(
         "LEASE-EACH-TASK-ONCE",
@@ -830,8 +943,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LEASING,
         "With M ready tasks and K ≥ M concurrent pollers, every task is leased exactly once, and the number "
         "of leases equals M.",
-        source="PROTOCOL.md §16.21",
-        invariant=21,
+        cites=(_wp("Workflow Task Bridge", "claim with a lease"),),
     ),
     _r(
         "LEASE-ONE-PER-POLL",
@@ -839,32 +951,35 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LEASING,
         "At most one task per poll; a claim that loses a race is not an error and the server moves on to "
         "the next candidate.",
-        source="PROTOCOL.md §7.5",
-        invariant=21,
+        cites=(_srv("WorkflowTaskPoller"),),
     ),
     _r(
         "LEASE-OWNER-IS-POLLER",
         MUST,
         _A.LEASING,
         "A leased task has lease_owner == the poller's worker_id.",
-        source="PROTOCOL.md §16.22; §7.1; §8.2",
-        invariant=22,
+        cites=(
+            _wp("Long-poll semantics"),
+            _srv("WorkflowTaskPoller"),
+            _wp("Workflow Task Bridge"),
+        ),
     ),
     _r(
         "LEASE-FIRST-ATTEMPT",
         MUST,
         _A.LEASING,
         "workflow_task_attempt is 1 on the first delivery of a task.",
-        source="PROTOCOL.md §16.22; §9 Workflow attempt numbering",
-        invariant=22,
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     _r(
         "LEASE-EXPIRY-IN-FUTURE",
         MUST,
         _A.LEASING,
         "A leased task's lease_expires_at is later than the time of the request.",
-        source="PROTOCOL.md §16.22",
-        invariant=22,
+        cites=(_wp("Workflow Task Bridge", "claim with a lease"),),
     ),
     _r(
         "LEASE-DEFAULT-DURATION",
@@ -874,16 +989,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LEASING,
         "The default workflow-task lease length (lease_expires_at minus server receipt time) is 300 s ± 5 s, "
         "unless the server advertises a shorter test lease.",
-        source="PROTOCOL.md §16.23; §9",
-        invariant=23,
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     _r(
         "LEASE-NOT-SHARED-WHILE-LIVE",
         MUST,
         _A.LEASING,
         "A leased task is not handed to any other poller while its lease is live.",
-        source="PROTOCOL.md §16.25",
-        invariant=25,
+        cites=(_wp("Workflow Task Bridge", "claim with a lease"),),
     ),
     _r(
         "LEASE-HEARTBEAT-RENEWS",
@@ -891,15 +1007,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LEASING,
         "A heartbeat by the owner returns 200 with renewed:true and a lease_expires_at ≥ the previous value "
         "(now + lease duration, set fresh).",
-        source="PROTOCOL.md §16.32; §8.6",
-        invariant=32,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "LEASE-HEARTBEAT-RUN-STATUS",
         MUST,
         _A.LEASING,
         "A workflow-task heartbeat returns the renewed lease expiry and the current run status.",
-        source="PROTOCOL.md §8.6; seed-000 heartbeat",
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     # ====================================================================================== idempotency
     _r(
@@ -908,16 +1023,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.IDEMPOTENCY,
         "A second poll with the same worker, queue and poll_request_id while the lease is live returns the "
         "same task_id and the same attempt, without incrementing the attempt.",
-        source="PROTOCOL.md §16.24; §7.3",
-        invariant=24,
+        cites=(_srv("WorkflowTaskPoller::coordinatedPoll"),),
     ),
     _r(
         "IDEMPOTENT-POLL-OTHER-WORKER",
         MUST,
         _A.IDEMPOTENCY,
         "A different worker using the same poll_request_id does not get that task.",
-        source="PROTOCOL.md §16.24; §7.3",
-        invariant=24,
+        cites=(_srv("WorkflowTaskPoller::coordinatedPoll"),),
     ),
     _r(
         "IDEMPOTENT-POLL-AFTER-CLOSE",
@@ -925,7 +1038,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.IDEMPOTENCY,
         "Once the task is completed, failed or expired, the cached poll result is dropped, and a fresh poll "
         "follows the normal rules.",
-        source="PROTOCOL.md §7.3",
+        cites=(_srv("WorkflowTaskPoller::coordinatedPoll"),),
     ),
     # ========================================================================================== fencing
     _r(
@@ -934,16 +1047,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.FENCING,
         "Heartbeat, complete, fail and history with a wrong lease_owner return 409 lease_owner_mismatch and "
         "name the current owner.",
-        source="PROTOCOL.md §16.26; §8.9 row 5",
-        invariant=26,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "FENCE-NO-STATE-CHANGE",
         MUST,
         _A.FENCING,
         "A fenced request changes no state: a later valid complete by the owner still succeeds.",
-        source="PROTOCOL.md §16.26; §8.7",
-        invariant=26,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "FENCE-ATTEMPT",
@@ -951,24 +1062,24 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.FENCING,
         "Heartbeat, complete, fail and history with workflow_task_attempt = current+1 (right owner) return "
         "409 workflow_task_attempt_mismatch with current_attempt.",
-        source="PROTOCOL.md §16.27; §8.9 row 6",
-        invariant=27,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "FENCE-UNKNOWN-TASK",
         MUST,
         _A.FENCING,
         "Any call on an unknown workflow or activity task id returns 404 task_not_found.",
-        source="PROTOCOL.md §16.28; §8.9 row 1; §11.2",
-        invariant=28,
+        cites=(
+            _srv("Workflow task history, heartbeat, complete and fail"),
+            _srv("Activity tasks", "guardAttemptOwnership"),
+        ),
     ),
     _r(
         "FENCE-UNKNOWN-QUERY-TASK",
         MUST,
         _A.FENCING,
         "Any call on an unknown query task id returns 404 query_task_not_found.",
-        source="PROTOCOL.md §16.28; §10.6",
-        invariant=28,
+        cites=(_srv("Query tasks", "guardLease"),),
     ),
     _r(
         "FENCE-AFTER-COMPLETE",
@@ -977,8 +1088,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "After a successful complete, a second complete or fail with the same lease returns 409: run_closed "
         '(stop_reason:"run_completed", cancel_requested:false) when the batch closed the run, otherwise '
         "task_not_leased.",
-        source="PROTOCOL.md §16.29; §8.9 rows 2-3",
-        invariant=29,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "FENCE-ORDER",
@@ -987,7 +1097,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "Workflow-task guards run in the order task lookup (404), run closed (409 run_closed), not leased, "
         "lease expired, owner, attempt; stale attempts and wrong owners are rejected before commands are "
         "applied.",
-        source="PROTOCOL.md §8.9; §8.7 Ordering of checks; seed-000",
+        cites=(
+            _srv("Workflow task history, heartbeat, complete and fail"),
+            _wp("Completion, heartbeat and fail requests"),
+            _wp("Execution semantics"),
+        ),
     ),
     _r(
         "FENCE-TASK-FAILED-NOT-LEASED",
@@ -995,47 +1109,42 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.FENCING,
         "After a workflow-task fail, a later complete, fail or heartbeat of that attempt gets 409 "
         "task_not_leased, and the run is not closed by the task failure.",
-        source="PROTOCOL.md §8.8",
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "ACTIVITY-FENCE-OWNER",
         MUST,
         _A.FENCING,
         "Activity complete with a wrong lease_owner returns 409 lease_owner_mismatch.",
-        source="PROTOCOL.md §16.53; §11.2",
-        invariant=53,
+        cites=(_srv("Activity tasks", "guardAttemptOwnership"),),
     ),
     _r(
         "ACTIVITY-ATTEMPT-NOT-FOUND",
         MUST,
         _A.FENCING,
         "Activity complete with an unknown activity_attempt_id returns 404 attempt_not_found.",
-        source="PROTOCOL.md §16.53; §11.2",
-        invariant=53,
+        cites=(_srv("Activity tasks", "guardAttemptOwnership"),),
     ),
     _r(
         "ACTIVITY-TASK-MISMATCH",
         MUST,
         _A.FENCING,
         "A valid activity_attempt_id under another task's id returns 409 task_mismatch.",
-        source="PROTOCOL.md §16.53; §11.2",
-        invariant=53,
+        cites=(_srv("Activity tasks", "guardAttemptOwnership"),),
     ),
     _r(
         "QUERY-FENCE-OWNER",
         MUST,
         _A.FENCING,
         "Query complete with the wrong owner returns 409 lease_owner_mismatch.",
-        source="PROTOCOL.md §16.64; §10.6",
-        invariant=64,
+        cites=(_srv("Query tasks", "guardLease"),),
     ),
     _r(
         "QUERY-FENCE-ATTEMPT",
         MUST,
         _A.FENCING,
         "Query complete with the wrong attempt returns 409 query_task_attempt_mismatch.",
-        source="PROTOCOL.md §16.64; §10.6",
-        invariant=64,
+        cites=(_srv("Query tasks", "guardLease"),),
     ),
     # =========================================================================================== expiry
     _r(
@@ -1044,8 +1153,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.EXPIRY,
         "After lease_expires_at passes, the original holder's heartbeat or complete returns 409 "
         "(lease_expired, or lease_owner_mismatch / workflow_task_attempt_mismatch if reclaimed); never 200.",
-        source="PROTOCOL.md §16.30; §8.9 row 4",
-        invariant=30,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "EXPIRY-REDELIVER-SAME-TASK",
@@ -1053,24 +1161,27 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.EXPIRY,
         "After expiry, a poll by any eligible worker returns the same task_id with workflow_task_attempt = "
         "previous + 1.",
-        source="PROTOCOL.md §16.31; §9 On lease expiry",
-        invariant=31,
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     _r(
         "EXPIRY-ONLY-NEW-LEASE-COMMITS",
         MUST,
         _A.EXPIRY,
         "After redelivery only the new lease can complete the task.",
-        source="PROTOCOL.md §16.31",
-        invariant=31,
+        cites=(_wp("Execution semantics", "late reports rejected as stale"),),
     ),
     _r(
         "EXPIRY-SELF-RECOVERY",
         MUST,
         _A.EXPIRY,
-        "The RS MUST make an expired task pollable again without outside intervention.",
-        source="PROTOCOL.md §9 Discovery of expired leases",
-        invariant=31,
+        "A server MUST make an expired task pollable again without outside intervention.",
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     _r(
         "ACTIVITY-REDELIVERY-NEW-ATTEMPT",
@@ -1078,7 +1189,12 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.EXPIRY,
         "An activity lease expiry closes the attempt; the re-claim creates a new activity_attempt_id with "
         "attempt_number + 1 and no backoff, and a late completion of the old attempt gets 409 stale_attempt.",
-        source="PROTOCOL.md §9 Activity redelivery; §11.6",
+        cites=(
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+        ),
     ),
     # ========================================================================================= commands
     _r(
@@ -1086,8 +1202,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.COMMANDS,
         "Complete with commands: [] or without commands returns 422 validation_failed.",
-        source="PROTOCOL.md §16.33; §8.7",
-        invariant=33,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "COMMANDS-ONE-TERMINAL",
@@ -1095,16 +1210,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "Complete with two terminal commands is rejected (409 or 422, invalid_commands), and the run state "
         "is unchanged.",
-        source="PROTOCOL.md §16.33; §8.7",
-        invariant=33,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "COMMANDS-UNKNOWN-TYPE",
         MUST,
         _A.COMMANDS,
         "An unknown command type makes the whole batch invalid (invalid_commands) and nothing is applied.",
-        source="PROTOCOL.md §16.34; §8.7",
-        invariant=34,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "COMMANDS-REQUIRED-FIELDS",
@@ -1113,8 +1226,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "A command missing a required field (schedule_activity without activity_type, start_timer with "
         "delay_seconds:-1, fail_workflow without message, complete_update without update_id, "
         "record_version_marker with version outside [min, max]) is rejected and nothing is applied.",
-        source="PROTOCOL.md §16.34; §8.7.1",
-        invariant=34,
+        cites=(_wp("Command types"),),
     ),
     _r(
         "COMMANDS-RETRY-AFTER-REJECT",
@@ -1122,8 +1234,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "After a rejected batch the task stays leased, so the same owner can then complete successfully "
         "with a valid batch.",
-        source="PROTOCOL.md §16.34; §8.7",
-        invariant=34,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "COMMANDS-ATOMIC",
@@ -1131,8 +1242,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "Non-terminal commands are applied in order, then the terminal one; the batch commits atomically: "
         "either everything is applied or nothing is.",
-        source="PROTOCOL.md §8.7",
-        invariant=34,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "COMMANDS-FIELD-SCOPE",
@@ -1140,8 +1250,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "A field on a command that does not allow it (heartbeat_timeout on start_timer, retry_policy on "
         "complete_workflow) returns 422.",
-        source="PROTOCOL.md §16.35; §8.7.1 Which fields are allowed",
-        invariant=35,
+        cites=(_wp("Command types"),),
     ),
     _r(
         "COMMANDS-TIMEOUT-ORDER",
@@ -1149,31 +1258,32 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "Violated timeout ordering (heartbeat_timeout > start_to_close_timeout, start_to_close > "
         "schedule_to_close, schedule_to_start > schedule_to_close) returns 422.",
-        source="PROTOCOL.md §16.35; §8.7.1; §11.7",
-        invariant=35,
+        cites=(
+            _wp("Command types"),
+            _wp("Command types", "schedule_activity timeouts"),
+            _pkg("Activity timeouts"),
+        ),
     ),
     _r(
         "COMMANDS-COMPLETE-WORKFLOW",
         MUST,
         _A.COMMANDS,
         "complete_workflow moves the run to completed with event WorkflowCompleted.",
-        source="PROTOCOL.md §16.36; §8.7.1",
-        invariant=36,
+        cites=(_wp("Command types"),),
     ),
     _r(
         "COMMANDS-FAIL-WORKFLOW",
         MUST,
         _A.COMMANDS,
         "fail_workflow moves the run to failed with event WorkflowFailed.",
-        source="PROTOCOL.md §16.37; §8.7.1",
-        invariant=37,
+        cites=(_wp("Command types"),),
     ),
     _r(
         "COMMANDS-FAIL-WORKFLOW-EXCEPTION",
         MUST,
         _A.COMMANDS,
         "fail_workflow accepts the optional exception object from protocol 1.10 on.",
-        source="PROTOCOL.md §8.7.1 (exception: minimum protocol 1.10)",
+        cites=(_wp("Command types"),),
         minor=10,
     ),
     _r(
@@ -1182,8 +1292,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         'continue_as_new closes the run as completed (closed_reason "continued"), and describe shows a new '
         "run_id with run_number 2 and the same workflow_id.",
-        source="PROTOCOL.md §16.37; §8.7.1",
-        invariant=37,
+        cites=(_wp("Command types"),),
     ),
     _r(
         "COMMANDS-NON-TERMINAL-WAITING",
@@ -1191,8 +1300,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMMANDS,
         "A complete with only non-terminal commands (e.g. start_timer) moves the run to waiting, and "
         "created_task_ids is a list.",
-        source="PROTOCOL.md §16.38; §8.7",
-        invariant=38,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "TIMER-FIRES",
@@ -1201,16 +1309,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "Once start_timer's delay_seconds d has passed, a workflow task is leasable with "
         'workflow_wait_kind:"timer", resume_source_kind:"timer", a non-null timer_id and open_wait_id == '
         '"timer:" + timer_id.',
-        source="PROTOCOL.md §16.39; §8.3 Pure timer",
-        invariant=39,
+        cites=(_wp("Command types", "resume context"),),
     ),
     _r(
         "TIMER-NOT-EARLY",
         MUST,
         _A.COMMANDS,
         "The timer's workflow task is not leasable before d seconds have passed.",
-        source="PROTOCOL.md §16.39",
-        invariant=39,
+        cites=(_wp("Command types", "start_timer"),),
     ),
     # ==================================================================================== payload-shape
     _r(
@@ -1218,55 +1324,68 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.PAYLOAD_SHAPE,
         "Every leased workflow task contains all 20 resume-context keys (the value may be null).",
-        source="PROTOCOL.md §16.40; §8.2; §8.3",
-        invariant=40,
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+            _wp("Command types", "resume context"),
+        ),
     ),
     _r(
         "PAYLOAD-RESUME-CONTEXT-NULL-ON-START",
         MUST,
         _A.PAYLOAD_SHAPE,
         "On the first task after start, every resume-context key is null.",
-        source="PROTOCOL.md §16.40; §8.3 First task after start",
-        invariant=40,
+        cites=(_wp("Command types", "resume context"),),
     ),
     _r(
         "PAYLOAD-CODEC-AVRO",
         MUST,
         _A.PAYLOAD_SHAPE,
         'A leased workflow task has payload_codec == "avro".',
-        source="PROTOCOL.md §16.42; §8.2; §13.1",
-        invariant=42,
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+            _wp("Codec avro"),
+        ),
     ),
     _r(
         "PAYLOAD-ARGUMENTS-ENVELOPE",
         MUST,
         _A.PAYLOAD_SHAPE,
         'task.arguments is null or {codec:"avro", blob}, and the blob decodes to the array of start inputs.',
-        source="PROTOCOL.md §16.42; §8.2; §12.1 Input forms",
-        invariant=42,
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+            _wp("Starting a workflow"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "PAYLOAD-START-ENVELOPE-UNCHANGED",
         MUST,
         _A.PAYLOAD_SHAPE,
         "An explicit start envelope comes back in task.arguments.blob byte-identical.",
-        source="PROTOCOL.md §16.43; §12.1",
-        invariant=43,
+        cites=(
+            _wp("Starting a workflow"),
+            _srv("Control-plane workflow routes"),
+        ),
     ),
     _r(
         "PAYLOAD-RESULT-UNCHANGED",
         MUST,
         _A.PAYLOAD_SHAPE,
         "complete_workflow with result envelope E gives describe.output_envelope.blob == E.blob byte for byte.",
-        source="PROTOCOL.md §16.36",
-        invariant=36,
+        cites=(_wp("Command types", "complete_workflow result"),),
     ),
     _r(
         "PAYLOAD-ACTIVITY-ATTEMPT-ALIAS",
         SHOULD,
         _A.PAYLOAD_SHAPE,
-        "The RS SHOULD also emit attempt as an alias of attempt_number on activity tasks.",
-        source="PROTOCOL.md §11.1; §15",
+        "A server SHOULD also emit attempt as an alias of attempt_number on activity tasks.",
+        cites=(
+            _wp("Activity Task Bridge"),
+            _read("Where the documents disagree"),
+        ),
     ),
     # ========================================================================================== history
     _r(
@@ -1274,24 +1393,30 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.HISTORY,
         "history_events sequences are strictly increasing by 1 starting from 1.",
-        source="PROTOCOL.md §16.41; §8.2",
-        invariant=41,
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+        ),
     ),
     _r(
         "HISTORY-FIRST-TASK-STARTED",
         MUST,
         _A.HISTORY,
         "The first workflow task's history contains WorkflowStarted.",
-        source="PROTOCOL.md §16.41; §8.2",
-        invariant=41,
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+        ),
     ),
     _r(
         "HISTORY-INLINE-PAGE",
         MUST,
         _A.HISTORY,
         "With N events and history_page_size p < N, the poll returns exactly p events plus a non-null cursor.",
-        source="PROTOCOL.md §16.45; §8.4 Poll-inline paging",
-        invariant=45,
+        cites=(
+            _wp("Paginated history"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+        ),
     ),
     _r(
         "HISTORY-PAGINATION-COMPLETE",
@@ -1299,56 +1424,68 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.HISTORY,
         "Following the history cursor until has_more == false (or the token is null) yields every sequence "
         "1..N exactly once, in order, and no page is larger than min(p, 1000).",
-        source="PROTOCOL.md §16.45; §8.4",
-        invariant=45,
+        cites=(
+            _wp("Paginated history"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+        ),
     ),
     _r(
         "HISTORY-PAGE-SIZE-CAP",
         MUST,
         _A.HISTORY,
         "A history page request with page_size 5000 returns ≤ 1000 events or a 422; it never returns more than 1000.",
-        source="PROTOCOL.md §16.46; §8.4",
-        invariant=46,
+        cites=(
+            _wp("Paginated history"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+        ),
     ),
     _r(
         "HISTORY-INVALID-TOKEN",
         MUST,
         _A.HISTORY,
         "An invalid next_history_page_token returns 400 invalid_page_token.",
-        source="PROTOCOL.md §16.47; §8.4",
-        invariant=47,
+        cites=(
+            _wp("Paginated history"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+        ),
     ),
     _r(
         "HISTORY-BOTH-CURSORS",
         SHOULD,
         _A.HISTORY,
-        "The RS SHOULD accept and emit both cursor styles: after_sequence/has_more/next_after_sequence and "
+        "A server SHOULD accept and emit both cursor styles: after_sequence/has_more/next_after_sequence and "
         "next_history_page_token.",
-        source="PROTOCOL.md §8.2; §8.4; §15 History cursor",
+        cites=(
+            _wp("Workflow Task Bridge"),
+            _srv("WorkflowTaskPoller"),
+            _wp("Paginated history"),
+            _srv("Workflow task history, heartbeat, complete and fail"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "HISTORY-ONE-TERMINAL-PER-RUN",
         MUST,
         _A.HISTORY,
         "Control-plane history never contains more than one terminal run event per run.",
-        source="PROTOCOL.md §16.69",
-        invariant=69,
+        cites=(_wp("Execution semantics", "exactly-once durable history"),),
     ),
     _r(
         "HISTORY-ONE-WORKFLOW-COMPLETED",
         MUST,
         _A.HISTORY,
         "After a second complete or fail of an already completed task, history shows exactly one WorkflowCompleted.",
-        source="PROTOCOL.md §16.29",
-        invariant=29,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "HISTORY-ONE-TERMINAL-PER-ATTEMPT",
         MUST,
         _A.HISTORY,
         "Control-plane history never contains two terminal events per activity_attempt_id.",
-        source=f"PROTOCOL.md §16.69; §14.2; {_S1}",
-        invariant=69,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     # ====================================================================================== compression
     _r(
@@ -1357,8 +1494,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMPRESSION,
         'With accept_history_encoding:"gzip" and fewer than 50 events in the page, the response is '
         "uncompressed (no history_events_compressed).",
-        source="PROTOCOL.md §16.48; §8.5",
-        invariant=48,
+        cites=(
+            _wp("History compression"),
+            _pkg("HistoryPayloadCompression"),
+        ),
     ),
     _r(
         "COMPRESSION-ROUNDTRIP",
@@ -1366,29 +1505,41 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.COMPRESSION,
         "When compressed, history_events == [] and base64-decode, then gunzip (or raw inflate for deflate), "
         "then JSON equals the uncompressed page.",
-        source="PROTOCOL.md §16.48; §8.5",
-        invariant=48,
+        cites=(
+            _wp("History compression"),
+            _pkg("HistoryPayloadCompression"),
+        ),
     ),
     _r(
         "COMPRESSION-OPT-IN-ONLY",
         MUST,
         _A.COMPRESSION,
         "No opt-in, or an unsupported encoding only, means the normal uncompressed array.",
-        source="PROTOCOL.md §8.5",
+        cites=(
+            _wp("History compression"),
+            _pkg("HistoryPayloadCompression"),
+        ),
     ),
     _r(
         "COMPRESSION-ABOVE-THRESHOLD",
         MAY,
         _A.COMPRESSION,
         "A page of more than 50 events with opt-in MAY be compressed; exactly 50 is implementation-defined.",
-        source="PROTOCOL.md §8.5; §15 Compression threshold",
+        cites=(
+            _wp("History compression"),
+            _pkg("HistoryPayloadCompression"),
+            _read("Where the documents disagree"),
+        ),
     ),
     _r(
         "COMPRESSION-GZIP-PREFERRED",
         SHOULD,
         _A.COMPRESSION,
         "If both gzip and deflate are listed, gzip is preferred; matching is case-insensitive.",
-        source="PROTOCOL.md §8.5",
+        cites=(
+            _wp("History compression"),
+            _pkg("HistoryPayloadCompression"),
+        ),
     ),
     # ===================================================================================== cancellation
     _r(
@@ -1398,32 +1549,28 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "After the run of a leased workflow task is cancelled, the owner's heartbeat, complete, fail and "
         'history each return 409 reason:"run_closed", can_continue:false, cancel_requested:true, '
         'stop_reason:"run_cancelled" and a non-null run_closed_at.',
-        source="PROTOCOL.md §16.49; §8.9 row 2",
-        invariant=49,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "TERMINATE-TASK-RUN-CLOSED",
         MUST,
         _A.CANCELLATION,
         'After terminate, the same calls return run_closed with stop_reason:"run_terminated".',
-        source="PROTOCOL.md §16.49; §8.9 row 2",
-        invariant=49,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "CANCEL-RUN-CLOSED-BEFORE-FENCING",
         MUST,
         _A.CANCELLATION,
         "The run-closed check comes before the owner and attempt checks, so every caller sees run_closed.",
-        source="PROTOCOL.md §8.9 Notes",
-        invariant=49,
+        cites=(_srv("Workflow task history, heartbeat, complete and fail"),),
     ),
     _r(
         "CANCEL-NO-NEW-LEASES",
         MUST,
         _A.CANCELLATION,
         "After cancel or terminate, no poll ever leases a workflow or activity task of that run.",
-        source="PROTOCOL.md §16.50; §14.1",
-        invariant=50,
+        cites=(_hook("How to verify"),),
     ),
     _r(
         "CANCEL-ACTIVITY-HEARTBEAT",
@@ -1431,8 +1578,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         "An activity leased before the cancel: its heartbeat returns 200 with cancel_requested:true, "
         "can_continue:false and reason in {run_cancelled, run_terminated}.",
-        source="PROTOCOL.md §16.51; §11.5",
-        invariant=51,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "CANCEL-ACTIVITY-OUTCOME-IGNORED",
@@ -1440,8 +1586,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         'After a run cancel or terminate, an activity complete or fail returns 409 with outcome:"ignored" '
         "and recorded:false.",
-        source="PROTOCOL.md §16.51; §11.5",
-        invariant=51,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     # ======================================================================================= activities
     _r(
@@ -1451,16 +1596,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "A schedule_activity command produces an activity task leasable on the target queue, with "
         "attempt_number 1, non-empty activity_attempt_id and activity_execution_id, and arguments equal to "
         "the scheduled envelope.",
-        source="PROTOCOL.md §16.52; §11.1",
-        invariant=52,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-COMPLETE-RECORDED",
         MUST,
         _A.ACTIVITIES,
         "Activity complete by the owner returns 200 with recorded:true.",
-        source="PROTOCOL.md §16.54; §11.3",
-        invariant=54,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-DUPLICATE-COMPLETE-STALE",
@@ -1468,8 +1611,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ACTIVITIES,
         "A duplicate activity complete returns 409 stale_attempt with recorded:false, and history has "
         "exactly one ActivityCompleted.",
-        source="PROTOCOL.md §16.54; §11.3",
-        invariant=54,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-FAILURE-DETAILS-UNCHANGED",
@@ -1477,8 +1619,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ACTIVITIES,
         "The failure.details envelope is stored unchanged; the ActivityFailed event or the resumed "
         "workflow's history exposes the same blob and codec.",
-        source="PROTOCOL.md §16.58; §11.4",
-        invariant=58,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-HEARTBEAT-RENEWS",
@@ -1486,8 +1627,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ACTIVITIES,
         "An activity heartbeat by the owner returns 200 with can_continue:true and lease_expires_at ≥ the "
         "previous value.",
-        source="PROTOCOL.md §16.59; §11.5",
-        invariant=59,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-HEARTBEAT-STOP-200",
@@ -1495,7 +1635,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ACTIVITIES,
         "When the attempt cannot continue, the activity heartbeat is still HTTP 200 (only attempt_not_found "
         "gives 404), with can_continue:false, heartbeat_recorded:false and a reason.",
-        source="PROTOCOL.md §11.5",
+        cites=(_wp("Activity Task Bridge"),),
     ),
     # ========================================================================================== retries
     _r(
@@ -1503,24 +1643,24 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.RETRIES,
         "With retry_policy {max_attempts:3, backoff_seconds:[2]} and two failures, the lease numbers are 1, 2, 3.",
-        source="PROTOCOL.md §16.55; §11.6",
-        invariant=55,
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+        ),
     ),
     _r(
         "RETRY-EXECUTION-ID-STABLE",
         MUST,
         _A.RETRIES,
         "activity_execution_id stays constant across all attempts of one activity.",
-        source="PROTOCOL.md §16.55; §11.1",
-        invariant=55,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "RETRY-ATTEMPT-ID-DISTINCT",
         MUST,
         _A.RETRIES,
         "Every activity_attempt_id is distinct: a new one for every lease.",
-        source="PROTOCOL.md §16.55; §11.1",
-        invariant=55,
+        cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
         "ACTIVITY-RETRY-BACKOFF",
@@ -1528,72 +1668,100 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.RETRIES,
         "A retry is never leasable before its backoff has passed: the task for attempt n+1 is not leasable "
         "until ≥ backoff seconds after attempt n failed.",
-        source=f"PROTOCOL.md §16.55; §14.2; {_S1} retry_delay",
-        invariant=55,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     _r(
         "RETRY-ATTEMPTS-CONTIGUOUS",
         MUST,
         _A.RETRIES,
         "Attempts are numbered 1, 2, 3, … with no gaps and no repeats per activity_execution_id.",
-        source=f"PROTOCOL.md §14.2; {_S1}",
-        invariant=55,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     _r(
         "RETRY-FAILED-ATTEMPTS-BOUNDED",
         MUST,
         _A.RETRIES,
         "The number of failed attempts that led to retries is ≤ max_attempts - 1.",
-        source=f"PROTOCOL.md §14.2; §11.6; {_S1}",
-        invariant=55,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+        ),
     ),
     _r(
         "RETRY-NON-RETRYABLE-FLAG",
         MUST,
         _A.RETRIES,
         "failure.non_retryable:true ends the activity after that attempt, even when max_attempts > attempt.",
-        source=f"PROTOCOL.md §16.56; §11.6; §14.2; {_S1}",
-        invariant=56,
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     _r(
         "RETRY-NON-RETRYABLE-TYPE",
         MUST,
         _A.RETRIES,
         "A failure.type or failure.class listed in non_retryable_error_types ends the activity after that attempt.",
-        source=f"PROTOCOL.md §16.56; §11.6; §14.2; {_S1}",
-        invariant=56,
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     _r(
         "RETRY-FINAL-RESUMES-WORKFLOW",
         MUST,
         _A.RETRIES,
         "After a final activity failure the next leasable task is a workflow task (the resume), not an activity retry.",
-        source="PROTOCOL.md §16.56; §11.6 Final failure",
-        invariant=56,
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+        ),
     ),
     _r(
         "RETRY-RESUME-ONLY-FINAL",
         MUST,
         _A.RETRIES,
         "The workflow is resumed (a new workflow task) only for the final outcome, never for an intermediate retry.",
-        source=f"PROTOCOL.md §14.2; §11.6 How a retry is created; {_S1}",
-        invariant=55,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+        ),
     ),
     _r(
         "RETRY-DEFAULT-NONE",
         MUST,
         _A.RETRIES,
         "With no retry policy (default max_attempts = 1), a single activity failure is final.",
-        source=f"PROTOCOL.md §16.57; §11.6; {_S1} no retry by default",
-        invariant=57,
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+            _af("4.4 Retries"),
+            _af("4.3 DAG Run and TaskInstance state machine"),
+        ),
     ),
     _r(
         "RETRY-ONE-OUTCOME-PER-EXECUTION",
         MUST,
         _A.RETRIES,
         "There is exactly one terminal outcome per activity_execution_id.",
-        source=f"PROTOCOL.md §14.2; §16.69; {_S1}",
-        invariant=69,
+        cites=(
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     _r(
         "RETRY-BACKOFF-SCHEDULE",
@@ -1601,7 +1769,12 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.RETRIES,
         "The backoff before attempt n+1 is backoff_seconds[min(n-1, len-1)], or 0 if the list is empty; a "
         "retry is a new ready task with available_at = now + backoff and an ActivityRetryScheduled event.",
-        source=f"PROTOCOL.md §11.6; {_S1}",
+        cites=(
+            _wp("Command types", "schedule_activity retry_policy"),
+            _pkg("ActivityRetryPolicy"),
+            _af("4.3 DAG Run and TaskInstance state machine"),
+            _af("4.4 Retries"),
+        ),
     ),
     # ========================================================================================= timeouts
     _r(
@@ -1609,7 +1782,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.TIMEOUTS,
         "The expired attempt's late complete gets 409 stale_attempt.",
-        source="PROTOCOL.md §11.7",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _pkg("Activity timeouts"),
+        ),
     ),
     _r(
         "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL",
@@ -1617,7 +1793,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.TIMEOUTS,
         "On a timeout the activity retries subject to attempts left and backoff, except schedule_to_close, "
         "which is always terminal.",
-        source="PROTOCOL.md §11.7",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _pkg("Activity timeouts"),
+        ),
     ),
     _r(
         "TIMEOUT-TIMED-OUT-EVENT",
@@ -1625,7 +1804,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.TIMEOUTS,
         'When no retry remains, a terminal ActivityTimedOut with failure_category:"timeout" is recorded and '
         "the workflow is woken.",
-        source="PROTOCOL.md §11.7",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _pkg("Activity timeouts"),
+        ),
     ),
     # ========================================================================================== queries
     _r(
@@ -1634,8 +1816,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.QUERIES,
         "A query with a query worker registered creates a query task whose poll returns "
         "query_task_attempt:1, query_name, the lease_owner and query_arguments.",
-        source="PROTOCOL.md §16.60; §10.2",
-        invariant=60,
+        cites=(_wp("Query tasks"),),
     ),
     _r(
         "QUERY-RESULT-ROUNDTRIP",
@@ -1643,32 +1824,28 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.QUERIES,
         "Completing the query task with result_envelope makes the control-plane call return 200 with the "
         "same result_envelope.",
-        source="PROTOCOL.md §16.60; §10.3",
-        invariant=60,
+        cites=(_wp("Query tasks"),),
     ),
     _r(
         "QUERY-READ-ONLY",
         MUST,
         _A.QUERIES,
         "Query tasks never append history, never create commands, never mutate the run, and are not retried.",
-        source="PROTOCOL.md §16.60; §10.1",
-        invariant=60,
+        cites=(_wp("Query tasks"),),
     ),
     _r(
         "QUERY-UNKNOWN-404",
         MUST,
         _A.QUERIES,
         'A worker fail with reason:"rejected_unknown_query" makes the control-plane call return 404.',
-        source="PROTOCOL.md §16.61; §10.4",
-        invariant=61,
+        cites=(_wp("Query tasks"),),
     ),
     _r(
         "QUERY-REJECTED-409",
         MUST,
         _A.QUERIES,
         'A worker fail with reason:"query_rejected" (or any other reason) makes the control-plane call return 409.',
-        source="PROTOCOL.md §16.61; §10.4",
-        invariant=61,
+        cites=(_wp("Query tasks"),),
     ),
     _r(
         "QUERY-NO-WORKER-FAST",
@@ -1676,8 +1853,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.QUERIES,
         "With no registered, fresh query-capable worker on the run's queue, the query returns 409 "
         "query_worker_unavailable quickly, without waiting for the timeout.",
-        source="PROTOCOL.md §16.62; §10.5",
-        invariant=62,
+        cites=(
+            _wp("Query tasks"),
+            _srv("Query tasks"),
+        ),
     ),
     _r(
         "QUERY-TIMEOUT-504",
@@ -1685,8 +1864,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.QUERIES,
         "With a registered worker that never polls, the query returns 504 query_worker_timeout after about "
         "the configured timeout.",
-        source="PROTOCOL.md §16.63; §10.5",
-        invariant=63,
+        cites=(
+            _wp("Query tasks"),
+            _srv("Query tasks"),
+        ),
     ),
     _r(
         "QUERY-LATE-COMPLETE-NOT-LEASED",
@@ -1694,8 +1875,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.QUERIES,
         "A late complete after a query timeout, or a second complete or fail after a terminal one, returns "
         "409 query_task_not_leased.",
-        source="PROTOCOL.md §16.63; §10.5; §10.6",
-        invariant=63,
+        cites=(
+            _wp("Query tasks"),
+            _srv("Query tasks"),
+            _srv("Query tasks", "guardLease"),
+        ),
     ),
     # ============================================================================================ codec
     _r(
@@ -1703,16 +1887,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.CODEC,
         "The codec decodes all 16 golden cases to their listed values.",
-        source="PROTOCOL.md §16.65; §13.4",
-        invariant=65,
+        cites=(_pkg("Avro Value schema and golden vectors"),),
     ),
     _r(
         "CODEC-GOLDEN-ROUNDTRIP",
         MUST,
         _A.CODEC,
         "Re-encoding each golden case reproduces its bytes.",
-        source="PROTOCOL.md §16.65; §13.4",
-        invariant=65,
+        cites=(_pkg("Avro Value schema and golden vectors"),),
     ),
     _r(
         "CODEC-MALFORMED-REJECTED",
@@ -1720,24 +1902,25 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CODEC,
         "All 18 malformed frames fail with the listed error (17 invalid_payload_framing, 1 "
         "unsupported_payload_schema).",
-        source="PROTOCOL.md §16.65; §13.3",
-        invariant=65,
+        cites=(_pkg("Avro Value schema and golden vectors"),),
     ),
     _r(
         "CODEC-FINGERPRINT",
         MUST,
         _A.CODEC,
         "The single-object frame's fingerprint bytes are e2a33dff55802237.",
-        source="PROTOCOL.md §16.65; §13.3",
-        invariant=65,
+        cites=(_pkg("Avro Value schema and golden vectors"),),
     ),
     _r(
         "CODEC-START-UNKNOWN-CODEC",
         MUST,
         _A.CODEC,
         'A start with input {codec:"json", blob:…} or any codec other than avro returns 422, and no run is created.',
-        source="PROTOCOL.md §16.44; §12.1; §13.1",
-        invariant=44,
+        cites=(
+            _wp("Starting a workflow"),
+            _srv("Control-plane workflow routes"),
+            _wp("Codec avro"),
+        ),
     ),
     _r(
         "CODEC-SIGNAL-MALFORMED",
@@ -1745,8 +1928,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CODEC,
         "A signal whose input envelope is a malformed golden frame returns 422, never 5xx, and no "
         "SignalReceived is recorded.",
-        source="PROTOCOL.md §16.66; §13.4 Suite use",
-        invariant=66,
+        cites=(_pkg("Avro Value schema and golden vectors"),),
     ),
     _r(
         "CODEC-CHECK-BEFORE-DECODE",
@@ -1754,7 +1936,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CODEC,
         "A worker or server MUST check the codec before decoding; an unknown codec is an error and the "
         "format is never guessed from the content.",
-        source="PROTOCOL.md §13.1; seed-000",
+        cites=(
+            _wp("Codec avro"),
+            _wp("Execution semantics"),
+        ),
     ),
     _r(
         "CODEC-NON-AVRO-ENVELOPE-422",
@@ -1762,7 +1947,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CODEC,
         "A command, start input, activity result or failure-details envelope with codec other than avro "
         "gives 422, with a message that begins unsupported_payload_codec:.",
-        source="PROTOCOL.md §13.1",
+        cites=(_wp("Codec avro"),),
     ),
     # ======================================================================================= robustness
     _r(
@@ -1771,39 +1956,35 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.ROBUSTNESS,
         "For any worker route, arbitrary JSON (wrong types, nulls, huge strings, deep nesting, non-object "
         "bodies, invalid UTF-8 or non-JSON bodies) never yields 5xx.",
-        source="PROTOCOL.md §16.67",
-        invariant=67,
+        cites=(_read("Robustness"),),
     ),
     _r(
         "ROBUST-STATUS-SET",
         MUST,
         _A.ROBUSTNESS,
         "The status of a fuzzed worker-route request is in {400, 404, 409, 412, 415, 422}.",
-        source="PROTOCOL.md §16.67",
-        invariant=67,
+        cites=(_read("Robustness"),),
     ),
     _r(
         "ROBUST-ENVELOPE-ON-ERROR",
         MUST,
         _A.ROBUSTNESS,
         "A fuzzed worker-route request's response has the worker envelope with reason.",
-        source="PROTOCOL.md §16.67",
-        invariant=67,
+        cites=(_read("Robustness"),),
     ),
     _r(
         "ROBUST-REJECTED-NO-STATE-CHANGE",
         MUST,
         _A.ROBUSTNESS,
         "A fenced, rejected or invalid request never changes observable state (describe and history are unchanged).",
-        source="PROTOCOL.md §16.68; §8.7",
-        invariant=68,
+        cites=(_wp("Completion, heartbeat and fail requests"),),
     ),
     _r(
         "ROBUST-UNKNOWN-FIELDS-IGNORED",
         MUST,
         _A.ROBUSTNESS,
         "Unknown request fields MUST be ignored.",
-        source="PROTOCOL.md §0 Conventions",
+        cites=(_pkg("Platform protocol specs"),),
     ),
     # ========================================================================================= dispatch
     _r(
@@ -1812,8 +1993,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "The same message delivered twice gives exactly one valid lease: duplicate or concurrent polls never "
         "yield two live leases for the same task and attempt.",
-        source=f"{_S3} 如何验证 row 1; PROTOCOL.md §16.20",
-        invariant=20,
+        cites=(_hook("How to verify", "row 1"),),
     ),
     _r(
         "DISPATCH-CRASH-TAKEOVER",
@@ -1821,8 +2001,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "A worker that crashes after its claim is replaced once the lease expires: the task is pollable "
         "again by another worker with attempt+1.",
-        source=f"{_S3} 如何验证 row 2; PROTOCOL.md §16.31",
-        invariant=31,
+        cites=(_hook("How to verify", "row 2"),),
     ),
     _r(
         "DISPATCH-LATE-EVENT-FENCED",
@@ -1830,8 +2009,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "After a takeover, a late lifecycle event from the old worker is rejected by fencing (409) and its "
         "commands leave no trace in history.",
-        source=f"{_S3} 自测 2; PROTOCOL.md §16.30",
-        invariant=30,
+        cites=(_hook("Self-check", "question 2"),),
     ),
     _r(
         "DISPATCH-CANCEL-DURABLE",
@@ -1840,8 +2018,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "Cancellation propagates through durable state across processes: a cancel sent over HTTP by a "
         "client other than the worker stops new leases and is observed by the worker as run_closed / "
         "cancel_requested.",
-        source=f"{_S3} 如何验证 row 4; Command Path 与 Work Dispatch 分开",
-        invariant=50,
+        cites=(
+            _hook("How to verify", "row 4"),
+            _hook("Command path and work dispatch are separate"),
+        ),
     ),
     _r(
         "DISPATCH-LOST-NOTIFICATION",
@@ -1849,7 +2029,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "A lost notification is rediscovered: expired leases, due timers and retries whose available_at "
         "passed become pollable without any extra stimulus from the client.",
-        source=f"{_S3} Queue 是 Notification; PROTOCOL.md §9",
+        cites=(
+            _hook("The queue is a notification, not canonical state"),
+            _wp("Execution semantics"),
+            _srv("Leases and redelivery"),
+        ),
     ),
     # ========================================================================================= restarts
     _r(
@@ -1860,7 +2044,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "keeps its run id, and every history event recorded before the restart (an accepted signal, a completed "
         "workflow task's commands, a completed activity's result, a closed run's terminal event) is still there, "
         "unchanged, at its sequence.",
-        source=f"{_S3} 自测 1 (API 接收 Run 后进程立刻重启); 如何验证 (Worker claim 后 crash); durable state",
+        cites=(_hook("Self-check", "question 1"), _hook("How to verify")),
     ),
     _r(
         "RESTART-WORK-TAKEN-OVER",
@@ -1868,8 +2052,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "A run accepted right before the server restarts is still dispatched after it: a worker polling its queue "
         "after the restart leases its workflow task, so the work is not bound to the process that accepted it.",
-        source=f"{_S3} 自测 1: API 接收 Run 后进程立刻重启，怎样通过 dispatch/queue 让任务仍能被 Worker 接管，"
-        "而不是绑定在 HTTP 进程里",
+        cites=(_hook("Self-check", "question 1"),),
     ),
     _r(
         "RESTART-LEASE-TAKEOVER",
@@ -1877,7 +2060,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.DISPATCH,
         "A lease held when the server restarts still ends at its acknowledged lease_expires_at, no earlier, and its "
         "task is then leased to another worker: the same task_id with the next attempt.",
-        source=f"{_S3} 如何验证: Worker claim 后 crash — lease 失效后其他 Worker 能继续",
+        cites=(_hook("How to verify", "a worker that crashes after its claim"),),
     ),
     _r(
         "RESTART-STALE-LEASE-FENCED",
@@ -1886,8 +2069,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "Fencing holds across a restart: once the task is taken over, a report carrying the lease from before the "
         "restart (its old owner and attempt) is refused with 409 and leaves no trace; the new holder's complete "
         "is accepted.",
-        source=f"{_S3} 自测 2: Worker lease 过期后新 Worker 接管，旧 Worker 的 lifecycle hook 晚到时应怎样被 "
-        "fencing 拒绝",
+        cites=(_hook("Self-check", "question 2"),),
     ),
     # ================================================================================== lifecycle-hooks
     _r(
@@ -1896,14 +2078,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.LIFECYCLE_HOOKS,
         "Hooks observe and never own transitions: malformed optional progress or metrics fields never turn a "
         "successful complete into a failure, and a task result already committed never changes.",
-        source=f"{_S3} Lifecycle Hooks 是 Observer; 如何验证 row 3",
+        cites=(
+            _hook("How to verify", "row 3"),
+            _hook("Lifecycle hooks are observers"),
+        ),
     ),
     _r(
         "HOOKS-FAIL-OPEN",
         MUST,
         _A.LIFECYCLE_HOOKS,
         "Malformed telemetry (heartbeat progress, worker metrics) never returns 5xx: it is either 422 or ignored.",
-        source=f"{_S3} Hook 也要有失败策略; PROTOCOL.md §14.1",
+        cites=(_hook("Hooks need a failure policy too"),),
     ),
     # ============================================================================================ auth
     _r(
@@ -1914,10 +2099,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "accepts it on the control plane, and on the worker plane too when it has no role tokens; beside role "
         "tokens it may keep full access or make it admin-only (the worker plane answers it 403), but never "
         "refuses it as unknown (401). A server without one is never failed for it.",
-        # Decision: a full-access token is optional (upstream's legacy DW_AUTH_TOKEN becomes admin-only once role
+        # Decision: a full-access token is optional (the server's legacy DW_AUTH_TOKEN becomes admin-only once role
         # tokens exist; a vendor may have role tokens only). The reference server keeps full access beside role
-        # tokens (docs/reference-server.md, deviations) and follows upstream with --auth-token-admin-beside-roles.
-        source="PROTOCOL.md §4.1 (full access); SDK-INTEROP.md addendum (one token); UPS legacy token rule",
+        # tokens (docs/reference-server.md, deviations) and follows the server with --auth-token-admin-beside-roles.
+        cites=(
+            _srv("Authentication and roles"),
+            _sdk("Worker handshake", "one token for both planes"),
+            _read("Full-access token"),
+        ),
     ),
     # ======================================================================================== children
     _r(
@@ -1926,8 +2115,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CHILDREN,
         "A start_child_workflow without parent_close_policy is recorded on ChildWorkflowScheduled as "
         "parent_close_policy abandon, and the child outlives its parent's close.",
-        source="S0 start_child_workflow (the four values, no default); UPP engine default abandon; "
-        "SDK 2.12.0 replay (child_workflow_policy_changed); SDK-INTEROP.md addendum",
+        cites=(
+            _wp("Command types", "start_child_workflow parent_close_policy"),
+            _pkg("Child workflows", "default abandon"),
+            _sdk("Replay", "child_workflow_policy_changed"),
+        ),
     ),
     _r(
         "CHILD-POLICY-RECORDED",
@@ -1935,7 +2127,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CHILDREN,
         "ChildWorkflowScheduled records the parent_close_policy and the child cancellation_policy the command "
         "gave, and abandon for each one it omitted: the values the SDK compares on replay.",
-        source="SDK 2.12.0 replay (child_workflow_policy_changed for both fields); SDK-INTEROP.md addendum",
+        cites=(_sdk("Replay", "child_workflow_policy_changed"),),
     ),
     # ========================================================================== cooperative cancellation
     _r(
@@ -1946,8 +2138,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "closed at once: its history records CooperativeCancellationRequested with the request identity "
         "(workflow_command_id) and a cleanup_deadline_at after the request, and its next workflow task carries "
         "cancel_requested true and cancellation_request {request_id, requested_at, cleanup_deadline_at}.",
-        source="S0 start_child_workflow (request_cancellation: cooperative cleanup with an initial cancellation "
-        "identity and deadline; request_cancel closes at once); event and field names: SDK 2.12.0",
+        cites=(
+            _wp("Command types", "start_child_workflow request_cancellation"),
+            _sdk("Child workflow cancellation", "event and field names"),
+        ),
     ),
     _r(
         "CANCEL-COOPERATIVE-CLEANUP",
@@ -1955,7 +2149,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         "A child asked to cancel cooperatively can still run commands (its cleanup) and close itself before the "
         "deadline; the run ends as the child's own terminal command says.",
-        source="S0 start_child_workflow (cooperative cleanup); issue: the child can clean up and close",
+        cites=(
+            _wp("Command types", "start_child_workflow request_cancellation"),
+            _read("Cooperative cancellation"),
+        ),
     ),
     _r(
         "CANCEL-COOPERATIVE-DEADLINE",
@@ -1963,8 +2160,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         "A child still open past its cleanup_deadline_at is closed by the server as cancelled (WorkflowCancelled "
         "with reason cleanup_deadline_exceeded).",
-        source="S0 start_child_workflow (the deadline of cooperative cleanup); issue: past the deadline the "
-        "server closes it",
+        cites=(
+            _wp("Command types", "start_child_workflow request_cancellation"),
+            _read("Cooperative cancellation"),
+        ),
     ),
     _r(
         "CANCEL-COOPERATIVE-OUTCOME",
@@ -1972,8 +2171,7 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         "However the child ends, the parent's history records ChildCancellationResolved naming the request, the "
         "child run, its closing status (outcome) and closed_by (child or cleanup_deadline).",
-        source="issue: the parent's history records the outcome; decision: the event follows the parent's "
-        "terminal event, since the parent closed first",
+        cites=(_read("Cooperative cancellation"),),
     ),
     _r(
         "CANCEL-COOPERATIVE-DELIVERY",
@@ -1982,7 +2180,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "The lease holder of the child's workflow task can commit the delivery of the request at one call "
         "(POST …/workflow-tasks/{id}/deliver-cancellation), recorded once as CooperativeCancellationDelivered; "
         "a repeated delivery answers the committed one.",
-        source="SDK 2.12.0 deliver_workflow_cancellation (route, body and receipt); S0 cooperative cancellation",
+        cites=(
+            _sdk("Child workflow cancellation", "deliver_workflow_cancellation"),
+            _wp("Command types", "start_child_workflow request_cancellation"),
+        ),
     ),
     _r(
         "CANCEL-CLIENT-REQUEST",
@@ -1994,9 +2195,10 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "deadline cleanup_timeout_seconds after the request; the run stays open and its next workflow task carries "
         "cancel_requested and that request; a repeated request answers duplicate: true with the original "
         "request_id and cleanup_deadline_at.",
-        source="S0 cooperative cancellation (an initial cancellation identity and deadline); SDK 2.12.0 "
-        "Client.request_workflow_cancellation (route, body, answer; repeated requests return the original identity "
-        "and deadline)",
+        cites=(
+            _wp("Command types", "start_child_workflow request_cancellation"),
+            _sdk("Child workflow cancellation", "request_workflow_cancellation"),
+        ),
     ),
     # ================================================================================= worker sessions
     _r(
@@ -2005,7 +2207,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "A server that implements worker sessions advertises worker_session_verbs (create, heartbeat, close) and "
         "worker_sessions (the A.2 runtime contract) in cluster/info and in every worker-plane response.",
-        source="S0 Discovery capabilities (worker_session_verbs, worker_sessions); PROTOCOL.md §5.2, A.1, A.2",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs"),
+            _wp("Discovery capabilities"),
+            _pkg("WorkerProtocolVersion"),
+        ),
         minor=8,  # A.2 minimum_protocol_version 1.8
     ),
     _r(
@@ -2014,7 +2220,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "The first admitted in-session activity claim creates the session, owned by the claiming worker, and the "
         "leased task carries worker_session with status active and that lease_owner.",
-        source=_W + " (Lifecycle: creation is lazy)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "creation is lazy"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2024,7 +2234,12 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "POST /api/worker/sessions creates (201 created) or reuses (200 reused) a session for its worker; "
         "POST …/{id}/heartbeat renews it (heartbeat_recorded); DELETE …/{id} closes it (closed, then "
         "already_closed); an unknown id is 404 session_not_found.",
-        source=_W + "; SPEC openapi createWorkerSession / heartbeatWorkerSession / closeWorkerSession",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+            _pkg("Platform protocol specs", "createWorkerSession, heartbeatWorkerSession, closeWorkerSession"),
+        ),
         minor=8,
     ),
     _r(
@@ -2033,7 +2248,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "At most one worker owns a session lease at a time: while one worker holds it, another capable worker is "
         "refused (409 session_owned_by_another_worker) and is leased none of its activities.",
-        source=_W + " (Lease And Ownership; ownership single_worker_lease_owner)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Lease And Ownership"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2042,7 +2261,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "A session is admitted only to a registered worker whose capabilities cover every session requirement "
         "(otherwise 409 session_requirements_not_met with missing_requirements; a claim skips the task).",
-        source=_W + " (Admission And Routing; admission.requires_capabilities)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Admission And Routing"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2050,7 +2273,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         MUST,
         _A.SESSIONS,
         "A recorded heartbeat of an in-session activity by the session's owner renews the session lease.",
-        source=_W + " (Renewal And Expiry; renewal.activity_heartbeat_renews_session)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Renewal And Expiry"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2059,7 +2286,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "A session whose lease is not renewed in time becomes expired (failure_reason lease_expired): its old "
         "holder's session heartbeat is refused (409 session_not_active) and a capable worker may reacquire it.",
-        source=_W + " (Renewal And Expiry; lifecycle.lease_expiry)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Renewal And Expiry"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2068,7 +2299,12 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "A session with allow_reacquire_after_failure false that loses its lease or holder is final (status "
         "failed): no worker reacquires it (409 session_reacquire_disallowed).",
-        source=_W + " (terminal_conditions allow_reacquire_after_failure_false); decision: status failed",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "terminal conditions"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+            _read("Worker sessions"),
+        ),
         minor=8,
     ),
     _r(
@@ -2077,7 +2313,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "After another worker reacquired a session, the old holder's session heartbeat and close are refused "
         "(409 session_owner_mismatch) and its activity heartbeats renew nothing of the session.",
-        source=_W + " (Holder Failure: replacement_worker_must_reacquire_session)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Holder Failure"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2086,7 +2326,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "The session TTL is absolute: renewal never moves the lease past ttl_expires_at, and once it passes the "
         "session is closed (failure_reason ttl_expired) and its id is never admitted again (409 session_closed).",
-        source=_W + " (lifecycle.ttl_expiry absolute_session_ttl_is_terminal_for_that_session_id)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "lifecycle, TTL expiry"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2095,7 +2339,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "An explicit close by the holder makes the session closed; only its holder may close it (409 "
         "session_owner_mismatch), a second close answers already_closed, and the id is never admitted again.",
-        source=_W + " (lifecycle.close explicit_holder_close; terminal_statuses closed)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "lifecycle, close"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2104,7 +2352,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "A session whose holder's registration is stale or gone becomes orphaned (failure_reason "
         "worker_heartbeat_stale) and a capable worker may reacquire it.",
-        source=_W + " (failure_detection registered_worker_heartbeat_staleness)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "failure detection"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2113,7 +2365,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "At most max_concurrent_activities attempts of one session are leased at once (default 1); the next "
         "in-session task waits until one finishes.",
-        source=_W + " (limits.max_concurrent_activities session; default_max_concurrent_activities 1)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "limits"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2122,7 +2378,11 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "Inside a session each activity attempt keeps its own lease, heartbeat and cancellation: a lapsed session "
         "does not end a live attempt, and a session lease never hides cancel_requested.",
-        source=_W + " (lease.activity_attempt_leases_remain_independent; cancellation.*)",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "lease, cancellation"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+        ),
         minor=8,
     ),
     _r(
@@ -2131,7 +2391,12 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.SESSIONS,
         "Operators can list a namespace's sessions with per-status metrics and read one session's snapshot "
         "(holder, queue, requirements, lease and TTL expiry, active activity count, failure reason).",
-        source=_W + " (Visibility; workerSessionVisibility, workerSessionDetail); RS paths /api/worker-sessions",
+        cites=(
+            _wp("Discovery capabilities", "worker_session_verbs, worker_sessions"),
+            _pkg("Worker sessions", "Visibility"),
+            _pkg("WorkerProtocolVersion::workerSessionSemantics"),
+            _read("Worker sessions"),
+        ),
         minor=8,
     ),
 )
@@ -2176,11 +2441,6 @@ REGISTRY: Final[Mapping[str, Requirement]] = MappingProxyType(
 )
 
 
-def by_invariant(n: int) -> list[Requirement]:
-    """The requirements that check PROTOCOL.md §16 invariant ``n``, in registry order."""
-    return [req for req in REGISTRY.values() if req.invariant == n]
-
-
 def by_area(area: Area) -> list[Requirement]:
     """The requirements of one area, in registry order."""
     return [req for req in REGISTRY.values() if req.area is area]
@@ -2203,8 +2463,9 @@ def applicable(req: Requirement, certified_minor: int) -> bool:
 def validate_registry() -> None:
     """Raise ``ValueError`` listing every problem in :data:`REGISTRY`; return ``None`` when it is sound.
 
-    Checks: IDs unique and UPPER-KEBAB; sentences and sources non-empty; minors in 0..advertised;
-    invariant numbers in 1..69 and every one of them covered; test-profile marks name known keys.
+    Checks: IDs unique and UPPER-KEBAB; sentences non-empty; every requirement cites at least one section
+    (each citation names a section its document declares); minors in 0..advertised; test-profile marks
+    name known keys.
     """
     problems: list[str] = []
     seen: set[str] = set()
@@ -2216,20 +2477,14 @@ def validate_registry() -> None:
             problems.append(f"{req.id!r} does not match {REQUIREMENT_ID_PATTERN.pattern}")
         if not req.sentence.strip():
             problems.append(f"{req.id}: empty sentence")
-        if not req.source.strip():
-            problems.append(f"{req.id}: empty source")
+        if not req.cites:
+            problems.append(f"{req.id}: cites no document")
         if not 0 <= req.minor <= ADVERTISED_MINOR:
             problems.append(f"{req.id}: minor {req.minor} outside 0..{ADVERTISED_MINOR}")
-        if req.invariant is not None and not 1 <= req.invariant <= INVARIANT_COUNT:
-            problems.append(f"{req.id}: invariant {req.invariant} outside 1..{INVARIANT_COUNT}")
     for req_id, key in _COVERED_THROUGH.items():
         if req_id not in REGISTRY or key not in TEST_PROFILE:
             problems.append(
                 f"{req_id}: covered through {key!r}, but the requirement or the test-profile key is unknown"
             )
-    covered = {req.invariant for req in _REQUIREMENTS if req.invariant is not None}
-    missing = sorted(set(range(1, INVARIANT_COUNT + 1)) - covered)
-    if missing:
-        problems.append(f"invariants not referenced by any requirement: {missing}")
     if problems:
         raise ValueError("requirement registry is unsound:\n  " + "\n  ".join(problems))

@@ -66,12 +66,16 @@ def test_the_docs_say_what_a_test_build_must_expose() -> None:
             assert f"`{req}`" in row, (key, req)
 
 
-def test_each_requirement_names_its_spec_section() -> None:
-    assert REGISTRY["VERSION-MISSING"].section == "§3.1"  # the rule's section, not the §16 invariant
-    assert REGISTRY["DISPATCH-LOST-NOTIFICATION"].section == "§14.1"
-    assert REGISTRY["SESSION-LAZY-CREATE"].section == "App. A.2"
-    assert REGISTRY["CANCEL-COOPERATIVE-REQUEST"].section == "seed 000"
-    assert all(r.section and r.section[0] in "§AsSi" for r in REGISTRY.values())
+def test_each_requirement_names_its_document_section() -> None:
+    """The section column is the first citation: a public document's short name and one of its sections."""
+    assert REGISTRY["VERSION-MISSING"].section == "Worker protocol 1.20 · Protocol version"
+    assert REGISTRY["DISPATCH-LOST-NOTIFICATION"].section.startswith("Dispatch, Lease and Hooks · ")
+    assert REGISTRY["SESSION-LAZY-CREATE"].section == "Worker protocol 1.20 · Discovery capabilities"
+    assert REGISTRY["CANCEL-COOPERATIVE-REQUEST"].section == "Worker protocol 1.20 · Command types"
+    for r in REGISTRY.values():
+        first = r.cites[0]
+        assert r.section == f"{first.document.short} · {first.section}"
+        assert first.section in first.document.sections
 
 
 def test_every_not_covered_advice_names_a_known_test_profile_key() -> None:

@@ -198,7 +198,7 @@ def test_requirements_are_grouped_by_area_with_their_section_and_ids_that_do_not
     areas = sorted({r["area"] for r in results["requirements"]})
     positions = [page.index(f"<h3 id='area-{a}'>") for a in areas]
     assert positions == sorted(positions)
-    assert "<td class='section'>§3.1</td>" in page
+    assert "<td class='section'>Worker protocol 1.20 · Protocol version</td>" in page
     assert "code.id,td.section,td.verdict{white-space:nowrap}" in page
 
 
@@ -301,7 +301,7 @@ def test_a_failure_in_the_terminal_is_whole_with_its_rule_and_curl_line(width: i
     assert all(len(x) <= width for x in block if " " in x.strip() and "curl" not in x), block
     sentence = REGISTRY["VERSION-TRIM"].sentence
     assert " ".join(sentence.split()) in " ".join(" ".join(block).split())
-    assert any(x.strip().startswith("Rule (§3.1): ") for x in block), block
+    assert any(x.strip().startswith("Rule (Worker protocol 1.20 · Protocol version): ") for x in block), block
     # The curl line is one line, exactly as recorded, so it can be copied; the other exchange is in the report.
     assert f"    Reproduce: {_exchange()['curl']}" in block
     assert "    (1 more exchange of this failure in reports/r/report.html)" in block
