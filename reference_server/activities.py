@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -66,7 +66,6 @@ from suite.protocol.sessions import Admission
 
 from . import sessions
 from .engine import TERMINAL_RUN_STATUSES, append_event, empty_resume, open_workflow_task, ts, wake_run
-from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 from .transitions import ACTIVITY_ATTEMPTS, ACTIVITY_EXECUTIONS, ACTIVITY_TASKS, claim, initial, move
@@ -208,6 +207,11 @@ def _resolve(
     return str(task["task_id"])
 
 
+def retry_ready_at(t: T, backoff: int) -> int:
+    """When a retry scheduled now with ``backoff`` seconds becomes leasable (µs)."""
+    return t.now + backoff * US
+
+
 def _schedule_retry(
     t: T,
     execution: sqlite3.Row,
@@ -220,9 +224,7 @@ def _schedule_retry(
     backoff`` and ``ActivityRetryScheduled``; "**No workflow task is created** for a retry"."""
     policy = _policy(execution)
     backoff = policy.backoff_before(after_attempt + 1)
-    available_at = t.now + backoff * US
-    if fault(t.settings, "ignore-retry-backoff"):
-        available_at = t.now  # the bug: the backoff is recorded below but the retry is ready at once
+    available_at = retry_ready_at(t, backoff)
     s2s = execution["schedule_to_start_timeout"]
     task_id = new_id(t.now)
     t.db.execute(
@@ -424,23 +426,6 @@ def _lease(t: T, poll: Poll, cand: sqlite3.Row, lease_until: int, admission: Adm
     return True
 
 
-def _retry_after_heartbeat(t: T, attempt: sqlite3.Row) -> bool:
-    """Whether ``attempt`` is a retry (a new task) after an attempt that heartbeated and failed (the trigger of
-    a named fault)."""
-    before = t.one(
-        "SELECT task_id, status, last_heartbeat_at FROM activity_attempts"
-        " WHERE execution_id = ? AND attempt_number = ?",
-        attempt["execution_id"],
-        int(attempt["attempt_number"]) - 1,
-    )
-    return (
-        before is not None
-        and before["task_id"] != attempt["task_id"]
-        and before["status"] == "failed"
-        and bool(before["last_heartbeat_at"])
-    )
-
-
 def task_payload(t: T, task_id: str) -> dict[str, Any]:
     """The leased activity task (§11.1)."""
     task = t.row("activity_tasks", "task_id", task_id)
@@ -459,8 +444,6 @@ def task_payload(t: T, task_id: str) -> dict[str, Any]:
         if at is not None
     }
     number = int(attempt["attempt_number"])
-    if fault(t.settings, "retry-attempt-restarts-after-heartbeat") and _retry_after_heartbeat(t, attempt):
-        number = 1  # the bug: the retry after an attempt that heartbeated and failed is shown as attempt 1 again
     session = sessions.activity_snapshot(t, task_id)
     return {
         "task_id": task_id,
@@ -540,7 +523,7 @@ def _load(t: T, attempt_id: str) -> tuple[ActivityAttemptView, _Rows]:
     return view, _Rows(attempt, task, execution, run)
 
 
-def _guarded(
+def guarded(
     t: T, namespace: str, task_id: str, fence: ActivityFence, *, enforce: bool = True
 ) -> tuple[ActivityAttemptView, _Rows]:
     """§11.2 ownership (404 task_not_found, 404 attempt_not_found, 409 task_mismatch, 409
@@ -606,20 +589,7 @@ def _record_outcome(t: T, rows: _Rows, event: AttemptEvent) -> None:
 def complete_activity_task(
     t: T, namespace: str, task_id: str, fence: ActivityFence, result_blob: str | None
 ) -> dict[str, Any] | Rejection:
-    view, rows = _guarded(t, namespace, task_id, fence)
-    if fault(t.settings, "record-stale-activity-complete") and view.attempt_status is not AttemptStatus.RUNNING:
-        # The bug: an attempt that is no longer live still records its result (a second ActivityCompleted).
-        base = _event_base(rows.execution, rows.attempt["attempt_id"], rows.attempt["attempt_number"])
-        append_event(t, rows.run["run_id"], "ActivityCompleted", {**base, "result": result_blob})
-        return {
-            "task_id": task_id,
-            "activity_attempt_id": fence.activity_attempt_id,
-            "activity_execution_id": rows.execution["execution_id"],
-            "outcome": "completed",
-            "recorded": True,
-            "reason": None,
-            "next_task_id": None,
-        }
+    view, rows = guarded(t, namespace, task_id, fence)
     stop = _report_guard(t, view, rows, "complete")
     if stop is not None:
         return stop
@@ -651,24 +621,25 @@ def complete_activity_task(
     }
 
 
+def failure_policy(execution: sqlite3.Row, attempt_number: int) -> RetryPolicy:
+    """The retry policy that decides what follows the failure of attempt ``attempt_number``: the execution's."""
+    return _policy(execution)
+
+
 # -- fail (§11.4, §11.6) -----------------------------------------------------------------------------------
 
 
 def fail_activity_task(
     t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
 ) -> dict[str, Any] | Rejection:
-    view, rows = _guarded(t, namespace, task_id, fence)
+    view, rows = guarded(t, namespace, task_id, fence)
     stop = _report_guard(t, view, rows, "fail")
     if stop is not None:
         return stop
     _record_outcome(t, rows, AttemptEvent.FAIL)
     execution, attempt = rows.execution, rows.attempt
     attempt_id, number = attempt["attempt_id"], int(attempt["attempt_number"])
-    policy = _policy(execution)
-    if fault(t.settings, "retry-past-max-attempts"):
-        policy = replace(policy, max_attempts=number + 1)  # the bug: the attempt bound is never reached
-    if fault(t.settings, "retry-non-retryable"):
-        failure = replace(failure, non_retryable=False)  # the bug: the worker's non_retryable flag is ignored
+    policy = failure_policy(execution, number)
     # §11.6: "Non-retryable if `failure.non_retryable == true`, or `failure.type` or `failure.class` ∈
     # `non_retryable_error_types`"; "Retry if the failure is not non-retryable **and** attempt_number <
     # max_attempts".
@@ -718,12 +689,28 @@ def fail_activity_task(
 # -- heartbeat and status (§11.5) ------------------------------------------------------------------------
 
 
+def record_heartbeat(
+    t: T, execution: sqlite3.Row, attempt: sqlite3.Row | Mapping[str, Any], progress: Any, lease_expires_at: int
+) -> None:
+    """``ActivityHeartbeatRecorded`` of ``attempt``, with its progress and renewed lease."""
+    append_event(
+        t,
+        execution["run_id"],
+        "ActivityHeartbeatRecorded",
+        {
+            **_event_base(execution, attempt["attempt_id"], attempt["attempt_number"]),
+            "progress": progress,
+            "lease_expires_at": ts(lease_expires_at),
+        },
+    )
+
+
 def heartbeat_activity_task(
     t: T, namespace: str, task_id: str, fence: ActivityFence, progress: HeartbeatProgress, *, renew: bool = True
 ) -> dict[str, Any]:
     """A heartbeat (``renew=True``) or the read-only ``status`` verb (``renew=False``). Both answer 200 once
     ownership passed; only a live heartbeat extends the lease and records ``ActivityHeartbeatRecorded``."""
-    view, rows = _guarded(t, namespace, task_id, fence, enforce=renew)
+    view, rows = guarded(t, namespace, task_id, fence, enforce=renew)
     decision = activity_heartbeat_outcome(view, now=from_us(t.now))
     attempt, execution = rows.attempt, rows.execution
     lease_expires_at: int | None = attempt["lease_expires_at"]
@@ -756,20 +743,7 @@ def heartbeat_activity_task(
         )
         last_heartbeat_at = t.now
         sessions.renew_from_activity(t, task_id, fence.lease_owner)  # SESSION-ACTIVITY-HEARTBEAT-RENEWS
-        append_event(
-            t,
-            execution["run_id"],
-            "ActivityHeartbeatRecorded",
-            {
-                **_event_base(
-                    execution,
-                    attempt["attempt_id"],
-                    1 if fault(t.settings, "heartbeat-records-first-attempt") else attempt["attempt_number"],
-                ),
-                "progress": progress.to_json(),
-                "lease_expires_at": ts(lease_expires_at),
-            },
-        )
+        record_heartbeat(t, execution, attempt, progress.to_json(), lease_expires_at)
     elif decision.closes_attempt is AttemptEvent.CANCEL:
         # §11.5: "The heartbeat also closes the attempt as cancelled and records `ActivityCancelled`".
         _cancel_execution(t, execution, rows.run, decision.reason or "activity_cancelled")

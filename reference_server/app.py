@@ -17,7 +17,6 @@ responses carry the control-plane header and never the worker envelope.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -29,17 +28,12 @@ from suite.protocol.capabilities import server_capabilities
 from suite.protocol.commands import validation_failed
 from suite.protocol.errors import Rejection
 from suite.protocol.versions import (
-    ADVERTISED_MAJOR,
-    ADVERTISED_MINOR,
     ADVERTISED_VERSION,
     CONTROL_PLANE_VERSION,
-    format_version,
     negotiate_control_plane_version,
     negotiate_worker_version,
-    parse_version,
 )
 
-from .faults import fault
 from .http import Request, Response, ShellError, encoded_json_response, json_bytes, json_response
 
 __all__ = ["CONTROL_VERSION_HEADER", "WORKER_VERSION_HEADER", "App", "Ctx", "Route", "route"]
@@ -135,8 +129,6 @@ class App:
         auth_token: str | None = None,
         auth_token_admin_beside_roles: bool = False,
         namespace_exists: Callable[[str], bool],
-        ignore_version_header: bool = False,
-        faults: frozenset[str] = frozenset(),
     ) -> None:
         self.routes: list[Route] = []
         self._accepted_versions: dict[str, int] = {}  # worker-plane header value → its negotiated minor
@@ -159,13 +151,10 @@ class App:
             # admin when they are". By default it grants full access in both cases, so a client configured with one
             # token for both planes keeps working when role tokens are added (README, deviations);
             # ``auth_token_admin_beside_roles`` follows upstream.
-            role = ROLE_ADMIN if auth_token_admin_beside_roles and self.tokens else ROLE_FULL
-            if "full-token-worker-only" in faults:
-                role = ROLE_WORKER  # the bug: one token for both planes serves the worker plane alone
-            self.tokens[auth_token] = role
+            self.tokens[auth_token] = full_token_role(
+                admin_beside_roles=bool(auth_token_admin_beside_roles and self.tokens)
+            )
         self.namespace_exists = namespace_exists
-        self.ignore_version_header = ignore_version_header  # fault "ignore-version-header"
-        self.faults = faults  # the other named faults (reference_server.faults) this app breaks
         self.advertise(server_capabilities())
 
     @property
@@ -245,8 +234,6 @@ class App:
         return json_response(status, body, headers)
 
     def reject(self, plane: str, rejection: Rejection) -> Response:
-        if fault(self, "bare-worker-errors") and plane == WORKER:
-            return json_response(rejection.status, rejection.body())  # the bug: no worker envelope on errors
         return self.respond(plane, rejection.status, rejection.body())
 
     def plane_of(self, path: str | None) -> str:
@@ -322,33 +309,8 @@ class App:
 
     async def _handle(self, request: Request, plane: str) -> Response:
         route, params = self._match(request, plane)
-        if fault(self, "version-before-auth") and route.plane == WORKER:
-            negotiate_worker_version(request.header(WORKER_VERSION_HEADER.lower()))  # the bug: before the 401
-        role: str | None = None
-        if route.plane != OPEN:
-            role = self._authenticate(request)
-            if role is not None and role != ROLE_FULL and role not in route.roles:
-                raise Rejection(
-                    403,
-                    "forbidden",
-                    "Authenticated role is not allowed to access this endpoint.",
-                    {"role": role, "allowed_roles": sorted(route.roles)},
-                )
-        if fault(self, "namespace-before-version") and route.plane in (WORKER, CONTROL):
-            ns = namespace_of(request)  # the bug: the 404 comes before the version check's 400
-            if not self.namespace_exists(ns):
-                raise Rejection(404, "namespace_not_found", f"Namespace '{ns}' does not exist.", {"namespace": ns})
-        if fault(self, "accept-minor-above") and route.plane == WORKER:
-            asked = parse_version(request.header(WORKER_VERSION_HEADER.lower()) or "")
-            if asked is not None and asked[0] == ADVERTISED_MAJOR and asked[1] > ADVERTISED_MINOR:
-                # The bug: a newer minor is served as the advertised one instead of being rejected.
-                served = {**request.headers, WORKER_VERSION_HEADER.lower(): ADVERTISED_VERSION}
-                request = dataclasses.replace(request, headers=served)
-        minor: int | None = None
-        if route.plane == WORKER and not self.ignore_version_header:
-            minor = self._worker_minor(request.header(WORKER_VERSION_HEADER.lower()))
-        elif route.plane == CONTROL:
-            negotiate_control_plane_version(request.header(CONTROL_VERSION_HEADER.lower()))
+        role = self.authorize(route, request)
+        minor = self.negotiate(route, request)
         namespace = namespace_of(request)
         if route.plane in (WORKER, CONTROL) and not self.namespace_exists(namespace):
             raise Rejection(
@@ -364,11 +326,41 @@ class App:
         if route.body:
             ctx.body = parse_json_object(request)
         status, body = await route.fn(ctx)
-        if fault(self, "echo-requested-minor") and route.plane == WORKER and minor is not None:
-            echoed = format_version(ADVERTISED_MAJOR, minor)  # the bug: the requested minor, not the advertised
-            envelope = {**self.worker_envelope(body), "protocol_version": echoed}
-            return json_response(status, envelope, [*ctx.extra_headers, (WORKER_VERSION_HEADER, echoed)])
-        return self.respond(route.plane, status, body, ctx.extra_headers)
+        return self.answer(route.plane, ctx, status, body)
+
+    def authorize(self, route: Route, request: Request) -> str | None:
+        """§4.1, first in the pipeline: the caller's role (None: auth is off), refused when the route does not
+        admit it."""
+        if route.plane == OPEN:
+            return None
+        role = self._authenticate(request)
+        if role is not None and role != ROLE_FULL and role not in route.roles:
+            raise Rejection(
+                403,
+                "forbidden",
+                "Authenticated role is not allowed to access this endpoint.",
+                {"role": role, "allowed_roles": sorted(route.roles)},
+            )
+        return role
+
+    def negotiate(self, route: Route, request: Request) -> int | None:
+        """§2.2, after auth and before the namespace: the worker plane's negotiated minor (None on the other
+        planes), or the version's rejection; the control plane's header is checked too."""
+        if route.plane == WORKER:
+            return self._worker_minor(request.header(WORKER_VERSION_HEADER.lower()))
+        if route.plane == CONTROL:
+            negotiate_control_plane_version(request.header(CONTROL_VERSION_HEADER.lower()))
+        return None
+
+    def answer(self, plane: str, ctx: Ctx, status: int, body: dict[str, Any]) -> Response:
+        """A route's answer on its plane (:meth:`respond`, with the headers the route added)."""
+        return self.respond(plane, status, body, ctx.extra_headers)
+
+
+def full_token_role(*, admin_beside_roles: bool) -> str:
+    """The role of §4.1's full-access token: every role on both planes, or admin alone where upstream's rule is
+    followed and role tokens exist."""
+    return ROLE_ADMIN if admin_beside_roles else ROLE_FULL
 
 
 def _index_by_shape(shapes: list[tuple[Route, int, str | None]]) -> dict[tuple[int, str | None], list[Route]]:

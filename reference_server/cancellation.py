@@ -33,7 +33,6 @@ from suite.protocol.lifecycles import CancellationRequestEvent
 
 from .app import validation_error
 from .engine import append_event, ts, wake_run
-from .faults import fault
 from .store import apply_schema, dumps, loads, new_id
 from .transitions import CANCELLATION_REQUESTS as REQUESTS
 from .transitions import initial, move
@@ -132,14 +131,6 @@ def client_request(t: T, run: sqlite3.Row, seconds: int | None, reason: str | No
     the request is recorded once; a repeated one answers the original identity and deadline (``duplicate``)."""
     row = _open_request(t, run["run_id"])
     duplicate = row is not None
-    if row is not None and fault(t.settings, "request-cancellation-new-identity"):
-        # The bug: a repeated request replaces the original identity and deadline instead of answering them.
-        seconds = seconds or t.settings.cancellation_cleanup_seconds
-        again = (new_id(t.now), t.now + seconds * US, row["request_id"])
-        t.db.execute(
-            "UPDATE cancellation_requests SET request_id = ?, cleanup_deadline_at = ? WHERE request_id = ?", again
-        )
-        duplicate = False
     if row is None:
         request_id = new_id(t.now)
         deadline = t.now + (seconds or t.settings.cancellation_cleanup_seconds) * US

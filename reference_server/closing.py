@@ -32,7 +32,6 @@ from suite.protocol.lifecycles import (
 
 from . import cancellation
 from .engine import TERMINAL_RUN_STATUSES, append_event, record_wake, release_leases
-from .faults import fault
 from .store import dumps, loads
 from .transitions import (
     ACTIVITY_EXECUTIONS,
@@ -84,8 +83,14 @@ def close_run(
     )
     t.fx.transition("run", run_id, run["status"], status.value, closed_reason=closed_reason)
     t.fx.run_changed.add(run_id)
-    if fault(t.settings, "cancel-leaves-tasks-open") and event in (RunEvent.CANCEL, RunEvent.TERMINATE):
-        return  # the bug: the run is closed, but its open tasks, timers, queries and children are left as they were
+    close_what_it_leaves(t, run_id, event, run, status, payload)
+
+
+def close_what_it_leaves(
+    t: T, run_id: str, event: RunEvent, run: sqlite3.Row, status: RunStatus, payload: Mapping[str, Any]
+) -> None:
+    """After a run closed by ``event`` (``run`` its row before): its open work is closed, its children handled by
+    their parent-close policies, and its parent told."""
     _close_open_work(t, run_id, event)
     apply_parent_close_policies(t, run_id)
     if run["parent_run_id"] and run["parent_child_call_id"]:
@@ -146,11 +151,21 @@ def apply_parent_close_policies(t: T, parent_run_id: str) -> None:
         closing = {"reason": "parent_closed", "parent_close_policy": policy}
         if policy == "terminate":
             close_run(t, child_run_id, RunEvent.TERMINATE, event_type="WorkflowTerminated", payload=closing)
-        elif policy == "request_cancellation" and not fault(t.settings, "request-cancellation-closes-at-once"):
-            cancellation.request(t, child_run, child)  # cooperative: asked, and closed only past its deadline
-        else:  # request_cancel: "closes the child at once" [S0] (and the fault's bug for request_cancellation)
-            append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
-            close_run(t, child_run_id, RunEvent.CANCEL, event_type="WorkflowCancelled", payload=closing)
+        elif policy == "request_cancellation":
+            ask_child_to_cancel(t, child_run, child, closing)
+        else:  # request_cancel: "closes the child at once" [S0]
+            cancel_child_at_once(t, child_run_id, closing)
+
+
+def ask_child_to_cancel(t: T, child_run: sqlite3.Row, child: sqlite3.Row, closing: Mapping[str, Any]) -> None:
+    """Parent-close policy request_cancellation: the child is asked, and closed only past its deadline."""
+    cancellation.request(t, child_run, child)
+
+
+def cancel_child_at_once(t: T, child_run_id: str, closing: Mapping[str, Any]) -> None:
+    """Parent-close policy request_cancel: the child is cancelled with its parent."""
+    append_event(t, child_run_id, "CancelRequested", {"reason": "parent_closed"})
+    close_run(t, child_run_id, RunEvent.CANCEL, event_type="WorkflowCancelled", payload=closing)
 
 
 def child_closed(t: T, child_run: sqlite3.Row, status: RunStatus, payload: Mapping[str, Any]) -> None:
@@ -251,25 +266,30 @@ CLEANUP_DEADLINE_WATCHES = (
 )
 
 
+def close_past_cleanup_deadline(t: T) -> None:
+    """Every child still open past its cooperative-cancellation cleanup deadline is cancelled (a client's request
+    whose run closed first is resolved)."""
+    for row in t.all(
+        "SELECT * FROM cancellation_requests WHERE status != 'resolved' AND cleanup_deadline_at <= ? LIMIT 100",
+        t.now,
+    ):
+        child = t.run(row["run_id"])
+        if child["status"] in TERMINAL_RUN_STATUSES:
+            cancellation.resolve_closed(t, row, child["status"])  # a client's request: its run closed first
+            continue
+        close_run(
+            t,
+            row["run_id"],
+            RunEvent.CANCEL,
+            event_type="WorkflowCancelled",
+            payload={"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]},
+        )
+
+
 def enforce_cancellation_deadlines(t: T) -> float | None:
     """Scheduler step: close every child still open past its cooperative-cancellation cleanup deadline
     (:mod:`reference_server.cancellation`); seconds until the next one."""
-    if not fault(t.settings, "request-cancellation-never-closes"):  # the bug: the deadline is never enforced
-        for row in t.all(
-            "SELECT * FROM cancellation_requests WHERE status != 'resolved' AND cleanup_deadline_at <= ? LIMIT 100",
-            t.now,
-        ):
-            child = t.run(row["run_id"])
-            if child["status"] in TERMINAL_RUN_STATUSES:
-                cancellation.resolve_closed(t, row, child["status"])  # a client's request: its run closed first
-                continue
-            close_run(
-                t,
-                row["run_id"],
-                RunEvent.CANCEL,
-                event_type="WorkflowCancelled",
-                payload={"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]},
-            )
+    close_past_cleanup_deadline(t)
     nxt = t.one("SELECT MIN(cleanup_deadline_at) AS at FROM cancellation_requests WHERE status != 'resolved'")
     if nxt is None or nxt["at"] is None:
         return None

@@ -22,7 +22,6 @@ from . import sessions
 from .app import validation_error
 from .closing import close_run
 from .engine import append_event, next_step, start_child_run, start_run, ts
-from .faults import fault
 from .store import dumps, loads, new_id
 from .transitions import (
     ACTIVITY_EXECUTIONS,
@@ -310,6 +309,11 @@ def _open_condition_wait(a: Applying, f: Mapping[str, Any]) -> None:
     )
 
 
+def omitted_parent_close_policy() -> str:
+    """The parent-close policy a child started without one is recorded with: abandon."""
+    return cmdmodel.DEFAULT_PARENT_CLOSE_POLICY
+
+
 def _start_child_workflow(a: Applying, f: Mapping[str, Any]) -> None:
     t, run = a.t, a.run
     step = a.next_step()
@@ -324,9 +328,7 @@ def _start_child_workflow(a: Applying, f: Mapping[str, Any]) -> None:
     policy = f.get("retry_policy") or None
     # CHILD-PARENT-CLOSE-DEFAULT / CHILD-POLICY-RECORDED: record what the SDK assumes for an omitted
     # policy, because its replay compares the recorded value with its own default.
-    close_policy = f.get("parent_close_policy") or cmdmodel.DEFAULT_PARENT_CLOSE_POLICY
-    if fault(t.settings, "child-default-terminate") and not f.get("parent_close_policy"):
-        close_policy = "terminate"  # the bug: an omitted policy closes the child with its parent
+    close_policy = f.get("parent_close_policy") or omitted_parent_close_policy()
     cancellation_policy = f.get("cancellation_policy")
     if not isinstance(cancellation_policy, str) or not cancellation_policy:
         cancellation_policy = cmdmodel.DEFAULT_CHILD_CANCELLATION_POLICY

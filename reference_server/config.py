@@ -3,7 +3,7 @@ in ``GET /api/cluster/info`` under ``worker_protocol.test_profile`` (PROTOCOL.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CLOCK_ADVANCE_PATH", "Settings"]
@@ -57,8 +57,6 @@ class Settings:
     # Upstream's rule for it: admin-only once role tokens exist (the worker plane answers it 403).
     auth_token_admin_beside_roles: bool = False
     event_log: str | None = None
-    # Named faults (reference_server.faults) that make this server deliberately break one rule.
-    faults: frozenset[str] = field(default_factory=frozenset)
     max_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
     # How long the background scheduler may sleep when nothing is due; due work is found by the
@@ -77,7 +75,6 @@ class Settings:
         return {
             **{key: getattr(self, name) for key, name in _TEST_PROFILE.items()},
             "auth_enabled": self.auth_enabled,
-            "faults": sorted(self.faults),
             "matching_switch": "/api/task-queues/{queue}/matching",
             **({"clock_advance": CLOCK_ADVANCE_PATH} if self.test_clock else {}),
         }

@@ -29,7 +29,6 @@ from suite.protocol.errors import Rejection
 
 from .app import Ctx, validation_error
 from .config import Settings
-from .faults import fault
 from .hub import Hub
 from .ports import Core
 from .store import Clock
@@ -108,26 +107,23 @@ DueIn = Callable[[sqlite3.Connection, Poll, int], float | None]
 # -- the replay cache (§7.3) -------------------------------------------------------------------------------
 
 
+def cached_poll(t: T, key: tuple[str, ...]) -> sqlite3.Row | None:
+    """The replay row of the poll ``key`` (:meth:`Poll.replay_key`): the same worker's poll with that
+    poll_request_id on that queue and build."""
+    return t.one(
+        "SELECT task_id, attempt, worker_id FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
+        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
+        *key,
+    )
+
+
 def replayed_task(t: T, poll: Poll) -> str | None:
     """The task a repeated poll is answered with again, or ``None``; a cached row whose lease is no longer
     live is dropped (§7.3: "Once the task is completed, failed or expired, the cached result is dropped")."""
     if not poll.poll_request_id:
         return None
     key = poll.replay_key()
-    row = t.one(
-        "SELECT task_id, attempt, worker_id FROM poll_requests WHERE namespace = ? AND kind = ? AND task_queue = ?"
-        " AND build_id = ? AND worker_id = ? AND poll_request_id = ?",
-        *key,
-    )
-    if row is None and fault(t.settings, "replay-for-any-worker"):
-        # The bug: the cache is looked up without the worker, so another worker's poll reusing the
-        # poll_request_id is answered with the owner's lease.
-        row = t.one(
-            "SELECT task_id, attempt, worker_id FROM poll_requests WHERE namespace = ? AND kind = ?"
-            " AND task_queue = ? AND build_id = ? AND poll_request_id = ?",
-            *key[:4],
-            key[5],
-        )
+    row = cached_poll(t, key)
     if row is None:
         return None
     live = t.db.execute(
@@ -202,9 +198,6 @@ class Poller:
         # Appendix C test knob: queues whose matching layer is switched off (poll_status "unavailable").
         # In memory on purpose: it simulates an infrastructure outage, which does not survive a restart.
         self.unavailable_queues: set[tuple[str, str]] = set()
-        # Fault "poll-replay-forgotten-on-disconnect" only: connection id → the poll_requests rows (namespace,
-        # kind, worker_id, poll_request_id, task_id) of the polls answered with a task on that connection.
-        self._replays_by_connection: dict[int, set[tuple[str, str, str, str, str]]] = {}
 
     async def serve(self, ctx: Ctx, kind: str, claim: Claim, due_in: DueIn) -> tuple[int, dict[str, Any]]:
         """One poll of ``kind``, from its preconditions to its answer.
@@ -234,7 +227,6 @@ class Poller:
             if not recorded:
                 self.core.run_tx(lambda t: record_liveness(t, poll))
             raise
-        self._note_answer(ctx, poll, result)
         return poll_response(result)
 
     # -- preconditions (§7.1, §7.5) ------------------------------------------------------------------------
@@ -296,9 +288,12 @@ class Poller:
                 },
             )
         # §7.2: clamp into [min, max]; 0 and negatives hold about the minimum.
-        longest = 60 if fault(self.settings, "long-poll-clamp-unadvertised") else self.settings.long_poll_max_seconds
-        hold = max(self.settings.long_poll_min_seconds, min(longest, timeout))
+        hold = max(self.settings.long_poll_min_seconds, min(self.longest_hold(), timeout))
         return Poll(kind, worker, queue, build_id, float(hold), prid)
+
+    def longest_hold(self) -> float:
+        """The longest hold of a long poll: the ``long_poll_max_seconds`` this server advertises."""
+        return self.settings.long_poll_max_seconds
 
     def _fields(self, body: dict[str, Any]) -> tuple[str, str, str | None, str | None, int]:
         """The poll body's fields (§7.1), or one 422 naming every bad one."""
@@ -353,38 +348,8 @@ class Poller:
                 return None
             due = due_in(self.core.read(), now)
             wait = remaining if due is None else min(remaining, max(0.001, due))
-            if fault(self.settings, "poll-ignores-wakeups"):
-                await asyncio.sleep(wait)  # the bug: deaf to wake-ups, new work waits for the end of the hold
-                continue
-            await self.hub.wait(ev, wait)
+            await self.wait_for_work(ev, wait)
 
-    # -- fault "poll-replay-forgotten-on-disconnect" ---------------------------------------------------------
-
-    def _note_answer(self, ctx: Ctx, poll: Poll, result: Any) -> None:
-        """Fault "poll-replay-forgotten-on-disconnect": tie the §7.3 replay row of a poll answered with a task
-        to the HTTP connection that carried the poll (see :meth:`forget_connection`). Without the fault this
-        does nothing."""
-        if not fault(self.settings, "poll-replay-forgotten-on-disconnect"):
-            return
-        connection_id = ctx.request.connection_id
-        if not poll.poll_request_id or not connection_id or not isinstance(result, dict):
-            return  # no replay row, or a request that came on no connection (in process)
-        task_id = str(result[_TASK_ID_FIELD[poll.kind]])
-        rows = self._replays_by_connection.setdefault(connection_id, set())
-        rows.add((ctx.namespace, poll.kind, poll.worker_id, poll.poll_request_id, task_id))
-
-    def forget_connection(self, connection_id: int) -> None:
-        """The bug of fault "poll-replay-forgotten-on-disconnect" (idempotency state tied to the connection):
-        when a connection ends, the replay rows of the polls answered on it are deleted, so a poll retried on
-        a new connection after its answer was lost gets no replay. Duplicates on an open connection, and
-        concurrent ones, still replay."""
-        rows = self._replays_by_connection.pop(connection_id, None)
-        if not rows:
-            return
-        self.core.run_tx(
-            lambda t: t.db.executemany(
-                "DELETE FROM poll_requests WHERE namespace = ? AND kind = ? AND worker_id = ?"
-                " AND poll_request_id = ? AND task_id = ?",
-                sorted(rows),
-            )
-        )
+    async def wait_for_work(self, ev: asyncio.Event, seconds: float) -> None:
+        """Wait up to ``seconds`` for ``ev``, the wake-up of new work on the polled queue."""
+        await self.hub.wait(ev, seconds)

@@ -49,8 +49,7 @@ from suite.protocol.errors import Rejection
 from suite.protocol.fencing import QueryTaskView, guard_query_task
 from suite.protocol.lifecycles import QUERY_TASK, QueryTaskEvent, QueryTaskStatus
 
-from .engine import append_event, event_json, history_page, ts
-from .faults import fault
+from .engine import event_json, history_page, ts
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 from .transitions import QUERY_TASKS, claim, initial, move
@@ -293,8 +292,6 @@ def report_query_task(
             lease_owner=row["lease_owner"],
             lease_expires_at=from_us(expires) if expires is not None else None,
         )
-    if fault(t.settings, "query-reported-twice") and row is not None and row["status"] in ("completed", "failed"):
-        return str(row["status"])  # the bug: a report after the terminal one is acknowledged instead of 409
     # FENCE-UNKNOWN-QUERY-TASK, QUERY-LATE-COMPLETE-NOT-LEASED, QUERY-FENCE-OWNER, QUERY-FENCE-ATTEMPT.
     guard_query_task(view, query_task_id=query_task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert row is not None
@@ -320,8 +317,6 @@ def report_query_task(
             {"query_task_id": query_task_id, "outcome": "rejected"},
         )
     forget_polls(t, "query", query_task_id)
-    if fault(t.settings, "query-writes-history"):
-        append_event(t, row["run_id"], "QueryCompleted", {"query_task_id": query_task_id})  # the bug: not read-only
     t.fx.transition("query_task", query_task_id, "leased", new.value, run_id=row["run_id"])
     t.fx.wake.add(result_key(namespace, query_task_id))
     return new.value

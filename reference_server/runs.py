@@ -16,7 +16,6 @@ from suite.protocol.lifecycles import RunEvent
 from . import engine as E
 from .closing import close_run
 from .engine import TERMINAL_RUN_STATUSES
-from .faults import fault
 from .store import loads, new_id
 from .transitions import UPDATES, initial
 from .tx import T
@@ -149,7 +148,7 @@ def receive_signal(t: T, run_id: str, name: str, input_blob: str | None, request
         (signal_id, current["run_id"], name, input_blob, request_id, t.now),
     )
     payload = {"signal_id": signal_id, "signal_name": name, "input": input_blob, "arguments": input_blob}
-    seq = E.record_wake(
+    E.record_wake(
         t,
         current["run_id"],
         "SignalReceived",
@@ -161,19 +160,7 @@ def receive_signal(t: T, run_id: str, name: str, input_blob: str | None, request
         workflow_signal_id=signal_id,
         signal_name=name,
     )
-    if fault(t.settings, "signal-left-out-after-lease"):
-        _mark_if_leased(t, current["run_id"], seq)
     return {"signal_id": signal_id}
-
-
-def _mark_if_leased(t: T, run_id: str, seq: int) -> None:
-    """The mark of ``signal-left-out-after-lease``: a signal that arrived while the run's task was leased names
-    that task, so the worker-plane pages can leave it out."""
-    task = E.open_workflow_task(t, run_id)
-    if task is not None and task["status"] == "leased":
-        t.db.execute(
-            "UPDATE history SET workflow_task_id = ? WHERE run_id = ? AND sequence = ?", (task["task_id"], run_id, seq)
-        )
 
 
 def accept_update(t: T, run_id: str, name: str, input_blob: str | None, request_id: str | None) -> str:

@@ -20,7 +20,6 @@ from .clock import Clock, ServerClock, SystemClock
 from .closing import CLEANUP_DEADLINE_WATCHES, enforce_cancellation_deadlines
 from .commands import IMPLEMENTED_OPTIONAL_COMMANDS
 from .config import Settings
-from .faults import fault
 from .http import HttpServer, Request, Response
 from .hub import Hub
 from .observers import JsonLinesEventLog, ObserverSet
@@ -65,8 +64,6 @@ class Server:
             auth_token=settings.auth_token,
             auth_token_admin_beside_roles=settings.auth_token_admin_beside_roles,
             namespace_exists=self.namespace_exists,
-            ignore_version_header=fault(settings, "ignore-version-header"),
-            faults=settings.faults,
         )
         capabilities = caps.server_capabilities()
         # §5.2: the optional command types are advertised only because they are implemented.
@@ -111,13 +108,11 @@ class Server:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self.scheduler.start()
-        forget_on_close = fault(self.settings, "poll-replay-forgotten-on-disconnect")
         self.http = HttpServer(
             self.handle,
             error_responder=self.app.shell_error,
             max_body_bytes=self.settings.max_body_bytes,
             max_header_bytes=self.settings.max_header_bytes,
-            on_connection_closed=self.poller.forget_connection if forget_on_close else None,
             clock=self.clock.now_seconds,
         )
         await self.http.start(host, port)

@@ -18,7 +18,6 @@ from suite.protocol.errors import Rejection
 from suite.protocol.sessions import SESSION, Admission, SessionEvent, SessionOptions, SessionStatus, SessionView
 
 from .engine import ts
-from .faults import fault
 from .store import apply_schema, dumps, from_us, loads, to_us
 from .transitions import WORKER_SESSIONS, move, step
 from .tx import T, Watch
@@ -147,8 +146,6 @@ def _settle(t: T, row: sqlite3.Row | None) -> sqlite3.Row | None:
     view = _view(row)
     if row is None or view is None:
         return row
-    if fault(t.settings, "session-never-expires"):
-        return row  # the bug: a session whose lease lapsed stays active for its old holder
     due = model.due_event(view, from_us(t.now), holder_stale=_holder_stale(t, row["namespace"], row["lease_owner"]))
     if due is None:
         return row
@@ -242,20 +239,6 @@ def _decide(
     decision = model.admit(
         _view(row), options, _worker_facts(t, namespace, worker_id, options.session_id), explicit=explicit, queue=queue
     )
-    if decision.reason == "session_requirements_not_met" and fault(t.settings, "session-ignores-requirements"):
-        # the bug: capabilities are not compared with the session's requirements
-        decision = model.admit(
-            _view(row),
-            options,
-            _worker_facts(t, namespace, worker_id, options.session_id),
-            explicit=explicit,
-            queue=queue,
-            check_requirements=False,
-        )
-    if decision.reason == "session_owned_by_another_worker" and fault(t.settings, "session-shared-lease"):
-        decision = Admission(admitted=True, outcome="reused")  # the bug: a second worker joins a held session
-    if decision.reason == "session_reacquire_disallowed" and fault(t.settings, "session-reacquire-ignores-policy"):
-        decision = Admission(admitted=True, outcome="reacquired", event=SessionEvent.REACQUIRE)  # the bug
     return decision, row
 
 
@@ -374,7 +357,7 @@ def admit_claim(t: T, worker: sqlite3.Row, task_id: str, queue: str) -> Admissio
         t.now,
         task_id,
     )
-    if running is not None and int(running["n"]) >= limit and not fault(t.settings, "session-ignores-activity-limit"):
+    if running is not None and int(running["n"]) >= limit:
         return Admission(admitted=False, reason="session_activity_limit_exceeded", fields={"limit": limit})
     return decision
 
@@ -410,8 +393,6 @@ def activity_snapshot(t: T, task_id: str) -> dict[str, Any] | None:
 def renew_from_activity(t: T, task_id: str, lease_owner: str) -> None:
     """A recorded heartbeat of an in-session activity renews the session lease (A.2 renewal
     ``activity_heartbeat_renews_session``) — only an active session held by that same worker."""
-    if fault(t.settings, "session-heartbeat-not-renewed"):
-        return  # the bug: activity heartbeats leave the session lease to lapse
     linked = _link(t, task_id)
     if linked is None:
         return
@@ -493,14 +474,17 @@ def create_session(t: T, namespace: str, worker_id: str, options: SessionOptions
     return _answer(t, decision, row, 201 if decision.outcome == "created" else 200)
 
 
+def renewal_decision(view: SessionView | None, worker_id: str) -> Admission:
+    """Whether ``worker_id`` may renew the session ``view`` shows (only its holder, while it is active)."""
+    return model.heartbeat_decision(view, worker_id)
+
+
 def heartbeat_session(
     t: T, namespace: str, session_id: str, worker_id: str, lease_seconds: int | None
 ) -> tuple[int, dict[str, Any]]:
     """Explicit renewal by the owner of an active session."""
     row = _settle(t, _row(t, namespace, session_id))
-    decision = model.heartbeat_decision(_view(row), worker_id)
-    if decision.reason == "session_owner_mismatch" and fault(t.settings, "session-stale-holder-renews"):
-        decision = Admission(admitted=True, outcome="heartbeat_recorded", event=SessionEvent.RENEW)  # the bug
+    decision = renewal_decision(_view(row), worker_id)
     if not decision.admitted:
         raise _refusal(decision, f"Worker session '{session_id}' cannot be renewed by '{worker_id}'.", worker_id)
     assert row is not None

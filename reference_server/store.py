@@ -138,51 +138,20 @@ class Store:
         with self.tx() as db:
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
-    # Fault "completion-commit-deferred" (reference_server.faults): a transaction left open after it was
-    # acknowledged; the ones after it nest in it as savepoints, and only a clean close commits them.
-    _held = False
-    _hold_next = False
-
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One atomic state change. Never ``await`` inside: the block must run to its end."""
-        if self._held:
-            with self._nested():
-                yield self.db
-            return
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
         except BaseException:
-            self._hold_next = False
             self.db.execute("ROLLBACK")
             raise
-        if self._hold_next:
-            self._held, self._hold_next = True, False
-            return
         self.db.execute("COMMIT")
-
-    @contextmanager
-    def _nested(self) -> Iterator[None]:
-        self.db.execute("SAVEPOINT held")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK TO held")
-            self.db.execute("RELEASE held")
-            raise
-        self._hold_next = False
-        self.db.execute("RELEASE held")
-
-    def hold_open(self) -> None:
-        """The fault's bug: leave the current transaction open when it ends (acknowledged, not committed)."""
-        self._hold_next = True
 
     def read(self) -> sqlite3.Connection:
         """The connection for reads outside a transaction (each statement sees committed state)."""
         return self.db
 
     def close(self) -> None:
-        if self._held:  # the fault's held transaction reaches the disk only at a clean close
-            self.db.execute("COMMIT")
         self.db.close()

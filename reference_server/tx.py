@@ -33,7 +33,6 @@ class Effects:
     transitions: list[dict[str, Any]] = field(default_factory=list)
     run_changed: set[str] = field(default_factory=set)  # run ids whose waiters (updates, queries) re-check
     due: int | None = None  # the earliest deadline the transaction wrote for the scheduler (µs; 0 = at once)
-    hold_open: bool = False  # fault "completion-commit-deferred": left uncommitted when it ends
 
     def note_due(self, *instants: int | None) -> None:
         """A watched write put scheduler work at ``instants`` (``None``: this one puts none)."""
@@ -72,10 +71,6 @@ class T:
         assert row is not None, run_id
         return row
 
-    def hold_open(self) -> None:
-        """Fault "completion-commit-deferred": this transaction stays open when it ends (Store.hold_open)."""
-        self.fx.hold_open = True
-
 
 class Engine:
     """Owns the store and the clock; hands out transactions."""
@@ -96,8 +91,6 @@ class Engine:
                 yield self._open
             finally:
                 self._open = None
-            if fx.hold_open:
-                self.store.hold_open()
 
     def _due_written(self, *instants: int | None) -> None:
         # Looked up at each call: a scheduler step that fails gets its effects replaced (scheduler._pass).

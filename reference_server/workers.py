@@ -42,8 +42,13 @@ class Registration:
     max_worker_sessions: int | None = None
 
 
-def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Registration:
-    """§6.1's fields, or one 422 naming every bad one. ``any_runtime`` is fault "accept-unknown-runtime"."""
+def known_runtime(runtime: object) -> bool:
+    """Whether ``runtime`` names one of the known runtimes (§6.1)."""
+    return isinstance(runtime, str) and runtime in RUNTIMES
+
+
+def parse_registration(body: dict[str, Any]) -> Registration:
+    """§6.1's fields, or one 422 naming every bad one."""
     errors: dict[str, list[str]] = {}
 
     def opt_str(name: str, limit: int) -> str | None:
@@ -79,10 +84,8 @@ def parse_registration(body: dict[str, Any], *, any_runtime: bool = False) -> Re
     if not isinstance(queue, str) or not queue or len(queue) > 255:
         errors["task_queue"] = ["task_queue is required: a non-empty string of at most 255 characters."]
     runtime = body.get("runtime")
-    if not isinstance(runtime, str) or runtime not in RUNTIMES:
+    if not known_runtime(runtime):
         errors["runtime"] = [f"runtime is required and must be one of {sorted(RUNTIMES)}."]
-    if any_runtime and isinstance(runtime, str) and runtime:
-        errors.pop("runtime", None)  # the bug: any runtime string is registered
     sdk_version = opt_str("sdk_version", 64)
     build_id = opt_str("build_id", 255)
     wf_types = str_list("supported_workflow_types")

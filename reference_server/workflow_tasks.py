@@ -10,7 +10,6 @@ Every status the task, its lease and its run take is the answer of their lifecyc
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import sqlite3
@@ -47,7 +46,6 @@ from .engine import (
     task_resume,
     ts,
 )
-from .faults import fault
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import from_us, loads
 from .transitions import WORKFLOW_TASKS, claim, move, step
@@ -78,22 +76,27 @@ def claim_workflow_task(
     if replay is not None:
         # §7.3: same task and attempt, refreshed lease, no attempt increment.
         step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.REPLAY_POLL)
-        if fault(t.settings, "replay-increments-attempt"):
-            t.db.execute("UPDATE workflow_tasks SET attempt = attempt + 1 WHERE task_id = ?", (replay,))
-        expires = t.now + t.settings.lease_seconds * US
-        t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (expires, replay))
-        return task_payload(t, _leased(t, replay), page_size, accept_encoding)
+        refresh_replayed_lease(t, replay)
+        return task_payload(t, leased_row(t, replay), page_size, accept_encoding)
     if _throttled(t, poll):
-        return None if fault(t.settings, "throttled-reported-empty") else "throttled"  # the fault: looks empty
-    if fault(t.settings, "claim-not-conditional"):
-        raced = _claim_unconditionally(t, poll)
-        if raced is not None:
-            return task_payload(t, _leased(t, raced), page_size, accept_encoding)
+        return "throttled"
+    leased = claim_next(t, poll)
+    return None if leased is None else task_payload(t, leased, page_size, accept_encoding)
+
+
+def refresh_replayed_lease(t: T, task_id: str) -> None:
+    """§7.3: a replayed poll refreshes the lease it answers again, attempt unchanged."""
+    expires = t.now + t.settings.lease_seconds * US
+    t.db.execute("UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ?", (expires, task_id))
+
+
+def claim_next(t: T, poll: Poll) -> sqlite3.Row | None:
+    """Lease the oldest claimable task of the poll's queue to its worker: the task's row as leased, or None."""
     with _candidates(t, poll) as candidates:
         for cand in candidates:
             leased = _lease(t, poll, cand)
             if leased is not None:
-                return task_payload(t, leased, page_size, accept_encoding)
+                return leased
             # lost the race: not an error, try the next candidate (§7.5)
     return None
 
@@ -113,30 +116,8 @@ def _throttled(t: T, poll: Poll) -> bool:
     return active is not None and int(active["n"]) >= limit
 
 
-def _claim_unconditionally(t: T, poll: Poll) -> str | None:
-    """Fault "claim-not-conditional": the claim reads the queue and then writes without re-checking the task.
-    Requests run one at a time here, so a racing poll is emulated: a task another worker claimed within the
-    last second still looks ready, and the unconditional write hands it out again with the same attempt."""
-    lease_us = t.settings.lease_seconds * US
-    raced = t.one(
-        "SELECT task_id FROM workflow_tasks WHERE namespace = ? AND task_queue = ? AND status = 'leased'"
-        " AND lease_owner != ? AND lease_expires_at > ? ORDER BY lease_expires_at DESC LIMIT 1",
-        poll.namespace,
-        poll.queue,
-        poll.worker_id,
-        t.now + lease_us - 1_000_000,
-    )
-    if raced is None:
-        return None
-    t.db.execute(
-        "UPDATE workflow_tasks SET lease_owner = ?, lease_expires_at = ? WHERE task_id = ?",
-        (poll.worker_id, t.now + lease_us, raced["task_id"]),
-    )
-    return str(raced["task_id"])
-
-
 # The candidates a claim reads, oldest first. One transaction runs alone, so the first candidate is always leased
-# (its conditional write sees the row as the read did); the rest only matter to the fault that races a claim. A
+# (its conditional write sees the row as the read did); the rest only matter to claims that race. A
 # bounded page keeps the cost of a poll independent of the backlog of the queue, and the page is read lazily: a
 # claim that leases its first candidate reads one row of each query, not a page of rows it never uses.
 _CANDIDATE_PAGE = 16
@@ -168,14 +149,17 @@ def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
         (t.now, poll.namespace, poll.queue, *filters),
     )
     try:
-        if fault(t.settings, "expired-never-redelivered"):
-            yield ready  # the bug: expired leases stay stuck
-        else:
-            both = heapq.merge(ready, expired, key=lambda row: (row["available_at"], row["task_id"]))
-            yield itertools.islice(both, _CANDIDATE_PAGE)
+        yield oldest_first(ready, expired)
     finally:  # a query read only in part is reset now, not whenever its cursor is collected
         ready.close()
         expired.close()
+
+
+def oldest_first(ready: Iterator[sqlite3.Row], expired: Iterator[sqlite3.Row]) -> Iterator[sqlite3.Row]:
+    """The ready tasks and the expired leases of a queue as one page of candidates, oldest first: an expired
+    lease is claimable like a ready task (§9 redelivery)."""
+    both = heapq.merge(ready, expired, key=lambda row: (row["available_at"], row["task_id"]))
+    return itertools.islice(both, _CANDIDATE_PAGE)
 
 
 def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
@@ -207,18 +191,21 @@ def _lease(t: T, poll: Poll, candidate: sqlite3.Row) -> sqlite3.Row | None:
         f'"{DEFERRED_RESUME_KEY}"',
         f"$.{DEFERRED_RESUME_KEY}",
     )
-    moved = claim(t, WORKFLOW_TASKS, task_id, status, also=also, args=args)
-    if moved is None:
+    if claim_lease(t, task_id, status, also, args) is None:
         return None
-    if fault(t.settings, "redelivery-keeps-attempt") and redelivery:
-        t.db.execute("UPDATE workflow_tasks SET attempt = attempt - 1 WHERE task_id = ?", (task_id,))
     if redelivery:
         t.fx.transition("workflow_task", task_id, "leased", "ready", cause="lease_expired")
     t.fx.transition("workflow_task", task_id, "ready", "leased", lease_owner=poll.worker_id)
-    task = _leased(t, task_id)
+    task = leased_row(t, task_id)
     # Every lease adds one to the attempt: at 0 the task had none before this one.
     lease_taken(t, poll, task_id, int(task["attempt"]), leased_before=int(candidate["attempt"]) > 0)
     return task
+
+
+def claim_lease(t: T, task_id: str, status: TaskStatus, also: str, args: tuple[Any, ...]) -> TaskStatus | None:
+    """The conditional write of a lease (every lease adds one to the attempt): the state it moved to, or None
+    when the task is no longer as the claim read it."""
+    return claim(t, WORKFLOW_TASKS, task_id, status, also=also, args=args)
 
 
 def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | None:
@@ -235,8 +222,9 @@ def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | Non
     return max(0.0, (int(row[0]) - now) / 1e6)
 
 
-def _threshold(t: T) -> int:
-    return 1 if fault(t.settings, "compress-below-threshold") else hist.COMPRESSION_THRESHOLD
+def compression_threshold(t: T) -> int:
+    """How many events a page holds before an opted-in page is compressed (the threshold this server advertises)."""
+    return hist.COMPRESSION_THRESHOLD
 
 
 # A leased task's row and what its payload (§8.2) shows of its run, in one read: the task's columns, then the run's
@@ -250,7 +238,7 @@ _LEASED = (
 )
 
 
-def _leased(t: T, task_id: str) -> sqlite3.Row:
+def leased_row(t: T, task_id: str) -> sqlite3.Row:
     row = t.one(_LEASED, task_id)
     assert row is not None, task_id
     return row
@@ -267,7 +255,7 @@ def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str |
         "task_id": task["task_id"],
         "namespace": task["namespace"],
         "workflow_id": task["workflow_id"],
-        "run_id": _previous_run(t, task) if fault(t.settings, "continue-as-new-chain-old-run") else task["run_id"],
+        "run_id": task["run_id"],
         "workflow_task_attempt": task["attempt"],
         "workflow_type": task["workflow_type"],
         "payload_codec": "avro",
@@ -283,7 +271,7 @@ def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str |
         "compatibility": task["compatibility"],
         "lease_owner": task["lease_owner"],
         "lease_expires_at": ts(task["lease_expires_at"]),
-        **hist.compress_page(list(page.events), accept_encoding, _threshold(t)),
+        **hist.compress_page(list(page.events), accept_encoding, compression_threshold(t)),
         **task_resume(task),
     }
     observed = cancellation.observation(t, task["run_id"]) if task["cancel_open"] else None
@@ -296,39 +284,20 @@ def task_payload(t: T, task: sqlite3.Row, page_size: int, accept_encoding: str |
 def worker_page(t: T, task: sqlite3.Row, after: int, limit: int) -> list[dict[str, Any]]:
     """The worker-plane history events of ``task``'s run after ``after`` (the poll's inline page and the
     history route's pages)."""
-    rows = history_page(t.db, task["run_id"], after, limit)
-    if fault(t.settings, "signal-left-out-after-lease"):  # the bug: signals that arrived during a lease are skipped
-        rows = [r for r in rows if not (r["event_type"] == "SignalReceived" and r["workflow_task_id"])]
-    if fault(t.settings, "redelivery-history-stale") and int(task["attempt"]) > 1:
-        rows = [r for r in rows if r["recorded_at"] <= task["created_at"]]  # the bug: a snapshot from its creation
-    if fault(t.settings, "update-accepted-repeated"):
-        second = t.one(
-            "SELECT sequence FROM history WHERE run_id = ? AND event_type = 'UpdateAccepted' ORDER BY sequence"
-            " LIMIT 1 OFFSET 1",
-            task["run_id"],
-        )
-        rows = [copy for r in rows for copy in ([r, r] if second and r["sequence"] == second["sequence"] else [r])]
-    return [event_json(r, task["namespace"]) for r in rows]
+    return [event_json(r, task["namespace"]) for r in worker_rows(t, task, after, limit)]
 
 
-def _previous_run(t: T, run: sqlite3.Row) -> str:
-    """The bug of ``continue-as-new-chain-old-run``: the task of a run that continued a continued run names the
-    run it continued."""
-    if int(run["run_number"]) < 3:
-        return str(run["run_id"])
-    prior = t.one(
-        "SELECT run_id FROM runs WHERE namespace = ? AND workflow_id = ? AND run_number = ?",
-        run["namespace"],
-        run["workflow_id"],
-        int(run["run_number"]) - 1,
-    )
-    return str(prior["run_id"]) if prior is not None else str(run["run_id"])
+def worker_rows(t: T, task: sqlite3.Row, after: int, limit: int) -> list[sqlite3.Row]:
+    """The history rows :func:`worker_page` shows: every event of the run, in sequence order."""
+    return history_page(t.db, task["run_id"], after, limit)
 
 
 # -- fencing ---------------------------------------------------------------------------------------------
 
 
-def _view(t: T, namespace: str, task_id: str) -> tuple[WorkflowTaskView | None, sqlite3.Row | None, sqlite3.Row | None]:
+def task_view(
+    t: T, namespace: str, task_id: str
+) -> tuple[WorkflowTaskView | None, sqlite3.Row | None, sqlite3.Row | None]:
     task = t.one("SELECT * FROM workflow_tasks WHERE task_id = ? AND namespace = ?", task_id, namespace)
     if task is None:
         return None, None, None
@@ -350,17 +319,7 @@ def guarded_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
     """Validate the fencing fields (422), then apply the §8.9 matrix in order. Returns the task's row and its
     run's, as the guard read them."""
     owner, attempt = cmdmodel.validate_workflow_fence(body)
-    view, task, run = _view(t, namespace, task_id)
-    if fault(t.settings, "accept-wrong-lease-owner") and view is not None and view.lease_owner is not None:
-        owner = view.lease_owner
-    if fault(t.settings, "accept-stale-attempt") and view is not None:
-        attempt = view.attempt
-    deep = view is not None and view.attempt >= 3 and owner == view.lease_owner and attempt == view.attempt - 1
-    if fault(t.settings, "third-attempt-takes-previous") and deep and "commands" in body:
-        assert view is not None
-        attempt = view.attempt  # the bug: an attempt behind by one, deep into redeliveries, passes the fence
-    if fault(t.settings, "skip-run-closed-guard") and view is not None:
-        view = dataclasses.replace(view, run_status=RunStatus.RUNNING)  # the bug: the run-closed row is skipped
+    view, task, run = task_view(t, namespace, task_id)
     guard_workflow_task(view, task_id=task_id, lease_owner=owner, attempt=attempt, now=from_us(t.now))
     assert task is not None
     assert run is not None
@@ -399,23 +358,7 @@ def _lease_changed(task: sqlite3.Row) -> Rejection:
 
 def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task, run = guarded_task(t, namespace, task_id, body)
-    if fault(t.settings, "accept-invalid-page-token") and body.get("next_history_page_token") is not None:
-        try:
-            hist.decode_page_token(body["next_history_page_token"])
-        except Rejection:  # the bug: a token that does not decode is read as "from the start"
-            body = {k: v for k, v in body.items() if k != "next_history_page_token"}
-    requested = body.get("page_size", body.get("history_page_size"))
-    uncapped = fault(t.settings, "history-page-uncapped") and isinstance(requested, int) and requested > 1000
-    if uncapped:  # the bug: a page size over the cap is neither refused nor capped
-        body = {k: v for k, v in body.items() if k not in ("page_size", "history_page_size")}
-    cursor = hist.resolve_cursor(body)
-    if fault(t.settings, "history-page-gap") and cursor.after_sequence > 0:
-        cursor = hist.Cursor(cursor.after_sequence + 1, cursor.page_size)
-    events = worker_page(t, task, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
-    page = hist.paginate(events, cursor.after_sequence, cursor.page_size)
-    if uncapped:
-        whole = worker_page(t, task, cursor.after_sequence, int(requested))
-        page = hist.Page(events=whole, has_more=False, next_after_sequence=None, next_history_page_token=None)
+    page = history_route_page(t, task, hist.resolve_cursor(body))
     accept = body.get("accept_history_encoding")
     return {
         "task_id": task_id,
@@ -424,17 +367,21 @@ def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) ->
         "has_more": page.has_more,
         "next_after_sequence": page.next_after_sequence,
         "next_history_page_token": page.next_history_page_token,
-        **hist.compress_page(list(page.events), accept if isinstance(accept, str) else None, _threshold(t)),
+        **hist.compress_page(list(page.events), accept if isinstance(accept, str) else None, compression_threshold(t)),
     }
+
+
+def history_route_page(t: T, task: sqlite3.Row, cursor: hist.Cursor) -> hist.Page[dict[str, Any]]:
+    """The page of ``task``'s history the history route answers at ``cursor`` (§8.5)."""
+    events = worker_page(t, task, cursor.after_sequence, min(cursor.page_size, hist.MAX_PAGE_SIZE) + 1)
+    return hist.paginate(events, cursor.after_sequence, cursor.page_size)
 
 
 def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task, run = guarded_task(t, namespace, task_id, body)
     # §8.6: the new expiry is now + lease duration, set fresh, never added to the old one.
     step(WORKFLOW_TASK_LEASE, LeaseState.LIVE, LeaseEvent.RENEW)
-    expires = t.now + t.settings.lease_seconds * US
-    if fault(t.settings, "heartbeat-does-not-renew"):
-        expires = int(task["lease_expires_at"])  # the bug: "renewed", but the old expiry is kept
+    expires = renewed_expiry(t, task)
     # The write that decides the race: it only touches the lease the guard saw.
     renewed = t.db.execute(
         "UPDATE workflow_tasks SET lease_expires_at = ? WHERE task_id = ? AND status = ? AND lease_owner = ?"
@@ -453,6 +400,11 @@ def heartbeat_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[st
         "task_status": TaskStatus.LEASED.value,
         "reason": None,
     }
+
+
+def renewed_expiry(t: T, task: sqlite3.Row) -> int:
+    """A renewed lease's new expiry (µs): now + the lease duration."""
+    return t.now + t.settings.lease_seconds * US
 
 
 # -- fail ------------------------------------------------------------------------------------------------
@@ -492,14 +444,7 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     if _closes_an_update(body.get("commands")):
         accepted = t.all("SELECT update_id FROM updates WHERE run_id = ? AND status = 'accepted'", run_id)
         open_updates = [r["update_id"] for r in accepted]
-    if fault(t.settings, "accept-two-terminal") and isinstance(body.get("commands"), list):
-        ends = [c for c in body["commands"] if isinstance(c, dict) and c.get("type") in cmdmodel.TERMINAL_TYPES]
-        body = {**body, "commands": [c for c in body["commands"] if not any(c is e for e in ends[1:])]}
-    if fault(t.settings, "partial-batch-on-invalid"):
-        _commit_valid_prefix(t, task, body.get("commands"), open_updates)
-    batch = cmdmodel.validate_batch(
-        body.get("commands"), open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS
-    )
+    batch = validated_batch(t, task, body.get("commands"), open_updates)
     check_storable_durations(batch)
     _fenced_move(t, task, TaskEvent.COMPLETE)
     # Decided rule (README): a follow-up replay is owed only for an event that woke the run during the lease
@@ -518,11 +463,6 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     if run["status"] not in TERMINAL_RUN_STATUSES:
         _after_open_batch(t, task, run, new_events_arrived, created)
         run = t.run(run_id)
-    if fault(t.settings, "completion-commit-deferred"):
-        t.hold_open()  # the bug: acknowledged below, committed only at a clean shutdown
-    if fault(t.settings, "complete-not-persisted"):
-        t.db.execute("ROLLBACK")  # the bug: the answer below says completed, but nothing was kept
-        t.db.execute("BEGIN IMMEDIATE")
     return {
         "task_id": task_id,
         "workflow_task_attempt": task["attempt"],
@@ -533,6 +473,11 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
         "created_task_ids": created,
         "reason": None,
     }
+
+
+def validated_batch(t: T, task: sqlite3.Row, commands: Any, open_updates: list[str]) -> list[cmdmodel.Command]:
+    """The batch ``commands`` as sent, validated as a whole (§8.7: one invalid command rejects the batch)."""
+    return cmdmodel.validate_batch(commands, open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS)
 
 
 def _closes_an_update(commands: object) -> bool:
@@ -552,25 +497,3 @@ def _after_open_batch(t: T, task: sqlite3.Row, run: sqlite3.Row, new_events_arri
         run_event(t, run["run_id"], RunEvent.BATCH_OPEN_WAITS, RunEvent.WAKE)
     else:
         run_event(t, run["run_id"], RunEvent.BATCH_OPEN_WAITS)
-
-
-def _commit_valid_prefix(t: T, task: sqlite3.Row, commands: Any, open_updates: list[str]) -> None:
-    """Fault "partial-batch-on-invalid": when the batch is invalid, its longest valid prefix's non-terminal
-    commands are applied and committed before the rejection (the bug: a batch that is not atomic)."""
-    if not isinstance(commands, list):
-        return
-    for n in range(len(commands), 0, -1):
-        try:
-            prefix = cmdmodel.validate_batch(
-                commands[:n], open_update_ids=open_updates, optional_types=IMPLEMENTED_OPTIONAL_COMMANDS
-            )
-        except Rejection:
-            continue
-        if n == len(commands):
-            return  # the whole batch is valid: the normal path applies it
-        for command in prefix:
-            if command.type not in cmdmodel.TERMINAL_TYPES:
-                apply_command(t, task, command, [])
-        t.db.execute("COMMIT")
-        t.db.execute("BEGIN IMMEDIATE")
-        return

@@ -25,6 +25,7 @@ import pytest
 
 from reference_server.config import Settings
 from reference_server.http import Request
+from reference_server.faults import installed
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
 from tests.server.harness import CONTROL_HEADERS, DEADLINE, WORKER_HEADERS, run_async, until
@@ -100,12 +101,13 @@ async def in_process(server: Server, method: str, path: str, body: Any, *, contr
 
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, faults: frozenset[str]) -> AsyncIterator[Server]:
-    server = Server(Settings(db_path=str(tmp_path / "db.sqlite"), faults=faults))
-    await server.start("127.0.0.1", 0)
-    try:
-        yield server
-    finally:
-        await server.close()
+    with installed(faults):
+        server = Server(Settings(db_path=str(tmp_path / "db.sqlite")))
+        await server.start("127.0.0.1", 0)
+        try:
+            yield server
+        finally:
+            await server.close()
 
 
 # -- setup: one task of the kind, ready for WORKER ------------------------------------------------------------

@@ -3,7 +3,7 @@ makes real frames, the reference server survives a small budget, and a server th
 request with a 500 is caught with ROBUST-NO-5XX and a curl line that reproduces it.
 
 The broken server is the reference server behind a tiny in-test proxy (no named fault of
-``reference_server/faults.py`` yields a 5xx): the proxy turns every 422 of the worker heartbeat route into
+``reference_server/faults/`` yields a 5xx): the proxy turns every 422 of the worker heartbeat route into
 a 500, the way a server crashes in its validation error path.
 """
 

@@ -34,7 +34,7 @@ class Routes(WaitRoutes):
         body = ctx.obj()
         name = ctx.params["name"]
         run = command_target(self.core.read(), ctx.namespace, ctx.params)
-        input_blob = payload_blob(self.core.settings, body.get("input"), "input", require_array=True)
+        input_blob = payload_blob(body.get("input"), "input", require_array=True)
         request_id = _request_id(body)
         extra = self.core.run_tx(lambda t: receive_signal(t, run["run_id"], name, input_blob, request_id))
         return 202, {
@@ -62,7 +62,7 @@ class Routes(WaitRoutes):
             raise validation_error(errors)
         run = command_target(self.core.read(), ctx.namespace, ctx.params)
         # Decided rule (README): like signal and query arguments, an update's input is the argument array.
-        input_blob = payload_blob(self.core.settings, body.get("input"), "input", require_array=True)
+        input_blob = payload_blob(body.get("input"), "input", require_array=True)
         request_id = _request_id(body)
         update_id = self.core.run_tx(lambda t: accept_update(t, run["run_id"], name, input_blob, request_id))
         base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "update_name": name, "update_id": update_id}
@@ -92,7 +92,7 @@ class Routes(WaitRoutes):
             limit = queries.MAX_QUERY_NAME_LENGTH
             raise validation_error({"name": [f"the query name must be at most {limit} characters."]})
         # §12.2 body {"input"?: array | envelope}; arguments are positional: an envelope must hold an array.
-        args_blob = payload_blob(core.settings, ctx.obj().get("input"), "input", require_array=True)
+        args_blob = payload_blob(ctx.obj().get("input"), "input", require_array=True)
         # 404 instance_not_found / run_not_found; 409 for a historical run.
         run = command_target(core.read(), ctx.namespace, ctx.params)
         base = {"workflow_id": run["workflow_id"], "run_id": run["run_id"], "query_name": name}

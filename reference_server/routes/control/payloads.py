@@ -8,13 +8,11 @@ from suite.protocol.codec import decode_blob, encode_blob, json_to_value
 from suite.protocol.errors import CodecError
 
 from ...app import validation_error
-from ...config import Settings
-from ...faults import fault
 
 __all__ = ["payload_blob"]
 
 
-def payload_blob(settings: Settings, value: Any, field: str, *, require_array: bool = False) -> str | None:
+def payload_blob(value: Any, field: str, *, require_array: bool = False) -> str | None:
     """Control-plane input: a JSON array (converted to one Avro array blob) or an explicit
     ``{codec, blob}`` envelope stored unchanged (§12.1). Decoding checks the blob is well formed."""
     if value is None:
@@ -28,8 +26,6 @@ def payload_blob(settings: Settings, value: Any, field: str, *, require_array: b
         codec = value.get("codec")
         if set(value) != {"codec", "blob"} or not isinstance(value.get("blob"), str):
             raise validation_error({field: ["must be a JSON array or an envelope {codec, blob}."]})
-        if fault(settings, "accept-non-avro-input") and codec != "avro":
-            return str(value["blob"])  # the bug: the codec is never checked, the blob stored as sent
         if codec != "avro":
             raise validation_error({f"{field}.codec": [f"unsupported_payload_codec: {codec!r} is not 'avro'."]})
         blob: str = value["blob"]
@@ -39,7 +35,5 @@ def payload_blob(settings: Settings, value: Any, field: str, *, require_array: b
             raise validation_error({f"{field}.blob": [str(exc)]}) from None
         if require_array and not isinstance(decoded, list):
             raise validation_error({f"{field}.blob": ["the payload must decode to an Avro array of arguments."]})
-        if fault(settings, "reencode-start-input"):
-            return encode_blob(decoded)  # the bug: re-encoded, so a non-canonical blob comes back changed
         return blob
     raise validation_error({field: ["must be a JSON array or an envelope {codec, blob}."]})

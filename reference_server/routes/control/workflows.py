@@ -33,7 +33,7 @@ class Routes(WaitRoutes):
     @route("POST", "/api/workflows")
     async def start_workflow(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         req = validate_start_request(ctx.obj(), max_duration_seconds=MAX_DURATION_SECONDS)
-        input_blob = payload_blob(self.core.settings, req.input, "input")
+        input_blob = payload_blob(req.input, "input")
         wid = req.workflow_id if isinstance(req.workflow_id, str) else new_id()
         status, out = self.core.run_tx(
             lambda t: start_workflow(

@@ -7,7 +7,6 @@ from typing import Any
 from suite.protocol.errors import Rejection
 
 from ...app import Ctx, route, validation_error
-from ...faults import fault
 from ...store import new_id
 from ...tx import T
 from ...workers import deregister_worker, parse_registration, register_worker
@@ -21,7 +20,7 @@ class Routes(WaitRoutes):
 
     @route("POST", "/api/worker/register")
     async def register(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        reg = parse_registration(ctx.obj(), any_runtime=fault(self.core.settings, "accept-unknown-runtime"))
+        reg = parse_registration(ctx.obj())
         wid = reg.worker_id or new_id()
         self.core.run_tx(lambda t: register_worker(t, ctx.namespace, wid, reg))
         return 201, {

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from ...app import Ctx, route, validation_error
-from ...faults import fault
 from ...polling import Poll
 from ...tx import T
 from ...workflow_tasks import (
@@ -38,10 +37,7 @@ class Routes(PollRoutes):
             encoding = accept if isinstance(accept, str) else None
             return claim_workflow_task(t, poll, page_size=page_size, accept_encoding=encoding)
 
-        status, out = await self.polls.serve(ctx, "workflow", claim, workflow_due_in)
-        if fault(self.core.settings, "drop-poll-status"):
-            out.pop("poll_status", None)
-        return status, out
+        return await self.polls.serve(ctx, "workflow", claim, workflow_due_in)
 
     @route("POST", "/api/worker/workflow-tasks/{task_id}/history")
     async def wt_history(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:

@@ -1,17 +1,12 @@
-"""Named faults: each makes the reference server break exactly one protocol rule.
-
-They exist to prove the conformance suite catches the bug (``--fault NAME``; ``python -m suite.mutants`` runs
-the whole kill matrix); a server started without faults never takes a faulty branch. Each entry is the
-one-line description of the bug and the requirement IDs the suite must report against it; the code that
-implements it checks ``fault(settings, NAME)`` at the one place the rule is enforced.
-"""
+"""The catalogue of named faults: per fault, the one-line description of the bug and the requirement IDs the
+suite must report against it (the kill matrix runs exactly their checks), and how the kill matrix reaches it.
+The code of each fault is in the modules beside this one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
-__all__ = ["FAULTS", "Fault", "fault"]
+__all__ = ["FAULTS", "Fault"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +23,6 @@ class Fault:
     machine: str | None = None
     # A bug too deep for the default budget: the kill matrix runs its machine as a campaign this long (--campaign).
     campaign: str | None = None
-
-
-class _Switches(Protocol):
-    """Anything that carries the switched-on fault names (``Settings``, the ``App``)."""
-
-    @property
-    def faults(self) -> frozenset[str]: ...
 
 
 FAULTS: dict[str, Fault] = {
@@ -296,9 +284,3 @@ FAULTS: dict[str, Fault] = {
         ("COMMANDS-COMPLETE-WORKFLOW",),
     ),
 }
-
-
-def fault(switches: _Switches, name: str) -> bool:
-    """Whether the named fault is switched on. Unknown names are a programming error."""
-    assert name in FAULTS, name
-    return name in switches.faults

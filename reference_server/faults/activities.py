@@ -1,0 +1,77 @@
+"""Faults of activities: retries (their bound, the non-retryable flag, the backoff), attempt numbers, and a
+result recorded for an attempt that is no longer live."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from suite.protocol.commands import ActivityFailure, ActivityFence, RetryPolicy
+from suite.protocol.lifecycles import AttemptStatus
+
+from .. import activities
+from ..engine import append_event
+from ..tx import T
+from .patching import wraps
+
+
+@wraps("retry-past-max-attempts", activities, "failure_policy")
+def _unbounded(original: Callable[..., RetryPolicy], execution: sqlite3.Row, attempt_number: int) -> RetryPolicy:
+    return replace(original(execution, attempt_number), max_attempts=attempt_number + 1)  # never reached
+
+
+@wraps("retry-non-retryable", activities, "fail_activity_task")
+def _flag_ignored(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
+) -> Any:
+    return original(t, namespace, task_id, fence, replace(failure, non_retryable=False))  # the worker's flag dropped
+
+
+@wraps("ignore-retry-backoff", activities, "retry_ready_at")
+def _ready_at_once(original: Callable[[T, int], int], t: T, backoff: int) -> int:
+    return t.now  # the backoff is recorded in history, but the retry is leasable at once
+
+
+@wraps("record-stale-activity-complete", activities, "complete_activity_task")
+def _record_again(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, result_blob: str | None
+) -> Any:
+    """An attempt that is no longer live still records its result (a second ActivityCompleted)."""
+    view, rows = activities.guarded(t, namespace, task_id, fence)
+    if view.attempt_status is AttemptStatus.RUNNING:
+        return original(t, namespace, task_id, fence, result_blob)
+    base = activities._event_base(rows.execution, rows.attempt["attempt_id"], rows.attempt["attempt_number"])
+    append_event(t, rows.run["run_id"], "ActivityCompleted", {**base, "result": result_blob})
+    return {
+        "task_id": task_id,
+        "activity_attempt_id": fence.activity_attempt_id,
+        "activity_execution_id": rows.execution["execution_id"],
+        "outcome": "completed",
+        "recorded": True,
+        "reason": None,
+        "next_task_id": None,
+    }
+
+
+@wraps("retry-attempt-restarts-after-heartbeat", activities, "task_payload")
+def _numbered_from_one(original: Callable[[T, str], dict[str, Any]], t: T, task_id: str) -> dict[str, Any]:
+    """The retry that follows an attempt which heartbeated and failed is shown as attempt 1 again."""
+    body = original(t, task_id)
+    before = t.one(
+        "SELECT b.task_id, b.status, b.last_heartbeat_at FROM activity_attempts a JOIN activity_attempts b"
+        " ON b.execution_id = a.execution_id AND b.attempt_number = a.attempt_number - 1 WHERE a.attempt_id = ?",
+        body["activity_attempt_id"],
+    )
+    failed = before is not None and before["task_id"] != task_id and before["status"] == "failed"
+    if failed and before is not None and before["last_heartbeat_at"]:
+        body.update(attempt_number=1, attempt=1)
+    return body
+
+
+@wraps("heartbeat-records-first-attempt", activities, "record_heartbeat")
+def _first_attempt(
+    original: Callable[..., None], t: T, execution: sqlite3.Row, attempt: Mapping[str, Any], *args: Any
+) -> None:
+    original(t, execution, {**dict(attempt), "attempt_number": 1}, *args)

@@ -1,0 +1,56 @@
+"""Faults of closing runs, children and cooperative cancellation: what a closed run leaves open, the parent-close
+policy a child is recorded with, and how a request to cancel is answered, delivered and enforced."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from suite.protocol.lifecycles import RunEvent
+
+from .. import cancellation, closing, commands
+from ..store import new_id
+from ..tx import T
+from .patching import wraps
+
+
+@wraps("cancel-leaves-tasks-open", closing, "close_what_it_leaves")
+def _left_open(original: Callable[..., None], t: T, run_id: str, event: RunEvent, *args: Any) -> None:
+    if event not in (RunEvent.CANCEL, RunEvent.TERMINATE):  # cancelled or terminated, its work is left as it was
+        original(t, run_id, event, *args)
+
+
+@wraps("child-default-terminate", commands, "omitted_parent_close_policy")
+def _terminate_by_default(original: Callable[[], str]) -> str:
+    return "terminate"  # an omitted policy closes the child with its parent
+
+
+@wraps("request-cancellation-closes-at-once", closing, "ask_child_to_cancel")
+def _at_once(
+    original: Callable[..., None], t: T, child_run: sqlite3.Row, child: sqlite3.Row, closing_payload: Mapping[str, Any]
+) -> None:
+    closing.cancel_child_at_once(t, child_run["run_id"], closing_payload)  # like request_cancel
+
+
+@wraps("request-cancellation-never-closes", closing, "close_past_cleanup_deadline")
+def _never_enforced(original: Callable[[T], None], t: T) -> None:
+    return None  # a child asked to cancel that does not close stays open past its deadline
+
+
+@wraps("request-cancellation-new-identity", cancellation, "client_request")
+def _new_identity(
+    original: Callable[..., dict[str, Any]], t: T, run: sqlite3.Row, seconds: int | None, reason: str | None
+) -> dict[str, Any]:
+    """A repeated request replaces the original identity and deadline instead of answering them."""
+    row = cancellation._open_request(t, run["run_id"])
+    if row is not None:
+        lasting = seconds or t.settings.cancellation_cleanup_seconds
+        again = (new_id(t.now), t.now + lasting * cancellation.US, row["request_id"])
+        t.db.execute(
+            "UPDATE cancellation_requests SET request_id = ?, cleanup_deadline_at = ? WHERE request_id = ?", again
+        )
+    answer = original(t, run, seconds, reason)
+    if row is not None:
+        answer["duplicate"] = False
+    return answer

@@ -1,0 +1,76 @@
+"""Faults of worker sessions: who may join, hold, renew and reacquire one, its expiry, and its activity limit."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from suite.protocol import sessions as model
+from suite.protocol.sessions import Admission, SessionEvent, SessionOptions, SessionView
+
+from .. import sessions
+from ..tx import T
+from .patching import wraps
+
+_Decided = tuple[Admission, sqlite3.Row | None]
+
+
+@wraps("session-never-expires", sessions, "_settle")
+def _never_settled(original: Callable[..., sqlite3.Row | None], t: T, row: sqlite3.Row | None) -> sqlite3.Row | None:
+    return row  # a session whose lease lapsed stays active for its old holder
+
+
+@wraps("session-ignores-requirements", sessions, "_decide")
+def _requirements_unchecked(
+    original: Callable[..., _Decided], t: T, namespace: str, options: SessionOptions, worker_id: str, **how: Any
+) -> _Decided:
+    decision, row = original(t, namespace, options, worker_id, **how)
+    if decision.reason == "session_requirements_not_met":  # capabilities are not compared with the requirements
+        facts = sessions._worker_facts(t, namespace, worker_id, options.session_id)
+        decision = model.admit(sessions._view(row), options, facts, check_requirements=False, **how)
+    return decision, row
+
+
+@wraps("session-shared-lease", sessions, "_decide")
+def _shared(original: Callable[..., _Decided], *args: Any, **how: Any) -> _Decided:
+    decision, row = original(*args, **how)
+    if decision.reason == "session_owned_by_another_worker":  # a second worker joins a held session
+        decision = Admission(admitted=True, outcome="reused")
+    return decision, row
+
+
+@wraps("session-reacquire-ignores-policy", sessions, "_decide")
+def _reacquired(original: Callable[..., _Decided], *args: Any, **how: Any) -> _Decided:
+    decision, row = original(*args, **how)
+    if decision.reason == "session_reacquire_disallowed":
+        decision = Admission(admitted=True, outcome="reacquired", event=SessionEvent.REACQUIRE)
+    return decision, row
+
+
+@wraps("session-ignores-activity-limit", sessions, "admit_claim")
+def _no_limit(
+    original: Callable[..., Admission | None], t: T, worker: sqlite3.Row, task_id: str, queue: str
+) -> Admission | None:
+    decision = original(t, worker, task_id, queue)
+    if decision is not None and decision.reason == "session_activity_limit_exceeded":
+        linked = sessions._link(t, task_id)  # admitted as if the session had room
+        assert linked is not None
+        link, options = linked
+        decision, _row = sessions._decide(
+            t, link["namespace"], options, worker["worker_id"], explicit=False, queue=queue
+        )
+    return decision
+
+
+@wraps("session-heartbeat-not-renewed", sessions, "renew_from_activity")
+def _not_renewed(original: Callable[..., None], t: T, task_id: str, lease_owner: str) -> None:
+    return None  # activity heartbeats leave the session lease to lapse
+
+
+@wraps("session-stale-holder-renews", sessions, "renewal_decision")
+def _stale_holder(original: Callable[..., Admission], view: SessionView | None, worker_id: str) -> Admission:
+    decision = original(view, worker_id)
+    if decision.reason == "session_owner_mismatch":
+        decision = Admission(admitted=True, outcome="heartbeat_recorded", event=SessionEvent.RENEW)
+    return decision
