@@ -485,6 +485,16 @@ class ProtocolClient:
             headers["Authorization"] = f"Bearer {tok}"
         return headers
 
+    def plane_headers(self, plane: str) -> dict[str, str]:
+        """The headers a well-formed request of ``plane`` carries: the worker or control plane's version, namespace
+        and token; any other plane (discovery) only a token."""
+        if plane == "worker":
+            return self.worker_headers(version=self.worker_version)
+        if plane == "control":
+            return self.control_headers()
+        token = self.operator_token or self.worker_token
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
     async def worker(
         self,
         path: str,

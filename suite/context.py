@@ -24,7 +24,7 @@ from .client import Exchange, ProtocolClient, Reply
 from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, profile_setting
 from .timing import HELD_GRACE, TargetClock
 
-__all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body"]
+__all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body", "target_client"]
 
 R = TypeVar("R")
 
@@ -121,6 +121,20 @@ class TargetInfo:
     @property
     def certified_minor(self) -> int:
         return int(self.protocol_version.split(".")[1])
+
+
+def target_client(target: TargetInfo, **options: Any) -> ProtocolClient:
+    """The suite's recording client of ``target``: its tokens, namespace and certified version, through its fault
+    proxy under --faults; ``options`` (a timeout, a validator, a shared exchange list) as ProtocolClient takes them."""
+    return ProtocolClient(
+        target.url,
+        worker_token=target.worker_token,
+        operator_token=target.operator_token,
+        namespace=target.namespace,
+        worker_version=target.protocol_version,
+        faults=target.fault_ledger,
+        **options,
+    )
 
 
 @dataclass

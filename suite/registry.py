@@ -2,11 +2,16 @@
 that knows its kind.
 
 A check is a plain ``async`` function registered with :func:`check`; the function name is its stable ID
-(used on the command line, in reports and in the known-deviation list); the decorator names the
+(used on the command line and in reports); the decorator names the
 requirement IDs it enforces and the guards that decide whether it can run against a target. The state
 machines (``suite.machines.MACHINES``) and the fuzz groups (``suite.fuzz``) join the registry as entries of
 their own kind. Every entry has one pytest item with a stable, re-runnable id (:attr:`Check.test_id`), and
 every entry, whatever its kind, produces :class:`~suite.outcomes.Record`\\ s.
+
+The fuzz groups judge every answer they get with *response checks*: plain synchronous functions of one answer,
+registered with :func:`response_check` the way a check is with :func:`check` (the function name is the stable
+ID, the decorator names the requirement IDs, both refused when unknown or taken). The fuzz package registers
+them when it is imported, which the registry does lazily, as it does the check package.
 """
 
 from __future__ import annotations
@@ -22,7 +27,19 @@ from .outcomes import Kind
 if TYPE_CHECKING:
     from .context import CheckContext
 
-__all__ = ["CHECKS", "TEST_ID_ROOT", "Check", "all_checks", "check", "checks_for", "entries"]
+__all__ = [
+    "CHECKS",
+    "RESPONSE_CHECKS",
+    "TEST_ID_ROOT",
+    "Check",
+    "ResponseCheck",
+    "all_checks",
+    "check",
+    "checks_for",
+    "entries",
+    "response_check",
+    "response_checks",
+]
 
 CheckFn = Callable[["CheckContext"], Awaitable[None]]
 
@@ -69,26 +86,71 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
+def _known(requirements: tuple[str, ...], what: str) -> None:
+    """Refuse a registration that names no requirement or one the registry does not have."""
+    if not requirements:
+        raise ValueError(f"a {what} must name the requirement IDs it enforces")
+    unknown = [r for r in requirements if r not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown requirement IDs {unknown}; see suite.protocol.requirements")
+
+
 def check(
     *requirements: str, capability: str | None = None, slow: bool = False, restarts: bool = False
 ) -> Callable[[CheckFn], CheckFn]:
     """Register ``fn`` as the check of ``requirements`` (at least one, each an ID of the registry); ``restarts``:
     it restarts the target, alone in the run."""
-    if not requirements:
-        raise ValueError("a check must name the requirement IDs it enforces")
-    unknown = [r for r in requirements if r not in REGISTRY]
-    if unknown:
-        raise ValueError(f"unknown requirement IDs {unknown}; see suite.protocol.requirements")
+    _known(requirements, "check")
 
     def register(fn: CheckFn) -> CheckFn:
         name = fn.__name__
-        if name in CHECKS:
+        if name in CHECKS or name in RESPONSE_CHECKS:
             raise ValueError(f"duplicate check name {name!r}")
         doc = (fn.__doc__ or "").strip()
         CHECKS[name] = Check(name, fn, tuple(requirements), capability, slow, doc, restarts=restarts)
         return fn
 
     return register
+
+
+# -- response checks: what the fuzz groups judge each answer by -----------------------------------------------
+
+ResponseFn = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class ResponseCheck:
+    """A check of one answer (``suite.fuzz.Answer``): it returns when the answer keeps ``requirements`` and raises
+    ``suite.fuzz.FuzzFailure`` naming the one it breaks."""
+
+    name: str
+    fn: ResponseFn
+    requirements: tuple[str, ...]
+    doc: str
+
+
+RESPONSE_CHECKS: dict[str, ResponseCheck] = {}
+
+
+def response_check(*requirements: str) -> Callable[[ResponseFn], ResponseFn]:
+    """Register ``fn`` as a response check of ``requirements``; its function name is its stable ID."""
+    _known(requirements, "response check")
+
+    def register(fn: ResponseFn) -> ResponseFn:
+        name = fn.__name__
+        if name in CHECKS or name in RESPONSE_CHECKS:
+            raise ValueError(f"duplicate check name {name!r}")
+        RESPONSE_CHECKS[name] = ResponseCheck(name, fn, tuple(requirements), (fn.__doc__ or "").strip())
+        return fn
+
+    return register
+
+
+def response_checks() -> list[ResponseCheck]:
+    """Every response check, in the order they were registered (the order a fuzz case is judged in)."""
+    from . import fuzz  # noqa: F401  - importing the package registers its response checks
+
+    return list(RESPONSE_CHECKS.values())
 
 
 def _load() -> None:

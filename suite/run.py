@@ -30,8 +30,7 @@ import pytest
 
 from suite.protocol.requirements import REGISTRY, applicable
 
-from .client import ProtocolClient
-from .context import CheckContext, TargetInfo
+from .context import CheckContext, TargetInfo, target_client
 from .outcomes import (
     CheckFailure,
     HarnessError,
@@ -253,15 +252,7 @@ def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: p
 
 def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
     """One run of a check in its own world; its outcome (``None``: it passed)."""
-    client = ProtocolClient(
-        target.url,
-        worker_token=target.worker_token,
-        operator_token=target.operator_token,
-        namespace=target.namespace,
-        worker_version=target.protocol_version,
-        validator=_validator(),
-        faults=target.fault_ledger,
-    )
+    client = target_client(target, validator=_validator())
     ctx = CheckContext(target=target, client=client, check_name=check.name)
     assert check.fn is not None
     fn = check.fn

@@ -5,7 +5,8 @@ a run that scheduled activities and the worker that serves them, a run parked so
 queue, with workflow and worker ids, of its own (``CheckContext.uid``), so checks stay independent and safe
 under ``pytest -n``. The calls a worker makes inside such a world (fenced activity and query reports, polls
 until a task is leased) are here too, and so are the commands, bodies and judgements several check modules
-share, so no check module imports another's helpers.
+share, so no check module imports another's helpers. The fuzzer's live worlds (``suite.fuzz.live``) are these
+worlds too.
 """
 
 from __future__ import annotations

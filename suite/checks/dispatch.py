@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from suite.client import ProtocolClient, Reply
-from suite.context import CheckContext
+from suite.context import CheckContext, target_client
 from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
@@ -54,16 +54,8 @@ def _task_of(body: dict[str, Any]) -> dict[str, Any] | None:
 async def _other_client(ctx: CheckContext) -> AsyncIterator[ProtocolClient]:
     """A second client with its own connection pool, recorded into the same exchange list, talking through the
     same fault proxy as the check's own client (with its trace ids and lost-answer handling)."""
-    client = ProtocolClient(
-        ctx.target.url,
-        worker_token=ctx.target.worker_token,
-        operator_token=ctx.target.operator_token,
-        namespace=ctx.target.namespace,
-        worker_version=ctx.target.protocol_version,
-        validator=ctx.client.validator,
-        exchanges=ctx.client.exchanges,
-        faults=ctx.target.fault_ledger,  # through --faults its lost answers are handled like the check's own
-    )
+    # Through --faults its lost answers are handled like the check's own.
+    client = target_client(ctx.target, validator=ctx.client.validator, exchanges=ctx.client.exchanges)
     try:
         yield client
     finally:

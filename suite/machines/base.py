@@ -42,8 +42,8 @@ from hypothesis import note as _hypothesis_note
 from hypothesis.errors import HypothesisException, InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine
 
-from suite.client import ProtocolClient, Reply
-from suite.context import CheckContext, TargetInfo
+from suite.client import Reply
+from suite.context import CheckContext, TargetInfo, target_client
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
 from suite.protocol.coverage import Actor, cell_key, known_cell
 from suite.protocol.errors import Violation
@@ -197,15 +197,7 @@ class MachineBase(RuleBasedStateMachine):
         if self.target is None:
             raise RuntimeError("bind a target first: Machine.bound(target_info) or the pytest plugin")
         self.loop = asyncio.new_event_loop()
-        self.client = ProtocolClient(
-            self.target.url,
-            worker_token=self.target.worker_token,
-            operator_token=self.target.operator_token,
-            namespace=self.target.namespace,
-            worker_version=self.target.protocol_version,
-            timeout=30.0,
-            faults=self.target.fault_ledger,
-        )
+        self.client = target_client(self.target, timeout=30.0)
         self.ctx = CheckContext(target=self.target, client=self.client, check_name=self.name, tag=secrets.token_hex(3))
         # Each example works a task queue of its own, with the workers it registers there.
         self.queue = self.ctx.uid("q")

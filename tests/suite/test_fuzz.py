@@ -1,4 +1,4 @@
-"""The OpenAPI fuzzing (suite/fuzz.py): its checks fire on the answers they exist for, its Avro generator
+"""The OpenAPI fuzzing (suite/fuzz/): its response checks are the registry's, they fire on the answers they exist for, its Avro generator
 makes real frames, the reference server survives a small budget, and a server that answers one kind of
 request with a 500 is caught with ROBUST-NO-5XX and a curl line that reproduces it.
 
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 from hypothesis import given, settings
 
-from suite import fuzz
+from suite import fuzz, registry
 from suite.client import WORKER_HEADER, Exchange
 from suite.context import TargetInfo
 from suite.outcomes import EXIT_HARNESS_ERROR
@@ -66,6 +66,33 @@ def test_every_operation_is_fuzzed_and_every_world_names_an_operation() -> None:
     grouped = [name for group in fuzz.all_groups() for name in fuzz.group_members(group)]
     assert sorted(n for n in grouped if n != fuzz.STATEFUL) == sorted(ops)
     assert set(fuzz.WORLDS) <= set(ops)
+
+
+def test_the_response_checks_are_registered_with_the_registry_and_judge_the_fuzz_requirements() -> None:
+    checks = {c.name: c.requirements for c in registry.response_checks()}
+    assert checks == {
+        "not_a_server_error": (fuzz.NO_5XX,),
+        "status_code_conformance": (fuzz.STATUS_SET,),
+        "response_schema_conformance": (fuzz.SCHEMA,),
+        "error_envelope": (fuzz.ENVELOPE, fuzz.ERROR_REASON),
+    }
+    judged = {r for reqs in checks.values() for r in reqs} | {fuzz.NO_CHANGE}
+    assert judged == set(fuzz.FUZZ_REQUIREMENTS)
+    assert set(fuzz.group_requirements("workflows")) == judged
+    assert set(fuzz.group_requirements("stateful")) == judged | {fuzz.AFTER_COMPLETE}
+
+
+def test_the_registry_refuses_a_response_check_of_an_unknown_requirement_or_a_taken_name() -> None:
+    with pytest.raises(ValueError, match="unknown requirement IDs"):
+        registry.response_check("NO-SUCH-REQUIREMENT")
+    with pytest.raises(ValueError, match="must name the requirement IDs"):
+        registry.response_check()
+
+    def error_envelope(answer: Any) -> None:
+        """A second check by a taken name."""
+
+    with pytest.raises(ValueError, match="duplicate check name 'error_envelope'"):
+        registry.response_check(fuzz.NO_5XX)(error_envelope)
 
 
 @settings(max_examples=50, deadline=None)
