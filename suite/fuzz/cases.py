@@ -21,7 +21,7 @@ from suite.exchange import Exchange
 from suite.text import plural
 
 from .document import Operation
-from .judges import NO_CHANGE, Answer, FuzzFailure, judge, judged_requirements
+from .judges import NO_CHANGE, Answer, judge, judged_requirements
 from .live import CALL_TIMEOUT, Lab, LiveWorld, WorldUnavailable
 from .results import FuzzResult
 
@@ -255,17 +255,11 @@ class CaseRunner:
             diff = f"the run could no longer be read: {exc}"
         if diff:
             world.dirty = True
-            r.fail(
-                FuzzFailure(
-                    "rejected_changes_nothing",
-                    f"{answer.op.op_id} was rejected with {answer.status} {answer.reason or ''} but changed "
-                    f"workflow {world.workflow_id}",
-                    requirement=NO_CHANGE,
-                    exchange=answer.exchange,
-                    expected=f"describe and control-plane history unchanged ({NO_CHANGE})",
-                    received=diff,
-                )
+            message = (
+                f"was rejected with {answer.status} {answer.reason or ''} but changed workflow {world.workflow_id}"
             )
+            expected = "describe and control-plane history unchanged"
+            r.fail(answer.failure("rejected_changes_nothing", message, NO_CHANGE, expected, diff))
 
 
 def _diff(before: tuple[Any, list[Any]], after: tuple[Any, list[Any]]) -> str:

@@ -104,34 +104,33 @@ class Answer:
         text = json.dumps(self.body)[:300] if self.body is not None else repr(self.exchange.response_body)[:300]
         return f"{self.status} {text}"
 
+    def failure(self, check: str, message: str, requirement: str, expected: Any, received: Any = None) -> FuzzFailure:
+        """``check``'s failure of ``requirement`` on this answer: ``message`` after the operation's id, the answer
+        (or ``received``) against ``expected``, this exchange as the evidence."""
+        return FuzzFailure(
+            check,
+            f"{self.op.op_id} {message}",
+            requirement=requirement,
+            exchange=self.exchange,
+            expected=expected,
+            received=self.received() if received is None else received,
+        )
+
 
 @response_check(NO_5XX)
 def not_a_server_error(a: Answer) -> None:
     """ROBUST-NO-5XX: no request, however malformed, gets a 5xx (a documented 503/504 is an answer)."""
     # 501 is the HTTP answer to a method the server does not implement at all.
     if a.status >= 500 and a.status not in a.op.statuses and not (a.probe and a.status == 501):
-        raise FuzzFailure(
-            "not_a_server_error",
-            f"{a.op.op_id} answered a server error",
-            requirement=NO_5XX,
-            exchange=a.exchange,
-            expected=f"a 2xx or 4xx answer (never 5xx: {NO_5XX})",
-            received=a.received(),
-        )
+        raise a.failure("not_a_server_error", "answered a server error", NO_5XX, "a 2xx or 4xx answer, never 5xx")
 
 
 @response_check(STATUS_SET)
 def status_code_conformance(a: Answer) -> None:
     """The status is one the document lists for the operation (or 413 for a body over the size limit)."""
     if a.status < 500 and a.status not in a.op.statuses | ALWAYS_ALLOWED and not a.probe:
-        raise FuzzFailure(
-            "status_code_conformance",
-            f"{a.op.op_id} answered an undocumented status",
-            requirement=STATUS_SET,
-            exchange=a.exchange,
-            expected=f"one of {sorted(a.op.statuses | ALWAYS_ALLOWED)}",
-            received=a.received(),
-        )
+        expected = f"one of {sorted(a.op.statuses | ALWAYS_ALLOWED)}"
+        raise a.failure("status_code_conformance", "answered an undocumented status", STATUS_SET, expected)
 
 
 @response_check(SCHEMA)
@@ -141,13 +140,12 @@ def response_schema_conformance(a: Answer) -> None:
         return  # a server error is not_a_server_error's finding; its body has no schema
     problems = a.schema_problems
     if problems:
-        raise FuzzFailure(
+        raise a.failure(
             "response_schema_conformance",
-            f"{a.op.op_id} {a.status} does not match its schema: {problems[0]}",
-            requirement=SCHEMA,
-            exchange=a.exchange,
-            expected=f"a body valid against the {a.status} response schema of {a.op.op_id}",
-            received="; ".join(problems[:3]),
+            f"{a.status} does not match its schema: {problems[0]}",
+            SCHEMA,
+            f"a body valid against the {a.status} response schema of {a.op.op_id}",
+            "; ".join(problems[:3]),
         )
 
 
@@ -173,14 +171,8 @@ def error_envelope(a: Answer) -> None:
         if not isinstance(body.get("server_capabilities"), dict):
             problems.append("no server_capabilities object")
     if problems:
-        raise FuzzFailure(
-            "error_envelope",
-            f"{a.op.op_id} {a.status} lacks " + ", ".join(problems),
-            requirement=req,
-            exchange=a.exchange,
-            expected="reason" + (f", {WORKER_HEADER}, protocol_version, server_capabilities" if worker else ""),
-            received=a.received(),
-        )
+        expected = "reason" + (f", {WORKER_HEADER}, protocol_version, server_capabilities" if worker else "")
+        raise a.failure("error_envelope", f"{a.status} lacks " + ", ".join(problems), req, expected)
 
 
 def judged_requirements(a: Answer) -> set[str]:

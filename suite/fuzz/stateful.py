@@ -18,7 +18,7 @@ from suite.worlds import READY_WITHIN
 
 from .cases import SHORT_HOLD, CaseRunner, integral_floats_to_ints, pin_headers
 from .document import load_schema, operations
-from .judges import AFTER_COMPLETE, FuzzFailure
+from .judges import AFTER_COMPLETE
 from .live import Lab, LiveWorld
 from .operation import hypothesis_run
 from .results import FuzzBudget, FuzzResult
@@ -152,13 +152,6 @@ class _StatefulSequence:
         if again is not None:
             self.result.judged.add(AFTER_COMPLETE)
         if again is not None and again.status != 409:
-            self.runner.result.fail(
-                FuzzFailure(
-                    "repeated_complete_is_fenced",
-                    f"a second complete of workflow task {task.get('task_id')} answered {again.status}",
-                    requirement=AFTER_COMPLETE,
-                    exchange=again.exchange,
-                    expected="409 (the task is no longer leased)",
-                    received=again.received(),
-                )
-            )
+            message = f"answered {again.status} to a second complete of workflow task {task.get('task_id')}"
+            failure = again.failure("repeated_complete_is_fenced", message, AFTER_COMPLETE, "409 (no longer leased)")
+            self.runner.result.fail(failure)

@@ -1,6 +1,6 @@
-"""The OpenAPI fuzzing (suite/fuzz/): its response checks are the registry's, they fire on the answers they exist for, its Avro generator
-makes real frames, the reference server survives a small budget, and a server that answers one kind of
-request with a 500 is caught with ROBUST-NO-5XX and a curl line that reproduces it.
+"""The OpenAPI fuzzing (suite/fuzz/): its response checks are the registry's, they fire on the answers they
+exist for, its Avro generator makes real frames, the reference server survives a small budget, and a server that
+answers one kind of request with a 500 is caught with ROBUST-NO-5XX and a curl line that reproduces it.
 
 The broken server is the reference server behind a tiny in-test proxy (no named fault of
 ``reference_server/faults/`` yields a 5xx): the proxy turns every 422 of the worker heartbeat route into
