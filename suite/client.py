@@ -14,9 +14,7 @@ import email.utils
 import functools
 import json
 import secrets
-import socket
 import ssl
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -45,7 +43,6 @@ __all__ = [
     "Http11Transport",
     "ProtocolClient",
     "Reply",
-    "SyncHttp11Transport",
     "direct_http",
     "resendable_poll",
     "tls",
@@ -140,8 +137,8 @@ MAX_HEAD_BYTES = 100 * 1024
 
 class _Framing:
     """One keep-alive HTTP/1.1 connection as h11 sees it, without I/O: the bytes of a request, and the answer
-    once the bytes received complete it. Both transports below drive it, one on asyncio streams, one on a
-    blocking socket; httpx's exceptions say what went wrong, as httpx's own transports raise them."""
+    once the bytes received complete it. :class:`Http11Transport` drives it on asyncio streams; httpx's
+    exceptions say what went wrong, as httpx's own transports raise them."""
 
     def __init__(self) -> None:
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
@@ -311,93 +308,6 @@ class Http11Transport(httpx.AsyncBaseTransport):
             with contextlib.suppress(OSError):
                 await wire.writer.wait_closed()
         await self._other.aclose()
-
-
-class _SyncWire:
-    """One keep-alive HTTP/1.1 connection on a blocking socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.framing = _Framing()
-
-    @property
-    def reusable(self) -> bool:
-        """Idle and silent: an idle keep-alive connection the server closed (or wrote to) is readable."""
-        self.sock.setblocking(False)
-        try:
-            self.sock.recv(1, socket.MSG_PEEK)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        return False
-
-    def exchange(self, request: httpx.Request, timeouts: Mapping[str, float | None]) -> httpx.Response:
-        data = self.framing.request(request, request.read())
-        with _socket_errors(httpx.WriteTimeout, httpx.WriteError, "writing the request"):
-            self.sock.settimeout(timeouts.get("write"))
-            self.sock.sendall(data)
-        while True:
-            with _socket_errors(httpx.ReadTimeout, httpx.ReadError, "reading the response"):
-                self.sock.settimeout(timeouts.get("read"))
-                data = self.sock.recv(65536)
-            response = self.framing.received(data)
-            if response is not None:
-                return response
-
-
-class SyncHttp11Transport(httpx.BaseTransport):
-    """:class:`Http11Transport` for httpx's blocking client: keep-alive connections on blocking sockets."""
-
-    def __init__(self) -> None:
-        self._idle: dict[tuple[str, int], list[_SyncWire]] = {}
-        self._lock = threading.Lock()
-        self._other = httpx.HTTPTransport(verify=tls())
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "http":
-            return self._other.handle_request(request)
-        timeouts: Mapping[str, float | None] = request.extensions.get("timeout", {})
-        key = (request.url.host, request.url.port or 80)
-        wire = self._checkout(key, timeouts.get("connect"))
-        try:
-            response = wire.exchange(request, timeouts)
-        except BaseException:
-            wire.sock.close()
-            raise
-        if wire.framing.next_cycle():
-            with self._lock:
-                self._idle.setdefault(key, []).append(wire)
-        else:
-            wire.sock.close()
-        return response
-
-    def _checkout(self, key: tuple[str, int], timeout: float | None) -> _SyncWire:
-        while True:
-            with self._lock:
-                idle = self._idle.get(key)
-                wire = idle.pop() if idle else None
-            if wire is None:
-                break
-            if wire.reusable:
-                return wire
-            wire.sock.close()
-        try:
-            sock = socket.create_connection(key, timeout=timeout)
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(f"no connection to {key[0]}:{key[1]} in time") from exc
-        except OSError as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _SyncWire(sock)
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for wires in idle.values():
-            for wire in wires:
-                wire.sock.close()
-        self._other.close()
 
 
 class ProtocolClient:
@@ -845,9 +755,8 @@ class ProtocolClient:
 
 def direct_http(url: str) -> bool:
     """Whether ``url`` is a plain ``http://`` target that no proxy of the environment (``HTTP_PROXY``,
-    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of: one :class:`Http11Transport` and
-    :class:`SyncHttp11Transport` reach; elsewhere httpx's own transports, with the environment's proxies and TLS
-    settings, must."""
+    ``ALL_PROXY``; ``NO_PROXY`` honoured) stands in front of: one :class:`Http11Transport` reaches; elsewhere
+    httpx's own transports, with the environment's proxies and TLS settings, must."""
     parsed = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies()
     proxied = bool(proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.hostname or "")

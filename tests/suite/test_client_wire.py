@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, SyncHttp11Transport, direct_http
+from suite.client import LOST_ANSWER, Http11Transport, ProtocolClient, direct_http
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -76,26 +76,9 @@ async def _get(client: Any, url: str, **kw: Any) -> httpx.Response:
     return await client.get(url + "/api/health", **kw)
 
 
-class Blocking:
-    """httpx's blocking client on :class:`SyncHttp11Transport`, driven from a thread beside the peer's loop."""
-
-    def __init__(self) -> None:
-        self.client = httpx.Client(transport=SyncHttp11Transport())
-
-    async def __aenter__(self) -> Blocking:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.client.close()
-
-    async def get(self, url: str, **kw: Any) -> httpx.Response:
-        return await asyncio.to_thread(self.client.get, url, **kw)
-
-
 def clients() -> list[Any]:
     return [
         pytest.param(lambda: httpx.AsyncClient(transport=Http11Transport()), id="asyncio"),
-        pytest.param(Blocking, id="blocking"),
     ]
 
 
