@@ -540,12 +540,8 @@ async def timer_not_leasable_early(ctx: CheckContext) -> None:
     scheduled = ctx.now()
     ctx.expect(reply, 200, what="start_timer")
 
-    async def probe() -> tuple[dict[str, Any], float] | None:
-        poll = await ctx.poll_wf(run.worker, run.queue, 1)
-        task = ctx.expect(poll, 200, what="workflow-task poll").get("task")
-        return (task, (ctx.now() - scheduled).total_seconds()) if isinstance(task, dict) else None
-
-    task, elapsed = await ctx.wait_until(probe, timeout=delay + 10, what="the timer's workflow task")
+    task = await lease_wf(ctx, run.worker, run.queue, within=delay + 10)
+    elapsed = (ctx.now() - scheduled).total_seconds()
     ctx.require(
         elapsed >= delay - tolerance,
         f"the timer's workflow task must not be leasable before {delay}s",
