@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from typing import Final
 
 from suite.context import TargetInfo
+from suite.registry import response_checks
 
 from .document import operations
-from .judges import AFTER_COMPLETE, FUZZ_REQUIREMENTS
+from .judges import AFTER_COMPLETE, NO_CHANGE
 from .operation import fuzz_operation
 from .results import FuzzBudget, FuzzResult
 from .stateful import STATEFUL, fuzz_stateful
@@ -79,8 +80,11 @@ def group_members(group: str) -> tuple[str, ...]:
 
 
 def group_requirements(group: str) -> tuple[str, ...]:
-    """The requirement IDs a group's item may judge (what ``--requirement`` selects it by)."""
-    return (*FUZZ_REQUIREMENTS, AFTER_COMPLETE) if STATEFUL in group_members(group) else FUZZ_REQUIREMENTS
+    """The requirement IDs a group's item may judge (what ``--requirement`` selects it by): those of the registered
+    response checks, the no-change comparison's, and for the stateful sequence the repeated complete's."""
+    judged = [r for registered in response_checks() for r in registered.requirements]
+    judged += [NO_CHANGE, AFTER_COMPLETE] if STATEFUL in group_members(group) else [NO_CHANGE]
+    return tuple(dict.fromkeys(judged))
 
 
 def all_groups() -> list[str]:
