@@ -267,7 +267,8 @@ class CheckContext:
         if seconds > self.max_wait:
             cover = f"--max-wait {math.ceil(seconds)}"
             raise NotCovered(
-                f"waiting for {what} takes {seconds:g} s, longer than --max-wait allows ({self.target.max_wait:g} s)",
+                f"waiting for {what} takes {seconds:g} s, but --max-wait lets this run wait at most "
+                f"{self.target.max_wait:g} s",
                 f"{cover}, or a shorter {profile_setting(setting)}" if setting else cover,
             )
         return seconds

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from suite.protocol.requirements import Area
+from suite.text import plural
 
 from .outcomes import Kind
 from .registry import Check
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
     doc[args.mode] = measured(json.loads(Path(args.results).read_text(encoding="utf-8")))
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"{out}: {len(doc[args.mode])} items ({args.mode})")
+    print(f"{out}: {plural(len(doc[args.mode]), 'item')} ({args.mode})")
     return 0
 
 

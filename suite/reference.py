@@ -16,6 +16,7 @@ from pathlib import Path
 
 from suite.protocol.documents import DOCUMENTS, READING_NOTES, READINGS, Document
 from suite.protocol.requirements import REGISTRY, Area, Requirement, by_area
+from suite.text import plural
 
 __all__ = ["PATH", "anchor", "main", "render"]
 
@@ -55,7 +56,7 @@ def render() -> str:
         "sections of the public documents it comes from (listed under [Documents](#documents)). Generated",
         "from the requirement registry by `python -m suite.reference > docs/reference.md`; do not edit by hand.",
         "",
-        f"{len(REGISTRY)} requirements in {len(areas)} areas:",
+        f"{plural(len(REGISTRY), 'requirement')} in {plural(len(areas), 'area')}:",
         "",
     ]
     out += [f"- [{_area_title(a)}](#{anchor(_area_title(a))}) ({len(by_area(a))})" for a in areas]

@@ -164,7 +164,7 @@ def coverage_lines(results: dict[str, Any]) -> list[str]:
         if not row["applicable"] and not reached:
             continue
         line = (
-            f"coverage {row['entity']}: {len(reached)}/{total} cells reached ({sum(reached.values())} hits), "
+            f"coverage {row['entity']}: {len(reached)}/{total} cells reached ({plural(sum(reached.values()), 'hit')}), "
             f"{len(row['ruled_out'])} ruled out, {len(row['not_reached'])} not reached"
         )
         if row.get("impossible_hits"):
@@ -312,7 +312,7 @@ def _run_section(results: dict[str, Any]) -> str:
         f"<details><summary>Options</summary><table id='options'><tbody>{options}</tbody></table></details>"
         f"<p id='counts'>{plural(s['checks_run'], 'record')} from checks, machines and fuzz groups; "
         f"{plural(s['requests'], 'request')}; "
-        f"{results['completeness']['items_run']} of {results['completeness']['items']} items ran.</p>"
+        f"{results['completeness']['items_run']} of {plural(results['completeness']['items'], 'item')} ran.</p>"
     )
 
 

@@ -222,7 +222,7 @@ def decide(summary: Mapping[str, Any], completeness: Completeness, *, strict: bo
         gaps.append(f"the selection {' '.join(completeness.narrowed_by)}")
     gaps += list(completeness.reduced)
     if completeness.not_run and not completeness.narrowed_by:
-        gaps.append(f"{len(completeness.not_run)} of {completeness.items} items did not run")
+        gaps.append(f"{len(completeness.not_run)} of {plural(completeness.items, 'item')} did not run")
     if summary["not_covered"]:
         gaps.append(
             f"{plural(summary['not_covered'], 'requirement')} not covered ({summary['not_covered_must']} MUST; "
@@ -252,7 +252,7 @@ def headline(results: Mapping[str, Any]) -> str:
         f"{s['passed']} passed, {s['failed']} failed, {s['non_strict']} SHOULD not met, "
         f"{s['unimplemented']} unimplemented"
     )
-    checked = f"{s['checked']} of {s['applicable']} requirements checked"
+    checked = f"{s['checked']} of {plural(s['applicable'], 'requirement')} checked"
     if verdict is RunVerdict.CONFORMANT:
         body = f"all {checked.removesuffix(' checked')} checked: {counts}"
     elif verdict is RunVerdict.NOT_CONFORMANT:

@@ -370,9 +370,10 @@ def _refuse_for_certify(config: pytest.Config, settings: RunSettings) -> None:
     if _option(config, "collectonly"):
         refused.append("--collect-only")
     if refused:
+        them = "it" if len(refused) == 1 else "them"
         raise pytest.UsageError(
-            f"--certify refuses {'; '.join(refused)}: a certification run checks every requirement at the "
-            "default budgets, straight to the target"
+            f"--certify cannot run with {'; '.join(refused)}: a certification run checks every requirement at the "
+            f"default budgets, straight to the target; leave {them} out, or run without --certify"
         )
     if settings.sign_key is not None:
         from .keys import load_private_key

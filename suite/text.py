@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import textwrap
 
+from .protocol.wording import plural
+
 __all__ = ["clip", "plural", "wrap"]
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """``1 requirement``, ``2 requirements`` (``nouns``: an irregular plural, ``1 hard state reached``…)."""
-    return f"{n} {noun if n == 1 else (nouns if nouns is not None else noun + 's')}"
 
 
 def clip(text: str, limit: int, whole_in: str = "") -> str:

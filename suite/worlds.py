@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from suite.text import plural
+
 from .client import Reply
 from .context import CheckContext, fenced_body
 from .outcomes import CheckFailure
@@ -722,7 +724,7 @@ def require_same_state(
     ctx.require(
         after["history"] == before["history"],
         f"{what} was rejected, so nothing of it may be applied: history changed",
-        expected=f"the same {len(before['history'])} events",
+        expected=f"the same {plural(len(before['history']), 'event')}",
         received=f"new or changed events {added}",
         replies=replies,
         requirement=requirement,

@@ -24,6 +24,7 @@ from suite.outcomes import NotCovered
 from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
 from suite.protocol.oracle import Accepted, Kind
 from suite.registry import check
+from suite.text import plural
 from suite.worlds import (
     PAGINATION,
     READY_WITHIN,
@@ -90,7 +91,7 @@ async def _long_run(ctx: CheckContext, min_events: int, **poll: Any) -> LeasedRu
         rounds += 1
         if rounds > 64:
             raise ctx.fail(
-                f"could not grow the run to {min_events} events",
+                f"could not grow the run to {plural(min_events, 'event')}",
                 expected=f">= {min_events}",
                 received=_size(run),
             )
@@ -205,7 +206,7 @@ async def history_inline_page(ctx: CheckContext) -> None:
         ctx.require_equal(
             _seqs(events),
             list(range(1, p + 1)),
-            f"history_page_size {p} of {_size(run)} events gives exactly the first {p} events",
+            f"history_page_size {p} of {plural(_size(run), 'event')} gives exactly the first {plural(p, 'event')}",
             requirement="HISTORY-INLINE-PAGE",
         )
         cursor = {k: run.task.get(k) for k in ("next_history_page_token", "has_more", "next_after_sequence")}
@@ -238,7 +239,7 @@ async def _follow(ctx: CheckContext, run: LeasedRun, p: int, style: str) -> list
         ctx.require(
             len(events) <= cap,
             f"no history page is larger than min(p, 1000) = {cap}",
-            expected=f"<= {cap} events",
+            expected=f"<= {plural(cap, 'event')}",
             received=len(events),
             replies=[reply],
             requirement=req,
@@ -284,7 +285,7 @@ async def history_pagination_complete(ctx: CheckContext) -> None:
             seen == list(range(1, n + 1)),
             f"following {style} yields every sequence 1..{n} exactly once, in order",
             expected=f"1..{n}",
-            received=check_sequences(seen) or f"{len(seen)} sequences ending {seen[-3:]}",
+            received=check_sequences(seen) or f"{plural(len(seen), 'sequence')} ending {seen[-3:]}",
         )
 
 
@@ -308,7 +309,7 @@ async def history_page_size_capped(ctx: CheckContext) -> None:
             count <= 1000,
             f"{what}: a page never holds more than 1000 events",
             expected="<= 1000 events, or 422",
-            received=f"{count} events",
+            received=plural(count, "event"),
             replies=[reply],
             requirement=req,
         )
@@ -597,7 +598,7 @@ def _judge_page(
         ctx.require(
             body.get("history_events") == plain,
             f"{what}, left uncompressed, holds the plain events",
-            expected=f"{len(plain)} events",
+            expected=plural(len(plain), "event"),
             received=len(body.get("history_events") or []),
             replies=replies,
             requirement="COMPRESSION-ROUNDTRIP",
@@ -615,7 +616,7 @@ def _judge_page(
         body.get("history_events") == [],
         f"{what}: a compressed page has history_events []",
         expected="[]",
-        received=f"{len(body.get('history_events') or [])} events",
+        received=plural(len(body.get("history_events") or []), "event"),
         replies=replies,
         requirement="COMPRESSION-ROUNDTRIP",
     )
@@ -633,8 +634,8 @@ def _judge_page(
     ctx.require(
         decoded == plain,
         f"{what}: base64 → {accept} → JSON equals the uncompressed page",
-        expected=f"the {len(plain)} plain events",
-        received=f"{len(decoded)} events, differing at indexes {differ}",
+        expected=f"the {plural(len(plain), 'plain event')}",
+        received=f"{plural(len(decoded), 'event')}, differing at indexes {differ}",
         replies=replies,
         requirement="COMPRESSION-ROUNDTRIP",
     )
@@ -655,7 +656,7 @@ async def compression_roundtrip(ctx: CheckContext) -> None:
     ctx.require(
         len(plain) == _size(run) and len(plain) > THRESHOLD,
         "the uncompressed page holds the whole history",
-        expected=f"{_size(run)} events",
+        expected=plural(_size(run), "event"),
         received=len(plain),
         requirement="COMPRESSION-ROUNDTRIP",
     )
@@ -706,7 +707,7 @@ async def compression_opt_in_only(ctx: CheckContext) -> None:
         ctx.require(
             _compressed(reply) is None and body.get("history_events") == plain,
             f"an unsupported encoding ({accept!r}) is ignored: the page is the plain array",
-            expected=f"{len(plain)} plain events",
+            expected=plural(len(plain), "plain event"),
             received={
                 "history_events": len(body.get("history_events") or []),
                 "history_events_encoding": body.get("history_events_encoding"),

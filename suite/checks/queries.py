@@ -15,6 +15,7 @@ from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import decode_blob, value_to_json
 from suite.registry import check
+from suite.text import plural
 from suite.worlds import (
     QUERY_ARGS,
     QueryRun,
@@ -91,8 +92,8 @@ async def query_task_roundtrip(ctx: CheckContext) -> None:
     ctx.require(
         after[1] == before[1],
         "a query appends nothing to history",
-        expected=f"{len(before[1])} events, unchanged",
-        received=f"{len(after[1])} events",
+        expected=f"{plural(len(before[1]), 'event')}, unchanged",
+        received=plural(len(after[1]), "event"),
         requirement="QUERY-READ-ONLY",
     )
     ctx.require_equal(after[0], before[0], "a query changes nothing that describe shows", requirement="QUERY-READ-ONLY")

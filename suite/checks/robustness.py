@@ -20,6 +20,7 @@ from suite.client import WORKER_HEADER, Reply
 from suite.context import CheckContext
 from suite.protocol.commands import REPORT_BODIES
 from suite.registry import check
+from suite.text import plural
 from suite.worlds import (
     ActivityRun,
     activity_call,
@@ -323,7 +324,7 @@ async def run_corpus(ctx: CheckContext, cases: Iterable[Case]) -> None:
     ):
         if found:
             raise ctx.fail(
-                f"{rule}: {len(found)} request(s) broke it",
+                f"{rule}: {plural(len(found), 'request')} broke it",
                 expected=sorted(HOSTILE_STATUSES),
                 received=[f"{c.label} -> {r.status} {r.reason or ''}".strip() for c, r in found[:8]],
                 replies=[r for _, r in found[:3]],
@@ -508,7 +509,7 @@ async def _snapshot(ctx: CheckContext, run: ActivityRun) -> Snapshot:
 def _diff(before: Snapshot, after: Snapshot) -> str:
     if before[1] != after[1]:
         new = [e.get("event_type") for e in after[1][len(before[1]) :]]
-        return f"history went from {len(before[1])} to {len(after[1])} events (new: {new})"
+        return f"history went from {len(before[1])} to {plural(len(after[1]), 'event')} (new: {new})"
     changed = sorted(k for k in set(before[0]) | set(after[0]) if before[0].get(k) != after[0].get(k))
     return "describe changed: " + ", ".join(f"{k}: {before[0].get(k)!r} -> {after[0].get(k)!r}" for k in changed)
 

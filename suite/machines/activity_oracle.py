@@ -48,6 +48,7 @@ from suite.protocol.lifecycles import (
     TaskEvent,
     TaskStatus,
 )
+from suite.text import plural
 
 from .world import RunShadow, advance
 
@@ -1042,7 +1043,7 @@ def check_run_history(run: ActivityRun, events: list[dict[str, Any]], now: datet
             holder = attempts.get(attempt_id)
             raise Violation(
                 holder.fenced[0] if holder is not None and holder.fenced else "HISTORY-ONE-TERMINAL-PER-ATTEMPT",
-                f"attempt {attempt_id} has {len(evs)} terminal events",
+                f"attempt {attempt_id} has {plural(len(evs), 'terminal event')}",
                 expected="at most one",
                 received=[(ev.get("sequence"), ev.get("event_type")) for ev in evs],
             )
@@ -1086,7 +1087,7 @@ def _check_execution_events(execution_id: str, evs: list[dict[str, Any]], ex: Ex
     if len(outcomes) > 1:
         raise Violation(
             "RETRY-ONE-OUTCOME-PER-EXECUTION",
-            f"execution {execution_id} has {len(outcomes)} outcomes",
+            f"execution {execution_id} has {plural(len(outcomes), 'outcome')}",
             expected="exactly one terminal outcome",
             received=[(ev.get("sequence"), ev.get("event_type")) for ev in outcomes],
         )
@@ -1114,8 +1115,10 @@ def _check_execution_events(execution_id: str, evs: list[dict[str, Any]], ex: Ex
     if len(after) > ex.policy.max_attempts - 1 or past:
         raise Violation(
             exhausted_requirement(ex),
-            f"execution {execution_id} was retried {len(after)} times with max_attempts {ex.policy.max_attempts}",
-            expected=f"at most {ex.policy.max_attempts - 1} retries, each after an attempt < max_attempts",
+            f"execution {execution_id} was retried {plural(len(after), 'time')} with max_attempts "
+            f"{ex.policy.max_attempts}",
+            expected=f"at most {plural(ex.policy.max_attempts - 1, 'retry', 'retries')}, each after an attempt "
+            "< max_attempts",
             received={"retry_after_attempt": after},
         )
     return states

@@ -50,6 +50,7 @@ from suite.protocol.errors import Violation
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS, check_sequences
 from suite.protocol.oracle import Accepted, Applied, Kind, Page, join_pages, judge_history, page_of
+from suite.text import plural
 
 from .cells import run_state
 from .world import CLOSE_EVENTS, RunShadow
@@ -437,7 +438,7 @@ class MachineBase(RuleBasedStateMachine):
             if len(replies) > 1:
                 raise self.violation(
                     req,
-                    f"{len(replies)} concurrent polls were granted {k}",
+                    f"{plural(len(replies), 'concurrent poll')} were granted {k}",
                     expected="exactly one lease",
                     received=len(replies),
                     replies=replies,
@@ -506,7 +507,7 @@ class MachineBase(RuleBasedStateMachine):
             self.hit_run(run, "read_history", Actor.OPERATOR)
             if judge is not None:
                 judge(run, events)
-        note(f"checked {len(self.touched)} run histories")
+        note(f"checked {plural(len(self.touched), 'run history', 'run histories')}")
         self.touched.clear()
 
     # -- workflow tasks ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from suite.protocol.fencing import QueryTaskView, guard_query_task, outcome
 from suite.protocol.history import RUN_TERMINAL_EVENTS
 from suite.protocol.lifecycles import QueryTaskStatus
 from suite.protocol.requirements import REGISTRY
+from suite.text import plural
 
 from .world import RunShadow, TaskShadow
 
@@ -174,7 +175,7 @@ def judge_slot(run: MessageRun, task_id: str, attempt: int, received: datetime, 
         if run.coalesced:
             req, why = (
                 "LEASE-NOT-SHARED-WHILE-LIVE",
-                (f"{run.coalesced} wake(s) arrived while a task was open; one of them made a second task"),
+                f"{plural(run.coalesced, 'wake')} arrived while a task was open; one of them made a second task",
             )
         elif run.queried:
             req, why = "QUERY-READ-ONLY", "a query made a workflow task"
@@ -198,7 +199,7 @@ def _judge_lease_again(
             "LEASE-NOT-SHARED-WHILE-LIVE",
             f"run {run.run_id} got a second open workflow task {task_id} while {current.task_id} "
             f"(attempt {current.attempt}, leased to {current.owner} until {current.expires}) is still open: "
-            f"{run.coalesced} wake(s) arrived while a task was open and must have been coalesced into it",
+            f"{plural(run.coalesced, 'wake')} arrived while a task was open and must have been coalesced into it",
             expected=f"no task, or {current.task_id} again once its lease expired",
             received=f"{task_id}#{attempt}",
         )
@@ -306,8 +307,8 @@ def judge_read_only(
         raise Violation(
             "QUERY-READ-ONLY",
             f"a query changed run {run_id}'s history",
-            expected=f"{len(before[1])} events, unchanged",
-            received=f"{len(after[1])} events; new: {extra}" if prefix_same else after[1],
+            expected=f"{plural(len(before[1]), 'event')}, unchanged",
+            received=f"{plural(len(after[1]), 'event')}; new: {extra}" if prefix_same else after[1],
         )
     if not extra and after[0] != before[0]:
         changed = sorted(k for k in set(before[0]) | set(after[0]) if before[0].get(k) != after[0].get(k))
@@ -389,7 +390,7 @@ def judge_messages(run: MessageRun, events: list[dict[str, Any]]) -> None:
         if accepted[uid] != 1:
             raise Violation(
                 UPDATE_RECORDED,
-                f"accepted update {uid} on run {run.run_id} appears {accepted[uid]} time(s) as UpdateAccepted",
+                f"accepted update {uid} on run {run.run_id} appears {plural(accepted[uid], 'time')} as UpdateAccepted",
                 expected=1,
                 received=accepted[uid],
             )
@@ -412,7 +413,7 @@ def _judge_signals(run: MessageRun, signals: Counter[str]) -> None:
             raise Violation(
                 SIGNAL_CLOSED if ok is False else SIGNAL_RECORDED,
                 f"signal {name!r} ({'accepted' if ok else 'refused' if ok is False else 'maybe sent'}) on run "
-                f"{run.run_id} appears {signals[name]} time(s) as SignalReceived",
+                f"{run.run_id} appears {plural(signals[name], 'time')} as SignalReceived",
                 expected=" or ".join(str(n) for n in sorted(want)),
                 received=signals[name],
             )

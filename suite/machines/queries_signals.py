@@ -38,6 +38,7 @@ from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
 from suite.protocol.requirements import REGISTRY
+from suite.text import plural
 
 from .base import Polled, note, race
 from .messages import (
@@ -364,8 +365,8 @@ class QuerySignalMachine(QueryWorker):
         if ready:
             raise self.violation(
                 SIGNAL_RECORDED,
-                f"{len(ready)} run(s) have a ready workflow task (started, or woken by a signal or update), "
-                "yet the poll leased nothing",
+                f"{plural(len(ready), 'run has', 'runs have')} a ready workflow task (started, or woken by a "
+                "signal or update), yet the poll leased nothing",
                 expected="a leased task",
                 received=polled.body.get("poll_status"),
                 replies=[polled.reply],

@@ -556,8 +556,8 @@ def _write_bundle(
 
     python replay.py [URL]      (tokens, if the target needs them: DW_WORKER_TOKEN, DW_OPERATOR_TOKEN)
 
-Found with seed {budget.seed} ({budget.examples} examples x {budget.steps} steps). The expectations are
-recomputed by the pure model at every step, so the verdict means the same on every replay.
+Found with seed {budget.seed} ({plural(budget.examples, "example")} x {plural(budget.steps, "step")}).
+The expectations are recomputed by the pure model at every step, so the verdict means the same on every replay.
 """
 
 import os

@@ -55,6 +55,7 @@ from suite.protocol.errors import (
     UnsupportedPayloadSchema,
     UnsupportedValueType,
 )
+from suite.protocol.wording import plural
 
 __all__ = [
     "AVRO_CODEC",
@@ -335,7 +336,7 @@ class _DatumScanner:
         self.value(0)
         # §13.3: trailing bytes after the datum are invalid_payload_framing (fastavro stops reading early).
         if self.pos != len(self.data):
-            raise self.fail(f"{len(self.data) - self.pos} trailing byte(s) after the datum")
+            raise self.fail(f"{plural(len(self.data) - self.pos, 'trailing byte')} after the datum")
 
     def fail(self, detail: str, at: int | None = None) -> InvalidPayloadFraming:
         offset = self.pos if at is None else at
@@ -344,7 +345,7 @@ class _DatumScanner:
     def take(self, count: int, what: str) -> bytes:
         end = self.pos + count
         if end > len(self.data):
-            raise self.fail(f"truncated datum: {what} needs {count} byte(s), {len(self.data) - self.pos} left")
+            raise self.fail(f"truncated datum: {what} needs {plural(count, 'byte')}, {len(self.data) - self.pos} left")
         chunk = self.data[self.pos : end]
         self.pos = end
         return chunk
@@ -433,7 +434,7 @@ class _DatumScanner:
             used = self.pos - block_start
             if size is not None and used != size:
                 raise self.fail(
-                    f"{what} block declares {size} byte(s); its {count} item(s) use {used}",
+                    f"{what} block declares {plural(size, 'byte')}; its {plural(count, 'item')} use {used}",
                     block_start,
                 )
 

@@ -50,6 +50,7 @@ from suite.protocol.codec import decode_blob, encode_blob, json_to_value, value_
 from suite.protocol.errors import CodecError, Rejection
 from suite.protocol.lifecycles import RunEvent
 from suite.protocol.sessions import parse_options as parse_session_options
+from suite.protocol.wording import plural
 
 __all__ = [
     "ACTIVITY_TASK_FENCE",
@@ -762,7 +763,7 @@ def _check_batch_semantics(
         for command in terminals:
             semantic.add(
                 f"commands.{command.index}.type",
-                f"is one of {len(terminals)} terminal commands; a batch may hold at most one "
+                f"is one of {plural(len(terminals), 'terminal command')}; a batch may hold at most one "
                 f"({', '.join(TERMINAL_TYPES)})",
             )
     open_updates = set(open_update_ids)

@@ -59,6 +59,7 @@ from suite.protocol.lifecycles import (
 )
 from suite.protocol.promises import advertised
 from suite.protocol.sessions import SESSION, SessionEvent, SessionStatus
+from suite.protocol.wording import plural
 
 __all__ = [
     "ENTITIES",
@@ -511,7 +512,7 @@ class EntityRow:
 
     def line(self) -> str:
         total = len(self.reached) + len(self.not_reached)
-        head = f"{self.entity}: {len(self.reached)}/{total} cells reached ({sum(self.reached.values())} hits)"
+        head = f"{self.entity}: {len(self.reached)}/{total} cells reached ({plural(sum(self.reached.values()), 'hit')})"
         tail = f", {len(self.ruled_out)} ruled out, {len(self.not_reached)} not reached"
         return head + tail + ("" if self.applicable else " (capability not advertised)")
 

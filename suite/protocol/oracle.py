@@ -40,6 +40,7 @@ from typing import Any
 
 from suite.protocol.errors import Rejection, Violation
 from suite.protocol.history import RUN_TERMINAL_EVENTS, decode_page_token, decompress_events
+from suite.protocol.wording import plural
 
 __all__ = [
     "Accepted",
@@ -244,14 +245,14 @@ def join_pages(pages: Sequence[Page]) -> list[dict[str, Any]]:
         if page.page_size is not None and len(page.events) > min(page.page_size, 1000):
             raise Violation(
                 PAGINATION,
-                f"history page {n + 1} holds {len(page.events)} events, more than the page size asked for",
+                f"history page {n + 1} holds {plural(len(page.events), 'event')}, more than the page size asked for",
                 expected=f"at most {min(page.page_size, 1000)}",
                 received=len(page.events),
             )
         if page.compressed and len(page.events) < 50:
             raise Violation(
                 "COMPRESSION-BELOW-THRESHOLD",
-                f"history page {n + 1} came compressed with {len(page.events)} events",
+                f"history page {n + 1} came compressed with {plural(len(page.events), 'event')}",
                 expected="uncompressed below 50 events",
                 received=len(page.events),
             )
@@ -285,7 +286,7 @@ def judge_history(
         if n not in e.counts:
             raise Violation(
                 e.requirement,
-                f"{e.event_type} ({e.why}) appears {n} time(s) in the history",
+                f"{e.event_type} ({e.why}) appears {plural(n, 'time')} in the history",
                 expected=" or ".join(str(c) for c in sorted(e.counts)),
                 received=n,
             )

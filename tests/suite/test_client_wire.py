@@ -270,7 +270,8 @@ class _Lookups(importlib.abc.MetaPathFinder):
 def test_a_request_imports_nothing(make: Callable[[], Any]) -> None:
     """httpcore imports ``sniffio`` in every request to tell asyncio from trio; anyio no longer brings it in,
     and an import that fails is looked for along the whole of ``sys.path`` again each time (four times a
-    request, about 0.1 ms each). The suite depends on ``sniffio`` so that the import is found once."""
+    request; what that cost is in bench/RESULTS.md). The suite depends on ``sniffio`` so that the import is
+    found once."""
     lookups = _Lookups()
 
     async def go() -> None:

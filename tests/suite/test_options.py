@@ -51,17 +51,17 @@ BAD = {
     "tests/": "tests/: with --target the suite runs its own items",
     "--sign-key k.pem": "--sign-key=k.pem: signing needs --certify",
     # --certify refuses whatever would narrow the run, in the same way
-    "--certify --requirement VERSION-TRIM": "--certify refuses --requirement VERSION-TRIM: a certification run",
-    "--certify -k version": "--certify refuses -k 'version': a certification run",
-    "--certify -m dw_check": "--certify refuses -m 'dw_check': a certification run",
-    "--certify --deselect dw::machine::x": "--certify refuses --deselect dw::machine::x: a certification run",
-    "--certify dw::VERSION-TRIM": "--certify refuses dw::VERSION-TRIM: a certification run",
-    "--certify --machine-examples 2": "--certify refuses --machine-examples 2 (below the default 8): a certification",
-    "--certify --machine-steps 10": "--certify refuses --machine-steps 10 (below the default 40): a certification run",
-    "--certify --fuzz-examples 0": "--certify refuses --fuzz-examples 0 (below the default 20): a certification run",
-    "--certify --max-wait 10": "--certify refuses --max-wait 10 (below the default 30): a certification run",
-    "--certify --faults standard": "--certify refuses --faults standard: a certification run checks every",
-    "--certify --collect-only": "--certify refuses --collect-only: a certification run checks every requirement",
+    "--certify --requirement VERSION-TRIM": "--certify cannot run with --requirement VERSION-TRIM: a certification",
+    "--certify -k version": "--certify cannot run with -k 'version': a certification",
+    "--certify -m dw_check": "--certify cannot run with -m 'dw_check': a certification",
+    "--certify --deselect dw::machine::x": "--certify cannot run with --deselect dw::machine::x: a certification",
+    "--certify dw::VERSION-TRIM": "--certify cannot run with dw::VERSION-TRIM: a certification",
+    "--certify --machine-examples 2": "--certify cannot run with --machine-examples 2 (below the default 8)",
+    "--certify --machine-steps 10": "--certify cannot run with --machine-steps 10 (below the default 40)",
+    "--certify --fuzz-examples 0": "--certify cannot run with --fuzz-examples 0 (below the default 20)",
+    "--certify --max-wait 10": "--certify cannot run with --max-wait 10 (below the default 30)",
+    "--certify --faults standard": "--certify cannot run with --faults standard: a certification",
+    "--certify --collect-only": "--certify cannot run with --collect-only: a certification",
 }
 
 

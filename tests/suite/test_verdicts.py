@@ -80,8 +80,8 @@ def test_a_wait_longer_than_max_wait_is_not_covered_in_one_sentence() -> None:
     with pytest.raises(NotCovered) as caught:
         ctx.needs_short(65, "a poll with timeout_seconds 120, which may hold 60 s,", "long_poll_max_seconds")
     assert caught.value.reason == (
-        "waiting for a poll with timeout_seconds 120, which may hold 60 s, takes 65 s, longer than --max-wait "
-        "allows (30 s)"
+        "waiting for a poll with timeout_seconds 120, which may hold 60 s, takes 65 s, but --max-wait lets this "
+        "run wait at most 30 s"
     )
     assert caught.value.setting is not None
     assert caught.value.setting.startswith("--max-wait 65, or a shorter worker_protocol.test_profile.")
