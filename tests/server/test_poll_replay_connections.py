@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 import pytest
 
 from reference_server.config import Settings
-from reference_server.http import Request
 from reference_server.faults import installed
+from reference_server.http import Request
 from reference_server.server import Server
 from suite.protocol.codec import encode_blob
 from tests.server.harness import CONTROL_HEADERS, DEADLINE, WORKER_HEADERS, run_async, until
