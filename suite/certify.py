@@ -7,11 +7,13 @@ discovery document, the command line and options, start and finish in UTC, Pytho
 ``--sign-key`` it also writes ``manifest.intoto.json``: an in-toto Statement (subject: every file of the
 bundle by digest, predicate: the manifest) in a DSSE envelope signed with Ed25519.
 
-``python -m suite.certify verify DIR [--public-key FILE]`` (also ``dw-certify verify``) re-checks all of it —
-the hashes, the JSON schemas, the registry, the completeness of the run, the verdicts re-derived from the
-run's own records, the junit and HTML files against the results — and prints one line; exit 0 when the
-bundle is a valid certification of a CONFORMANT run, 1 otherwise. ``python -m suite.certify keygen PATH``
-writes an Ed25519 key pair (``PATH``, ``PATH.pub``).
+``python -m suite.certify verify DIR [--public-key FILE] [--allow-unsigned]`` (also ``dw-certify verify``)
+re-checks all of it — the hashes, the JSON schemas, the suite build, the registry, the completeness of the run,
+the verdicts re-derived from the run's own records, the junit and HTML files against the results, the same
+target and run named by every file, the signature — and prints one line: ``VERIFIED: signed by <fingerprint>``
+(exit 0), ``UNSIGNED`` (exit 3, or 0 with ``--allow-unsigned``: anyone could have made it) or ``REJECTED``
+(exit 1). ``keygen PATH`` writes an Ed25519 key pair (``PATH``,
+``PATH.pub``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import hashlib
 import html
 import json
 import platform
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
@@ -32,6 +36,7 @@ import schemas
 import suite
 from suite.protocol.requirements import REGISTRY
 
+from .build import describe, install_hint, same_build, suite_build, suite_digest
 from .keys import keygen, load_private_key, load_public_key
 from .outcomes import Record, RunVerdict
 from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, summarize
@@ -46,6 +51,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ENVELOPE",
     "MANIFEST",
+    "PUBLIC_KEY",
+    "Verification",
+    "build_mismatch",
+    "certification",
+    "certification_lines",
+    "fingerprint",
+    "key_fingerprint",
     "keygen",
     "load_private_key",
     "load_public_key",
@@ -57,6 +69,9 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 ENVELOPE = "manifest.intoto.json"
+PUBLIC_KEY = "manifest.pub"
+# verify's exit statuses: a signed valid certification, a rejected bundle, a valid bundle no one signed.
+EXIT_VERIFIED, EXIT_REJECTED, EXIT_UNSIGNED = 0, 1, 3
 MANIFEST_SCHEMA = "durable-workflow.conformance-manifest.v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://durable-workflow.dev/conformance/manifest/v1"
@@ -77,23 +92,8 @@ def _sha256(path: Path) -> str:
 
 def _bundle_files(folder: Path) -> Iterator[Path]:
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name not in (MANIFEST, ENVELOPE):
+        if path.is_file() and path.relative_to(folder).as_posix() not in (MANIFEST, ENVELOPE, PUBLIC_KEY):
             yield path
-
-
-def suite_digest() -> dict[str, Any]:
-    """One sha256 over the installed suite's own files (``suite`` and ``schemas``, without bytecode): a
-    modified suite gives another digest."""
-    digest = hashlib.sha256()
-    count = 0
-    for package in (Path(suite.__file__).parent, Path(schemas.__file__).parent):
-        for path in sorted(package.rglob("*")):
-            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
-                continue
-            rel = f"{package.name}/{path.relative_to(package).as_posix()}"
-            digest.update(f"{rel}\0{_sha256(path)}\n".encode())
-            count += 1
-    return {"algorithm": "sha256", "files": count, "digest": digest.hexdigest()}
 
 
 # -- writing ---------------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def write_manifest(
         "headline": results["summary"]["headline"],
         "started_at": results["started_at"],
         "finished_at": results["finished_at"],
-        "suite": {"version": suite.__version__, "files": suite_digest()},
+        "suite": results.get("suite_build") or suite_build(),
         "registry": {"version": suite.__version__, "requirements": list(REGISTRY)},
         "target": {
             "url": target.url,
@@ -136,8 +136,12 @@ def write_manifest(
     path = out_dir / MANIFEST
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
     if sign_key is not None:
-        envelope = sign(out_dir, load_private_key(Path(sign_key)))
+        key = load_private_key(Path(sign_key))
+        envelope = sign(out_dir, key)
         (out_dir / ENVELOPE).write_text(json.dumps(envelope, indent=2), encoding="utf-8")
+        # The signer's public key beside the signature, so anyone can check it and compare its fingerprint with
+        # the one the signer publishes; a forger's own key shows as another fingerprint.
+        (out_dir / PUBLIC_KEY).write_bytes(_public_pem(key.public_key()))
     return path
 
 
@@ -154,6 +158,22 @@ def _keyid(public: Ed25519PublicKey) -> str:
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     return hashlib.sha256(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).hexdigest()
+
+
+def fingerprint(public: Ed25519PublicKey) -> str:
+    """``ed25519:<sha256 of the raw public key>``: the envelope's keyid, as a signer publishes it."""
+    return f"ed25519:{_keyid(public)}"
+
+
+def key_fingerprint(private_key_path: Path) -> str:
+    """The fingerprint of the public half of the private key at ``private_key_path``."""
+    return fingerprint(load_private_key(private_key_path).public_key())
+
+
+def _public_pem(public: Ed25519PublicKey) -> bytes:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
 
 
 def _statement(out_dir: Path) -> dict[str, Any]:
@@ -224,14 +244,70 @@ def _check_files(folder: Path, manifest: Mapping[str, Any]) -> None:
         raise Rejected(f"{unlisted[0]} is in the bundle but not in the manifest")
 
 
+def build_mismatch(recorded: Mapping[str, Any]) -> str | None:
+    """Why the installed suite is not the build that made a bundle, with the build to install (``None``: same)."""
+    installed = suite_build()
+    if same_build(dict(recorded), installed):
+        return None
+    return f"made by {describe(dict(recorded))}; this is {describe(installed)}: {install_hint(dict(recorded))}"
+
+
 def _check_suite(manifest: Mapping[str, Any]) -> None:
-    version = manifest["suite"]["version"]
-    if version != suite.__version__:
-        raise Rejected(f"made by suite {version}; verify it with that version (this is {suite.__version__})")
-    if manifest["suite"]["files"]["digest"] != suite_digest()["digest"]:
-        raise Rejected(f"made by a modified suite {version}: its files' digest differs from this installed suite's")
+    mismatch = build_mismatch(manifest["suite"])
+    if mismatch is not None:
+        raise Rejected(mismatch)
     if list(manifest["registry"]["requirements"]) != list(REGISTRY):
-        raise Rejected(f"the manifest's requirement IDs are not the registry of suite {version}")
+        raise Rejected(f"the manifest's requirement IDs are not the registry of {describe(manifest['suite'])}")
+
+
+def recorded_target(command: str) -> str | None:
+    """The ``--target`` of a recorded command line (``None``: not on it, e.g. given by the environment)."""
+    try:
+        args = shlex.split(command)
+    except ValueError:
+        return None
+    for i, arg in enumerate(args):
+        if arg.startswith("--target="):
+            return arg.split("=", 1)[1]
+        if arg == "--target" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _check_same_target(folder: Path, manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
+    """Every file of the bundle names the same target and run: a relabelled bundle shows where its edits
+    stopped, and the recorded command line must have been run against the target the results name."""
+    t = results["target"]
+    url, description = str(t["url"]).rstrip("/"), t["description"]
+
+    def named(value: Any) -> bool:
+        text = str(value).rstrip("/")
+        return text == url or (text == "embedded" and bool(t.get("embedded")))
+
+    claims: list[tuple[str, str, Any]] = [
+        (MANIFEST, "target URL", manifest["target"]["url"]),
+        (MANIFEST, "target option", manifest["options"].get("target")),
+        (MANIFEST, "settings' target", manifest["settings"].get("target")),
+        ("results.json", "target option", results["options"].get("target")),
+    ]
+    for name, command in ((MANIFEST, manifest.get("command", "")), ("results.json", results.get("command", ""))):
+        on_line = recorded_target(str(command))
+        if on_line is not None:
+            claims.append((name, "command line's --target", on_line))
+    for name, what, value in claims:
+        if value is not None and not named(value):
+            raise Rejected(f"{name} names another target ({what} {value}) than results.json ({url})")
+    if manifest["target"]["description"] != description:
+        raise Rejected(f"{MANIFEST} names another target ({manifest['target']['description']}) than results.json")
+    if manifest.get("command", "") != results.get("command", ""):
+        raise Rejected(f"{MANIFEST} records another command line than results.json")
+    props = _junit_properties(folder)
+    if props.get("target") != description or (props.get("target_url") or "").rstrip("/") != url:
+        raise Rejected(f"junit.xml names another target ({props.get('target_url') or props.get('target')})")
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    for value in (description, results.get("command") or "not recorded"):
+        if f"<code>{html.escape(str(value))}</code>" not in page:
+            raise Rejected(f"report.html names another target or command line than results.json ({value})")
 
 
 def _check_run(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
@@ -285,11 +361,19 @@ def _registry_items() -> list[str]:
     return [e.test_id for e in entries()]
 
 
-def _check_junit(folder: Path, results: Mapping[str, Any]) -> None:
+def _junit(folder: Path) -> ET.Element:
     try:
-        root = ET.parse(folder / "junit.xml").getroot()
+        return ET.parse(folder / "junit.xml").getroot()
     except ET.ParseError as exc:
         raise Rejected(f"junit.xml does not parse: {exc}") from None
+
+
+def _junit_properties(folder: Path) -> dict[str | None, str | None]:
+    return {p.get("name"): p.get("value") for p in _junit(folder).iter("property")}
+
+
+def _check_junit(folder: Path, results: Mapping[str, Any]) -> None:
+    root = _junit(folder)
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     if props.get("run_id") != results["run_id"] or props.get("verdict") != results["summary"]["verdict"]:
         raise Rejected("junit.xml is from another run or states another verdict")
@@ -310,12 +394,17 @@ def _check_html(folder: Path, results: Mapping[str, Any]) -> None:
             raise Rejected("report.html is from another run or states another verdict")
 
 
-def _check_signature(folder: Path, public_key: Path) -> str:
+def _check_signature(folder: Path, public_key: Path | None) -> str:
+    """The fingerprint of the key that signed the bundle: ``public_key`` when given (the signer's published
+    key), else the one the bundle carries, whose fingerprint the reader compares with the signer's."""
     envelope = _load(folder / ENVELOPE, "signature")
+    key_path = public_key if public_key is not None else folder / PUBLIC_KEY
+    if public_key is None and not key_path.exists():
+        raise Rejected(f"{ENVELOPE} is signed but the bundle has no {PUBLIC_KEY}; pass the signer's --public-key")
     try:
-        key = load_public_key(public_key)
+        key = load_public_key(key_path)
     except (OSError, ValueError) as exc:
-        raise Rejected(f"--public-key {public_key}: {exc}") from None
+        raise Rejected(f"{'--public-key ' if public_key else ''}{key_path}: {exc}") from None
     from cryptography.exceptions import InvalidSignature
 
     payload = base64.b64decode(envelope.get("payload", ""))
@@ -328,16 +417,35 @@ def _check_signature(folder: Path, public_key: Path) -> str:
         except (InvalidSignature, ValueError):
             continue
     if not good:
-        raise Rejected(f"{ENVELOPE} is not signed by the key in {public_key}")
+        raise Rejected(f"{ENVELOPE} is not signed by the key in {key_path}")
     if envelope.get("payloadType") != PAYLOAD_TYPE:
         raise Rejected(f"{ENVELOPE} carries {envelope.get('payloadType')!r}, not an in-toto Statement")
     if json.loads(payload) != _statement(folder):
         raise Rejected(f"the signed statement does not match the bundle's files ({ENVELOPE})")
-    return _keyid(key)
+    return fingerprint(key)
 
 
-def verify(folder: Path, public_key: Path | None = None) -> tuple[bool, str]:
-    """Check a bundle; ``(True, line)`` for a valid certification of a CONFORMANT run, else ``(False, why)``."""
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` found: ``verified`` (valid and signed), ``unsigned`` (valid, but anyone could have made
+    it) or ``rejected``, with the one line it prints."""
+
+    status: str
+    line: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "verified"
+
+    def exit_code(self, *, allow_unsigned: bool = False) -> int:
+        if self.status == "verified" or (self.status == "unsigned" and allow_unsigned):
+            return EXIT_VERIFIED
+        return EXIT_UNSIGNED if self.status == "unsigned" else EXIT_REJECTED
+
+
+def verify(folder: Path, public_key: Path | None = None) -> Verification:
+    """Check a bundle: a valid certification of a CONFORMANT run, signed (``verified``) or not (``unsigned``),
+    else ``rejected`` with the first reason."""
     try:
         manifest = _load(folder / MANIFEST, "manifest: not a --certify bundle")
         _schema_valid(manifest, "json/manifest.schema.json", MANIFEST)
@@ -350,19 +458,49 @@ def verify(folder: Path, public_key: Path | None = None) -> tuple[bool, str]:
         _check_run(manifest, results)
         _check_junit(folder, results)
         _check_html(folder, results)
-        signed = ""
-        if public_key is not None:
-            signed = f", signed by key {_check_signature(folder, public_key)[:16]}"
-        elif (folder / ENVELOPE).exists():
-            signed = ", signature present but not checked (pass --public-key)"
+        _check_same_target(folder, manifest, results)
+        signer = None
+        if (folder / ENVELOPE).exists():
+            signer = _check_signature(folder, public_key)
+        elif public_key is not None:
+            raise Rejected(f"the bundle is not signed ({ENVELOPE} is missing), so no key can have signed it")
     except Rejected as exc:
-        return False, f"REJECTED: {folder}: {exc}"
+        return Verification("rejected", f"REJECTED: {folder}: {exc}")
     s = results["summary"]
-    return True, (
-        f"VERIFIED: {folder}: {s['verdict']} — {results['target']['description']}, worker protocol "
+    what = (
+        f"{s['verdict']} — {results['target']['description']}, worker protocol "
         f"{results['target']['certified_version']}, {s['checked']} of {s['applicable']} requirements checked, "
-        f"{len(manifest['files'])} files, suite {manifest['suite']['version']}, run {manifest['run_id']}{signed}"
+        f"{len(manifest['files'])} files, {describe(manifest['suite'])}, run {manifest['run_id']}"
     )
+    if signer is None:
+        return Verification(
+            "unsigned",
+            f"UNSIGNED: {folder}: {what}; the files agree with each other, but the bundle is unsigned: anyone "
+            "could have produced it, this target's name included",
+        )
+    whose = "" if public_key is not None else f" (the key in {PUBLIC_KEY}: compare it with the signer's published one)"
+    return Verification("verified", f"VERIFIED: signed by {signer}{whose}: {folder}: {what}")
+
+
+def certification(settings: RunSettings) -> dict[str, Any]:
+    """Whether the run certifies, and the fingerprint of the key that signs its bundle (report.html shows it)."""
+    fp = key_fingerprint(Path(settings.sign_key)) if settings.certify and settings.sign_key is not None else None
+    return {"certify": settings.certify, "signed": fp is not None, "key_fingerprint": fp}
+
+
+def certification_lines(out_dir: Path, results: Mapping[str, Any]) -> list[str]:
+    """The end of a ``--certify`` run: where its bundle is, whether and by which key it is signed, and the
+    command that verifies it."""
+    cert = results.get("certification") or {}
+    lines = [f"certification bundle: {out_dir / MANIFEST}"]
+    fp = cert.get("key_fingerprint")
+    if fp:
+        lines.append(f"  signed by {fp} ({ENVELOPE}; publish this fingerprint so others can check it)")
+        lines.append(f"  verify: dw-certify verify {out_dir} --public-key YOUR-KEY.pub")
+    else:
+        lines.append("  unsigned: anyone could have produced such a bundle (--sign-key KEY signs it)")
+        lines.append(f"  verify: dw-certify verify {out_dir} --allow-unsigned")
+    return lines
 
 
 # -- the command line ----------------------------------------------------------------------------------------
@@ -372,12 +510,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m suite.certify",
         description="Verify a --certify bundle (reports/<run-id>/), or write a signing key pair.",
-        epilog="verify exits 0 when the bundle certifies a CONFORMANT run, 1 otherwise; 2 on bad usage.",
+        epilog="verify exits 0 for a signed valid certification of a CONFORMANT run, 3 for a valid unsigned one "
+        "(0 with --allow-unsigned), 1 otherwise; 2 on bad usage.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("verify", help="re-check a bundle: hashes, schemas, completeness, verdicts, signature")
     check.add_argument("bundle", type=Path, metavar="DIR")
-    check.add_argument("--public-key", type=Path, default=None, metavar="FILE", help="Ed25519 public key (PEM)")
+    check.add_argument(
+        "--public-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the signer's Ed25519 public key (PEM); without it, the key the bundle carries, shown by fingerprint",
+    )
+    check.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="exit 0 for a valid unsigned bundle too (its line still says it is unsigned)",
+    )
     gen = sub.add_parser("keygen", help="write an Ed25519 key pair: PATH (private) and PATH.pub")
     gen.add_argument("path", type=Path, metavar="PATH")
     args = parser.parse_args(argv)
@@ -387,11 +537,14 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"keygen: {exc}", file=sys.stderr)
             return 1
-        print(f"wrote {private} (private, keep it secret; pytest --certify --sign-key {private}) and {public}")
+        print(
+            f"wrote {private} (private, keep it secret; pytest --certify --sign-key {private}) and {public} "
+            f"(fingerprint {key_fingerprint(private)})"
+        )
         return 0
-    ok, line = verify(args.bundle, args.public_key)
-    print(line)
-    return 0 if ok else 1
+    outcome = verify(args.bundle, args.public_key)
+    print(outcome.line)
+    return outcome.exit_code(allow_unsigned=args.allow_unsigned)
 
 
 if __name__ == "__main__":

@@ -754,6 +754,9 @@ class Recorder:
         self.results = build_results(
             target, self.records, run, options=_options(self.config), completeness=completeness
         )
+        from .certify import certification
+
+        self.results["certification"] = certification(self.settings)
         campaign = campaign_statistics(self.records, self.settings)
         if campaign is not None:
             self.results["campaign"] = campaign
@@ -782,6 +785,11 @@ class Recorder:
             terminalreporter.write_line(line)
         for line in campaign_lines(self.results.get("campaign")):
             terminalreporter.write_line(line)
+        if self.settings.certify and self.out_dir is not None:
+            from .certify import certification_lines
+
+            for line in certification_lines(self.out_dir, self.results):
+                terminalreporter.write_line(line)
 
 
 def campaign_statistics(records: list[Record], settings: RunSettings) -> dict[str, Any] | None:

@@ -219,6 +219,7 @@ def render_junit(results: dict[str, Any]) -> str:
         ("verdict", results["summary"]["verdict"]),
         ("run_id", results["run_id"]),
         ("target", results["target"]["description"]),
+        ("target_url", results["target"]["url"]),
         ("suite_version", results["suite_version"]),
     ):
         ET.SubElement(props, "property", name=name, value=str(value))
@@ -287,6 +288,24 @@ def _utc(value: str) -> str:
     return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _build(results: dict[str, Any]) -> str:
+    """The suite's exact build (version, commit, uncommitted changes), as a third party installs it."""
+    from .build import describe
+
+    build = results.get("suite_build")
+    return describe(build) if build else f"suite {results['suite_version']}"
+
+
+def _certification(results: dict[str, Any]) -> str:
+    """Whether the run is a certification, and whether (and by which key) its bundle is signed."""
+    cert = results.get("certification") or {}
+    if not cert.get("certify"):
+        return "no: an ordinary run, no bundle (--certify writes one)"
+    if cert.get("key_fingerprint"):
+        return f"yes, signed by {cert['key_fingerprint']} (manifest.intoto.json)"
+    return "yes, unsigned: anyone could have produced this bundle (--sign-key signs it)"
+
+
 def _run_section(results: dict[str, Any]) -> str:
     e = html.escape
     t = results["target"]
@@ -298,7 +317,8 @@ def _run_section(results: dict[str, Any]) -> str:
         ("Server (from discovery)", named + (f", id {server['id']}" if server.get("id") else "")),
         ("Protocol", f"advertises {t['advertised_version']}; certified at {t['certified_version']}"),
         *([("Auth", t["auth"]["summary"])] if t.get("auth") else []),
-        ("Suite", f"{results['suite_version']}, run {results['run_id']}, seed {results['seed']}"),
+        ("Suite", f"{_build(results)}, run {results['run_id']}, seed {results['seed']}"),
+        ("Certification", _certification(results)),
         ("Command line", results.get("command") or "not recorded"),
     ]
     body = "".join(f"<tr><th>{e(k)}</th><td><code>{e(str(v))}</code></td></tr>" for k, v in rows)

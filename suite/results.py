@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import suite
+from suite.build import suite_build
 from suite.protocol.coverage import EntityRow, matrix
 from suite.protocol.promises import CapabilityRow, ledger, unexercised
 from suite.protocol.requirements import REGISTRY, Level, applicable
@@ -321,6 +322,7 @@ def build_results(
         "finished_at": run.get("finished_at") or datetime.now(UTC).isoformat(),
         "command": run.get("command", ""),
         "suite_version": suite.__version__,
+        "suite_build": suite_build(),
         "seed": run["seed"],
         "target": target_doc(target),
         "options": dict(options),

@@ -8,6 +8,7 @@ console script.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -18,13 +19,15 @@ from typing import Any
 
 import pytest
 
-from suite.certify import ENVELOPE, MANIFEST, keygen, main, verify, write_manifest
+import suite
+from suite.certify import ENVELOPE, MANIFEST, PUBLIC_KEY, key_fingerprint, keygen, main, verify, write_manifest
 from suite.outcomes import Verdict
 from suite.reports import write_reports
 from suite.settings import DEFAULT_BUDGET, RunSettings
 from tests.suite.runs import RUN, changed, complete_records, results_of, target
 
 TRIM = "dw::VERSION-TRIM::version_trimmed"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings(**changes: Any) -> RunSettings:
@@ -63,24 +66,93 @@ def _edit_json(path: Path, edit: Any) -> None:
 
 
 def _rejected(folder: Path, because: str, public_key: Path | None = None) -> None:
-    ok, line = verify(folder, public_key)
-    assert not ok, line
+    outcome = verify(folder, public_key)
+    line = outcome.line
+    assert outcome.status == "rejected", line
+    assert outcome.exit_code(allow_unsigned=True) == 1
     assert line.startswith(f"REJECTED: {folder}: ")
     assert because in line, line
     assert "\n" not in line
 
 
-def test_a_complete_conformant_bundle_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_complete_conformant_unsigned_bundle_is_never_a_plain_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Consistent files prove nothing about who made them: an unsigned bundle says so, and exits 3 unless the
+    reader accepts that (--allow-unsigned)."""
     folder = _bundle(tmp_path / "run")
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     assert {f["path"] for f in manifest["files"]} == {"results.json", "junit.xml", "report.html"}
     assert manifest["registry"]["requirements"][0] == "VERSION-MISSING"
     assert manifest["target"]["discovery"]["server_id"] == "srv-1"
     assert len(manifest["suite"]["files"]["digest"]) == 64
-    assert main(["verify", str(folder)]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1
-    assert out[0].startswith(f"VERIFIED: {folder}: CONFORMANT")
+    for argv, status in ((["verify", str(folder)], 3), (["verify", str(folder), "--allow-unsigned"], 0)):
+        assert main(argv) == status
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1
+        assert out[0].startswith(f"UNSIGNED: {folder}: CONFORMANT"), out
+        assert "anyone could have produced it" in out[0]
+        assert "VERIFIED" not in out[0]
+
+
+def test_the_bundle_names_the_suites_exact_build(tmp_path: Path) -> None:
+    """The version and the commit of this checkout (with whether its suite files differ from it), so a third
+    party can install the same build."""
+    folder = _bundle(tmp_path / "run")
+    build = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["suite"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert build["version"] == suite.__version__
+    assert build["commit"] == head.stdout.strip()
+    assert build["source"] == "git checkout"
+    assert isinstance(build["dirty"], bool)
+    assert json.loads((folder / "results.json").read_text(encoding="utf-8"))["suite_build"] == build
+
+
+def _relabel(folder: Path, old: str, new: str, *, skip: str = "") -> None:
+    """A forger's relabelling: the target's URL replaced in every file that names it (except ``skip``), the
+    hashes recomputed."""
+    for name in ("results.json", "junit.xml", "report.html", MANIFEST):
+        if name != skip:
+            path = folder / name
+            path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    for entry in manifest["files"]:
+        entry["sha256"] = hashlib.sha256((folder / entry["path"]).read_bytes()).hexdigest()
+        entry["bytes"] = (folder / entry["path"]).stat().st_size
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def test_a_relabelled_unsigned_bundle_is_not_reported_verified(tmp_path: Path) -> None:
+    folder = _bundle(tmp_path / "run")
+    _relabel(folder, "http://127.0.0.1:9", "https://dw.vendor.example")
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    assert results["target"]["url"] == "https://dw.vendor.example"
+    outcome = verify(folder)
+    assert outcome.status == "unsigned", outcome.line
+    assert not outcome.line.startswith("VERIFIED")
+    assert "anyone could have produced it, this target's name included" in outcome.line
+    assert main(["verify", str(folder)]) == 3
+
+
+@pytest.mark.parametrize(
+    ("skip", "named"),
+    [
+        ("junit.xml", "junit.xml names another target"),
+        ("report.html", "report.html names another target"),
+        (MANIFEST, "manifest.json names another target"),
+    ],
+)
+def test_a_file_left_out_of_a_relabelling_is_named(tmp_path: Path, skip: str, named: str) -> None:
+    folder = _bundle(tmp_path / "run")
+    _relabel(folder, "http://127.0.0.1:9", "https://dw.vendor.example", skip=skip)
+    _rejected(folder, named)
+
+
+def test_a_command_line_run_against_another_target_is_rejected(tmp_path: Path) -> None:
+    """The results name a vendor's URL, the recorded command line was run against the embedded server."""
+    folder = _bundle(tmp_path / "run")
+    _relabel(folder, "--target=http://127.0.0.1:9", "--target=embedded")
+    _rejected(folder, "manifest.json names another target (command line's --target embedded)")
 
 
 def test_a_bundle_of_a_run_that_is_not_conformant_is_rejected(tmp_path: Path) -> None:
@@ -174,10 +246,21 @@ def test_results_that_break_their_schema_are_rejected(tmp_path: Path) -> None:
     _rejected(folder, "results.json does not match its schema at requirements/0/verdict")
 
 
-def test_a_bundle_made_by_a_modified_suite_is_rejected(tmp_path: Path) -> None:
+def test_a_bundle_made_by_another_build_names_the_build_to_install(tmp_path: Path) -> None:
     folder = _bundle(tmp_path / "run")
-    _edit_json(folder / MANIFEST, lambda doc: doc["suite"]["files"].update(digest="0" * 64))
-    _rejected(folder, "made by a modified suite")
+    other = {"commit": "a" * 40, "dirty": False, "repository": "https://git.example/dw-conformance"}
+    _edit_json(
+        folder / MANIFEST, lambda doc: (doc["suite"].update(other), doc["suite"]["files"].update(digest="0" * 64))
+    )
+    _rejected(
+        folder,
+        f"made by suite {suite.__version__} at commit aaaaaaaaaaaa; this is suite {suite.__version__} at commit ",
+    )
+    _rejected(
+        folder, "install that build: pip install 'dw-conformance @ git+https://git.example/dw-conformance@" + "a" * 40
+    )
+    _edit_json(folder / MANIFEST, lambda doc: doc["suite"].update(dirty=True))
+    _rejected(folder, "with uncommitted changes on commit aaaaaaaaaaaa, so no one else can install that build")
 
 
 def test_a_signed_bundle_verifies_with_its_key_and_not_with_another(tmp_path: Path) -> None:
@@ -187,9 +270,15 @@ def test_a_signed_bundle_verifies_with_its_key_and_not_with_another(tmp_path: Pa
     folder = _bundle(tmp_path / "run", key=private)
     envelope = json.loads((folder / ENVELOPE).read_text(encoding="utf-8"))
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
-    ok, line = verify(folder, public)
-    assert ok, line
-    assert ", signed by key " in line
+    fp = key_fingerprint(private)
+    assert fp == f"ed25519:{envelope['signatures'][0]['keyid']}"
+    outcome = verify(folder, public)
+    assert outcome.status == "verified", outcome.line
+    assert outcome.line.startswith(f"VERIFIED: signed by {fp}: {folder}: CONFORMANT"), outcome.line
+    assert main(["verify", str(folder), "--public-key", str(public)]) == 0
+    # Without the signer's key: the key the bundle carries, by its fingerprint, to compare with the published one.
+    carried = verify(folder)
+    assert carried.line.startswith(f"VERIFIED: signed by {fp} (the key in {PUBLIC_KEY}: compare it"), carried.line
     _rejected(folder, f"{ENVELOPE} is not signed by the key in {stranger}", stranger)
     with pytest.raises(FileExistsError):
         keygen(tmp_path / "vendor.key")
@@ -210,3 +299,33 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     proc = subprocess.run([str(script), "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stdout.strip() == f"REJECTED: {tmp_path}: no manifest: not a --certify bundle ({MANIFEST})"
+
+
+def test_a_certification_says_where_its_bundle_is_and_whether_it_is_signed(tmp_path: Path) -> None:
+    """The end of a --certify run and its report.html: the bundle, the signature status, the key's fingerprint
+    and the command that verifies it; an ordinary run's report says it is not a certification."""
+    from suite.certify import certification, certification_lines
+
+    private, _ = keygen(tmp_path / "vendor.key")
+    fp = key_fingerprint(private)
+    cases = {
+        "signed": (_settings(sign_key=str(private)), f"yes, signed by {fp}"),
+        "unsigned": (_settings(), "yes, unsigned: anyone could have produced this bundle"),
+        "ordinary": (_settings(certify=False), "no: an ordinary run, no bundle"),
+    }
+    for name, (settings, shown) in cases.items():
+        results = results_of(complete_records(), options={"certify": settings.certify})
+        results["certification"] = certification(settings)
+        out = write_reports(results, tmp_path / name)
+        page = (out / "report.html").read_text(encoding="utf-8")
+        assert f"<tr><th>Certification</th><td><code>{shown}" in page, name
+        if not settings.certify:
+            continue
+        lines = certification_lines(out, results)
+        assert lines[0] == f"certification bundle: {out / MANIFEST}"
+        if name == "signed":
+            assert lines[1].startswith(f"  signed by {fp}")
+            assert lines[2] == f"  verify: dw-certify verify {out} --public-key YOUR-KEY.pub"
+        else:
+            assert lines[1].startswith("  unsigned: anyone could have produced such a bundle")
+            assert lines[2] == f"  verify: dw-certify verify {out} --allow-unsigned"

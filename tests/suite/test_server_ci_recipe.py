@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.certify import MANIFEST, keygen
+from suite.certify import MANIFEST, key_fingerprint, keygen
 from suite.target import EMBEDDED_ARGS
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "server-ci.sh"
@@ -111,7 +111,7 @@ def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(tmp_path
         [f"{venv}/bin/dw-certify", "verify", str(folder), "--public-key", str(public)], capture_output=True, text=True
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert verified.stdout.startswith(f"VERIFIED: {folder}: CONFORMANT")
+    assert verified.stdout.startswith(f"VERIFIED: signed by {key_fingerprint(private)}: {folder}: CONFORMANT")
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     assert results["target"]["time"]["test_clock_used"] is True  # one process: the target's clock moved
     assert results["completeness"]["not_run"] == []
