@@ -12,7 +12,8 @@ re-checks all of it — the hashes, the JSON schemas, the suite build, the regis
 the verdicts re-derived from the run's own records, the junit and HTML files against the results, the same
 target and run named by every file, the signature — and prints one line: ``VERIFIED: signed by <fingerprint>``
 (exit 0), ``UNSIGNED`` (exit 3, or 0 with ``--allow-unsigned``: anyone could have made it) or ``REJECTED``
-(exit 1). ``keygen PATH`` writes an Ed25519 key pair (``PATH``,
+(exit 1). ``reproduce DIR --target URL`` runs the recorded run again against a live target and compares every
+requirement's verdict (:mod:`suite.reproduce`). ``keygen PATH`` writes an Ed25519 key pair (``PATH``,
 ``PATH.pub``).
 """
 
@@ -23,6 +24,7 @@ import base64
 import hashlib
 import html
 import json
+import os
 import platform
 import shlex
 import sys
@@ -476,7 +478,8 @@ def verify(folder: Path, public_key: Path | None = None) -> Verification:
         return Verification(
             "unsigned",
             f"UNSIGNED: {folder}: {what}; the files agree with each other, but the bundle is unsigned: anyone "
-            "could have produced it, this target's name included",
+            f"could have produced it, this target's name included (dw-certify reproduce {folder} --target URL "
+            "checks the claim against the server)",
         )
     whose = "" if public_key is not None else f" (the key in {PUBLIC_KEY}: compare it with the signer's published one)"
     return Verification("verified", f"VERIFIED: signed by {signer}{whose}: {folder}: {what}")
@@ -509,9 +512,11 @@ def certification_lines(out_dir: Path, results: Mapping[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m suite.certify",
-        description="Verify a --certify bundle (reports/<run-id>/), or write a signing key pair.",
+        description="Verify a --certify bundle (reports/<run-id>/), reproduce a recorded run against a live target, "
+        "or write a signing key pair.",
         epilog="verify exits 0 for a signed valid certification of a CONFORMANT run, 3 for a valid unsigned one "
-        "(0 with --allow-unsigned), 1 otherwise; 2 on bad usage.",
+        "(0 with --allow-unsigned), 1 otherwise; reproduce exits 0 when every verdict agrees, 1 when one differs, "
+        "4 when the run cannot be reproduced here, 10 when the new run ended without results; 2 on bad usage.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("verify", help="re-check a bundle: hashes, schemas, completeness, verdicts, signature")
@@ -528,6 +533,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 0 for a valid unsigned bundle too (its line still says it is unsigned)",
     )
+    again = sub.add_parser(
+        "reproduce",
+        help="run a bundle's recorded run again against a live target and compare every requirement's verdict",
+    )
+    again.add_argument("bundle", type=Path, metavar="DIR", help="a --certify bundle or any run's report directory")
+    again.add_argument("--target", required=True, metavar="URL", help="the live target to run against")
+    for option, env in (
+        ("--worker-token", "DW_WORKER_TOKEN"),
+        ("--operator-token", "DW_OPERATOR_TOKEN"),
+        ("--auth-token", "DW_AUTH_TOKEN"),
+    ):
+        again.add_argument(option, default=os.environ.get(env), metavar="TOKEN", help=f"default: ${env}")
+    again.add_argument("--restart-command", default=None, metavar="CMD", help="as the recorded run had one")
+    again.add_argument("--report-dir", type=Path, default=None, metavar="DIR", help="keep the new run's reports")
     gen = sub.add_parser("keygen", help="write an Ed25519 key pair: PATH (private) and PATH.pub")
     gen.add_argument("path", type=Path, metavar="PATH")
     args = parser.parse_args(argv)
@@ -542,6 +561,17 @@ def main(argv: list[str] | None = None) -> int:
             f"(fingerprint {key_fingerprint(private)})"
         )
         return 0
+    if args.command == "reproduce":
+        from .reproduce import reproduce
+
+        tokens = {
+            "DW_WORKER_TOKEN": args.worker_token,
+            "DW_OPERATOR_TOKEN": args.operator_token,
+            "DW_AUTH_TOKEN": args.auth_token,
+        }
+        return reproduce(
+            args.bundle, args.target, tokens, restart_command=args.restart_command, report_dir=args.report_dir
+        )
     outcome = verify(args.bundle, args.public_key)
     print(outcome.line)
     return outcome.exit_code(allow_unsigned=args.allow_unsigned)
