@@ -491,18 +491,20 @@ def certification(settings: RunSettings) -> dict[str, Any]:
     return {"certify": settings.certify, "signed": fp is not None, "key_fingerprint": fp}
 
 
-def certification_lines(out_dir: Path, results: Mapping[str, Any]) -> list[str]:
+def certification_lines(out_dir: Path, results: Mapping[str, Any], sign_key: str | None = None) -> list[str]:
     """The end of a ``--certify`` run: where its bundle is, whether and by which key it is signed, and the
-    command that verifies it."""
+    command that verifies it (with the public key keygen wrote beside ``sign_key``, when it is there)."""
     cert = results.get("certification") or {}
     lines = [f"certification bundle: {out_dir / MANIFEST}"]
     fp = cert.get("key_fingerprint")
     if fp:
+        public = Path(f"{sign_key}.pub") if sign_key else None
+        shown = shlex.quote(str(public)) if public is not None and public.is_file() else "SIGNER-KEY.pub"
         lines.append(f"  signed by {fp} ({ENVELOPE}; publish this fingerprint so others can check it)")
-        lines.append(f"  verify: dw-certify verify {out_dir} --public-key YOUR-KEY.pub")
+        lines.append(f"  verify: dw-certify verify {shlex.quote(str(out_dir))} --public-key {shown}")
     else:
         lines.append("  unsigned: anyone could have produced such a bundle (--sign-key KEY signs it)")
-        lines.append(f"  verify: dw-certify verify {out_dir} --allow-unsigned")
+        lines.append(f"  verify: dw-certify verify {shlex.quote(str(out_dir))} --allow-unsigned")
     return lines
 
 

@@ -788,7 +788,7 @@ class Recorder:
         if self.settings.certify and self.out_dir is not None:
             from .certify import certification_lines
 
-            for line in certification_lines(self.out_dir, self.results):
+            for line in certification_lines(self.out_dir, self.results, self.settings.sign_key):
                 terminalreporter.write_line(line)
 
 

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from suite.certify import ENVELOPE, MANIFEST, PUBLIC_KEY, key_fingerprint, keyge
 from suite.outcomes import Verdict
 from suite.reports import write_reports
 from suite.settings import DEFAULT_BUDGET, RunSettings
+from tests.conftest import ServerProcess, run_suite
 from tests.suite.runs import RUN, changed, complete_records, results_of, target
 
 TRIM = "dw::VERSION-TRIM::version_trimmed"
@@ -321,11 +323,33 @@ def test_a_certification_says_where_its_bundle_is_and_whether_it_is_signed(tmp_p
         assert f"<tr><th>Certification</th><td><code>{shown}" in page, name
         if not settings.certify:
             continue
-        lines = certification_lines(out, results)
+        lines = certification_lines(out, results, str(private))
         assert lines[0] == f"certification bundle: {out / MANIFEST}"
         if name == "signed":
             assert lines[1].startswith(f"  signed by {fp}")
-            assert lines[2] == f"  verify: dw-certify verify {out} --public-key YOUR-KEY.pub"
+            assert lines[2] == f"  verify: dw-certify verify {out} --public-key {private}.pub"
         else:
             assert lines[1].startswith("  unsigned: anyone could have produced such a bundle")
             assert lines[2] == f"  verify: dw-certify verify {out} --allow-unsigned"
+
+
+def test_a_certification_run_ends_with_its_bundle_signature_and_verify_command(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """A real --certify run (stopped at its first failure by -x, against a server broken in one rule, so it is
+    quick): its last lines name the bundle, the key's fingerprint and the command that verifies it, and its
+    report.html says it is a signed certification."""
+    private, _ = keygen(tmp_path / "vendor.key")
+    server = server_factory("--fault", "ignore-version-header")
+    run = run_suite(server.url, tmp_path / "reports", "--certify", "-x", f"--sign-key={private}")
+    assert run.returncode == 1, run.stdout[-3000:]
+    (folder,) = [p.parent for p in (tmp_path / "reports").glob(f"*/{MANIFEST}")]
+    fp = key_fingerprint(private)
+    assert f"\ncertification bundle: {folder / MANIFEST}\n  signed by {fp} (" in run.stdout, run.stdout[-3000:]
+    assert f"\n  verify: dw-certify verify {folder} --public-key {private}.pub\n" in run.stdout
+    assert (folder / ENVELOPE).is_file()
+    assert (folder / PUBLIC_KEY).is_file()
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    assert f"<tr><th>Certification</th><td><code>yes, signed by {fp} (manifest.intoto.json)" in page
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    assert results["certification"] == {"certify": True, "signed": True, "key_fingerprint": fp}
