@@ -45,6 +45,62 @@ _OWN_OPTIONS = (
     "--sign-key",
     "--restart-command",
 )
+# What a recorded command may hold to be run again: the suite's options that shape the run, pytest's selection
+# and output options. Nothing else — a bundle is someone else's file, and options such as --basetemp, --junitxml,
+# -c or --example-db DIR would read or write files on the reproducing machine.
+_VALUED = frozenset(
+    {
+        "--namespace",
+        "--protocol-version",
+        "--requirement",
+        "--faults",
+        "--fault-seed",
+        "--campaign",
+        "--campaign-worker",
+        "--campaign-progress",
+        "--max-wait",
+        "--machine-examples",
+        "--machine-steps",
+        "--fuzz-examples",
+        "-k",
+        "-m",
+        "--maxfail",
+        "-n",
+        "--numprocesses",
+        "--dist",
+        "--deselect",
+        "-p",
+        "--tb",
+        "-r",
+        "--color",
+    }
+)
+_FLAGS = frozenset(
+    {
+        "--certify",
+        "--area-order",
+        "--real-time",
+        "--no-machine-shrink",
+        "--strict",
+        "--strict-markers",
+        "-x",
+        "--exitfirst",
+        "-q",
+        "--quiet",
+        "-v",
+        "--verbose",
+        "-s",
+        "--no-header",
+    }
+)
+
+
+def _allowed(option: str, value: str | None) -> bool:
+    if option == "-p":  # only turning a plugin off: turning one on imports a module named by the bundle
+        return value is not None and value.startswith("no:")
+    if option == "--deselect":
+        return value is not None and value.startswith("dw::")
+    return (option in _VALUED) == (value is not None) and (option in _VALUED or option in _FLAGS)
 
 
 class CannotReproduce(Exception):
@@ -64,8 +120,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def recorded_args(command: str) -> list[str]:
-    """The recorded command's pytest arguments without the options of the recording machine (see
-    ``_OWN_OPTIONS``), in their order."""
+    """The recorded command's pytest arguments without the options of the recording machine (``_OWN_OPTIONS``),
+    in their order; an option outside what a reproduction runs again is refused, naming it."""
     try:
         words = shlex.split(command)
     except ValueError as exc:
@@ -73,14 +129,42 @@ def recorded_args(command: str) -> list[str]:
     if not words or Path(words[0]).name not in ("pytest", "py.test"):
         raise CannotReproduce("the run recorded no pytest command line, so it cannot be run again")
     out: list[str] = []
-    skip = False
-    for word in words[1:]:
-        if skip:
-            skip = False
-        elif word in _OWN_OPTIONS:
-            skip = True
-        elif not word.startswith(tuple(f"{o}=" for o in _OWN_OPTIONS)):
+    rest = words[1:]
+    while rest:
+        word = rest.pop(0)
+        option, value, glued = word, None, False
+        if word.startswith("--") and "=" in word:
+            option, value = word.split("=", 1)
+            glued = True
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 2:
+            if word[:2] in _VALUED:  # -kexpr, -n4, -ra
+                option, value, glued = word[:2], word[2:], True
+            elif all(f"-{c}" in _FLAGS for c in word[1:]):  # -xq, -vv
+                out.append(word)
+                continue
+        if option in _OWN_OPTIONS:
+            if not glued and rest:
+                rest.pop(0)
+            continue
+        if not word.startswith("-"):
+            if not word.startswith("dw::"):
+                raise CannotReproduce(
+                    f"the recorded command line names {word!r}, which is not an item of the suite (dw::…); "
+                    "reproduce runs only the suite's own items"
+                )
             out.append(word)
+            continue
+        if option in _VALUED and not glued:
+            if not rest:
+                raise CannotReproduce(f"the recorded command line ends with {option} and no value")
+            value = rest.pop(0)
+        if not _allowed(option, value):
+            shown = option if value is None else f"{option} {value}"
+            raise CannotReproduce(
+                f"the recorded command line has {shown}, which reproduce does not run again (it could read or "
+                "write files on this machine, or is not an option of a conformance run); run that command yourself"
+            )
+        out.extend([word] if glued else [option] if value is None else [option, value])
     return out
 
 

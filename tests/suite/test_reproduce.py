@@ -13,7 +13,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ServerProcess, run_suite
+from tests.suite.runs import UNREACHABLE, complete_records, results_of
 
 SELECTION = ("--requirement", "VERSION-MISSING", "--requirement", "VERSION-TRIM", "-m", "dw_check")
 ROLES = {"DW_WORKER_TOKEN": "worker-secret-1", "DW_OPERATOR_TOKEN": "operator-secret-1"}
@@ -102,3 +105,27 @@ def test_a_refused_token_of_the_new_run_is_a_usage_error_naming_it(
     assert "on the worker plane" in last
     right = _reproduce(str(folder), "--target", server.url, "--worker-token", ROLES["DW_WORKER_TOKEN"], *tokens[2:])
     assert right.returncode == 0, right.stdout + right.stderr
+
+
+@pytest.mark.parametrize(
+    ("added", "named"),
+    [
+        ("--basetemp=/home", "--basetemp /home"),
+        ("--junitxml /etc/passwd", "--junitxml"),
+        ("-p evil_plugin", "-p evil_plugin"),
+        ("/tmp/tests.py", "'/tmp/tests.py', which is not an item of the suite"),
+    ],
+)
+def test_a_recorded_option_that_could_touch_this_machine_is_refused_before_any_run(
+    tmp_path: Path, added: str, named: str
+) -> None:
+    """A bundle is someone else's file: its command line runs again only with the options of a conformance run."""
+    results = results_of(complete_records())
+    results["command"] += f" {added}"
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    refused = _reproduce(str(tmp_path), "--target", UNREACHABLE)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    (line,) = refused.stdout.splitlines()
+    assert line.startswith("CANNOT REPRODUCE: the recorded command line "), line
+    assert named in line, line
+    assert "reproducing run" not in refused.stdout
