@@ -253,6 +253,12 @@ def reproduce(
         environ[SEED_ENV] = str(results["seed"])
         print(f"reproducing run {results['run_id']} (seed {results['seed']}) against {target}", file=out)
         print(f"  {shlex.join(['pytest', f'--target={target}', *args])}", file=out)
+        if (results.get("options") or {}).get("restart_command") and not restart_command:
+            print(
+                "  note: the recorded run had a --restart-command and this one has none: its restart checks "
+                "will not be covered (pass --restart-command CMD)",
+                file=out,
+            )
         proc = subprocess.run(cmd, cwd=scratch, env=environ, capture_output=True, text=True, check=False)
         found = sorted(reports.glob("*/results.json"), key=lambda p: p.stat().st_mtime)
         if not found:

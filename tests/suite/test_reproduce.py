@@ -129,3 +129,16 @@ def test_a_recorded_option_that_could_touch_this_machine_is_refused_before_any_r
     assert line.startswith("CANNOT REPRODUCE: the recorded command line "), line
     assert named in line, line
     assert "reproducing run" not in refused.stdout
+
+
+def test_a_recorded_restart_command_not_given_again_is_said_and_an_unreachable_target_has_no_results(
+    tmp_path: Path,
+) -> None:
+    results = results_of(complete_records(), options={"restart_command": "<set>"})
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    proc = _reproduce(str(tmp_path), "--target", UNREACHABLE)
+    assert "note: the recorded run had a --restart-command and this one has none" in proc.stdout, proc.stdout
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("CANNOT REPRODUCE: the new run ended without results (exit "), last
+    assert proc.returncode == 10, proc.stdout  # the harness could not reach the target: no verdict either way
+    assert "cannot connect to http://127.0.0.1:1" in last
