@@ -43,6 +43,7 @@ from .keys import keygen, load_private_key, load_public_key
 from .outcomes import Record, RunVerdict
 from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, summarize
 from .settings import DEFAULT_BUDGET, Budget
+from .text import plural
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -330,7 +331,7 @@ def _check_run(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
     if options.get("faults") is not None or settings.get("faults") is not None:
         raise Rejected("the run went through the fault proxy")
     if completeness.not_run:
-        raise Rejected(f"{len(completeness.not_run)} items did not run, e.g. {completeness.not_run[0]}")
+        raise Rejected(f"{plural(len(completeness.not_run), 'item')} did not run, e.g. {completeness.not_run[0]}")
     records = [Record.from_json(r) for r in results["checks"]]
     silent = sorted({r.test_id for r in records} ^ set(_registry_items()))
     if silent:
@@ -471,8 +472,8 @@ def verify(folder: Path, public_key: Path | None = None) -> Verification:
     s = results["summary"]
     what = (
         f"{s['verdict']} — {results['target']['description']}, worker protocol "
-        f"{results['target']['certified_version']}, {s['checked']} of {s['applicable']} requirements checked, "
-        f"{len(manifest['files'])} files, {describe(manifest['suite'])}, run {manifest['run_id']}"
+        f"{results['target']['certified_version']}, {s['checked']} of {plural(s['applicable'], 'requirement')} "
+        f"checked, {plural(len(manifest['files']), 'file')}, {describe(manifest['suite'])}, run {manifest['run_id']}"
     )
     if signer is None:
         return Verification(
