@@ -88,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         "state machine that kills it and (for a bug too deep for a default run) the campaign that finds it, "
         "tab-separated.",
     )
+    p.add_argument(
+        "--variation",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Take another legal choice the protocol leaves to each server (for proving the conformance suite "
+        "never fails one); repeatable. --variation list prints each name, its choice and the requirement IDs it "
+        "bears on, tab-separated.",
+    )
     p.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING).")
     return p
 
@@ -214,7 +223,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra += f"\t{spec.campaign}"
             print(f"{name}\t{spec.description}\t{','.join(spec.kills)}{extra}")
         return 0
+    if "list" in args.variation:
+        from .variations import VARIATIONS
+
+        for name, variation in sorted(VARIATIONS.items()):
+            print(f"{name}\t{variation.description}\t{','.join(variation.bears_on)}")
+        return 0
     settings = settings_from_args(args)
+    if args.variation:
+        from .variations import VARIATIONS
+        from .variations import install as vary
+
+        unknown = sorted(set(args.variation) - VARIATIONS.keys())
+        if unknown:
+            print(f"unknown --variation {', '.join(unknown)}; --variation list prints the names", file=sys.stderr)
+            return 2
+        vary(args.variation)  # before the server is built, as the faults below
     if args.fault:
         # The faults layer is imported only when asked for: a server started without faults runs the spec alone.
         from .faults import FAULTS, install

@@ -54,6 +54,7 @@ from .tx import T
 __all__ = [
     "claim_workflow_task",
     "complete_workflow_task",
+    "default_history_page_size",
     "fail_workflow_task",
     "heartbeat_workflow_task",
     "task_history",
@@ -222,6 +223,12 @@ def workflow_due_in(db: sqlite3.Connection, poll: Poll, now: int) -> float | Non
     return max(0.0, (int(row[0]) - now) / 1e6)
 
 
+def default_history_page_size() -> int:
+    """The page size of a history page asked for without one (inline and on the history route), as advertised
+    in ``history_page_size_default``."""
+    return hist.DEFAULT_PAGE_SIZE
+
+
 def compression_threshold(t: T) -> int:
     """How many events a page holds before an opted-in page is compressed (the threshold this server advertises)."""
     return hist.COMPRESSION_THRESHOLD
@@ -358,7 +365,7 @@ def _lease_changed(task: sqlite3.Row) -> Rejection:
 
 def task_history(t: T, namespace: str, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     task, run = guarded_task(t, namespace, task_id, body)
-    page = history_route_page(t, task, hist.resolve_cursor(body))
+    page = history_route_page(t, task, hist.resolve_cursor(body, default_page_size=default_history_page_size()))
     accept = body.get("accept_history_encoding")
     return {
         "task_id": task_id,

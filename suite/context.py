@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from suite.protocol.codec import encode_blob
@@ -152,6 +153,16 @@ class CheckContext:
     @property
     def caps(self) -> dict[str, Any]:
         return self.target.server_capabilities
+
+    @property
+    def default_history_page_size(self) -> int:
+        """The page size the target applies to a history page asked for without one: the one it advertises
+        (either name), else the protocol's 500. A server may advertise its own; checks read it, never assume 500."""
+        for key in ("history_page_size_default", "default_history_page_size"):
+            value = self.caps.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000:
+                return value
+        return 500
 
     # -- naming ----------------------------------------------------------------------------------------
 
@@ -343,8 +354,13 @@ class CheckContext:
                 f"{reply.exchange.summary()}: sent again after the answers of {reply.resent} earlier "
                 "deliveries were lost, so its hold cannot be told from the target's clock"
             )
-        arrived = reply.exchange.started_at + reply.exchange.elapsed
-        return (self.target.clock.at(arrived) - started).total_seconds()
+        arrived = self.target.clock.at(reply.exchange.started_at + reply.exchange.elapsed)
+        answered = _answered_by_date(reply)
+        # An answer in flight may arrive after the clock was moved on; its Date says when the server answered (whole
+        # seconds, truncated: before the next one), and the hold ended no later than that.
+        if answered is not None and started <= answered < arrived:
+            arrived = answered
+        return (arrived - started).total_seconds()
 
     async def _answered_at_once(self, task: asyncio.Future[Any], grace: float) -> bool:
         """Whether ``task`` is answered before the target falls quiet: ``grace`` seconds with no answer to any request
@@ -570,3 +586,14 @@ def _snippet(reply: Reply) -> str:
     body = reply.json()
     msg = body.get("message") or body.get("error")
     return f" ({str(msg)[:160]})" if msg else ""
+
+
+def _answered_by_date(reply: Reply) -> datetime | None:
+    """The latest instant the target can have answered ``reply``: its ``Date`` (truncated to the second) plus one
+    second; None without a readable Date."""
+    headers = {k.lower(): v for k, v in reply.exchange.response_headers.items()}
+    try:
+        date = parsedate_to_datetime(headers["date"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return date + timedelta(seconds=1)

@@ -158,12 +158,16 @@ def capability_ledger(
     """For each capability the target advertises, the behaviours it promises and how many records of each
     behaviour's requirements exercised it (``suite.protocol.promises``)."""
     counts: Counter[str] = Counter()
+    unused: set[str] = set()  # an option of the server it showed it does not use (the check said unimplemented)
     for rec in records:
         named = (*rec.requirements, *([rec.failed_requirement] if rec.failed_requirement else []))
         for req_id in dict.fromkeys(named):
-            if req_id in REGISTRY and _as_seen_by(rec, req_id).verdict in _EXERCISING:
+            verdict = _as_seen_by(rec, req_id).verdict if req_id in REGISTRY else None
+            if verdict in _EXERCISING:
                 counts[req_id] += 1
-    return ledger(capabilities, counts, certified_minor)
+            elif verdict is Verdict.UNIMPLEMENTED:
+                unused.add(req_id)
+    return ledger(capabilities, counts, certified_minor, unused)
 
 
 def coverage_matrix(capabilities: Mapping[str, Any], records: Iterable[Record]) -> tuple[EntityRow, ...]:

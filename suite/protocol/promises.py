@@ -120,7 +120,7 @@ class BehaviourRow:
     name: str
     description: str
     exercised_by: Mapping[str, int]  # requirement → records that exercised it (0: none did)
-    applicable: bool = True  # False: every requirement of it came after the certified minor
+    applicable: bool = True  # False: after the certified minor, or an option the target showed it does not use
 
     @property
     def exercised(self) -> bool:
@@ -154,12 +154,18 @@ class CapabilityRow:
 
 
 def ledger(
-    capabilities: Mapping[str, Any], exercised: Mapping[str, int], certified_minor: int
+    capabilities: Mapping[str, Any],
+    exercised: Mapping[str, int],
+    certified_minor: int,
+    unused: Iterable[str] = (),
 ) -> tuple[CapabilityRow, ...]:
     """The capability ledger of a run: one row per capability the target advertises that :data:`PROMISES` knows,
     in the table's order. ``exercised`` maps a requirement ID to how many records exercised it. A behaviour whose
     requirements all came after ``certified_minor`` is not applicable (the capability is not judged at that
-    minor); it neither counts nor blocks."""
+    minor); it neither counts nor blocks. Neither does one whose requirements the target showed all to be an
+    option it does not use (``unused``: a server may compress history above the threshold, and this one never
+    did), when none of them was exercised."""
+    unused = frozenset(unused)
     rows = []
     for capability, behaviours in PROMISES.items():
         if not advertised(capabilities.get(capability)):
@@ -172,7 +178,8 @@ def ledger(
                         b.name,
                         b.description,
                         {req: int(exercised.get(req, 0)) for req in b.requirements},
-                        any(applicable(REGISTRY[req], certified_minor) for req in b.requirements),
+                        any(applicable(REGISTRY[req], certified_minor) for req in b.requirements)
+                        and not all(req in unused and not exercised.get(req) for req in b.requirements),
                     )
                     for b in behaviours
                 ),

@@ -10,6 +10,7 @@ from ...tx import T
 from ...workflow_tasks import (
     claim_workflow_task,
     complete_workflow_task,
+    default_history_page_size,
     fail_workflow_task,
     heartbeat_workflow_task,
     task_history,
@@ -26,7 +27,7 @@ class Routes(PollRoutes):
     @route("POST", "/api/worker/workflow-tasks/poll")
     async def wt_poll(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
         body = ctx.obj()
-        page_size = body.get("history_page_size", 500)
+        page_size = body.get("history_page_size", default_history_page_size())
         # Checked before the poll's preconditions, which record the worker's liveness: a 422 changes nothing
         # (§2.3 validation before domain checks; invariant 68).
         if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 1000:
