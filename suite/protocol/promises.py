@@ -40,10 +40,13 @@ class Behaviour:
     name: str
     description: str
     requirements: tuple[str, ...]
+    # The server's option (a MAY): not applicable to a server whose checks showed it does not use it. Any other
+    # behaviour of an advertised capability must be exercised, whatever its checks found.
+    option: bool = False
 
 
-def _b(name: str, description: str, *requirements: str) -> Behaviour:
-    return Behaviour(name, description, requirements)
+def _b(name: str, description: str, *requirements: str, option: bool = False) -> Behaviour:
+    return Behaviour(name, description, requirements, option)
 
 
 # Capability key (as in worker_protocol.server_capabilities) → the behaviours it promises.
@@ -59,9 +62,14 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
             _b("owner-only", "another worker's poll never gets the owner's lease", "IDEMPOTENT-POLL-OTHER-WORKER"),
         ),
         "history_compression": (
-            _b("above-threshold", "an opted-in page at the threshold is compressed", "COMPRESSION-ABOVE-THRESHOLD"),
+            _b(
+                "above-threshold",
+                "an opted-in page at the threshold may be compressed",
+                "COMPRESSION-ABOVE-THRESHOLD",
+                option=True,
+            ),
             _b("below-threshold", "a page below the threshold is sent plain", "COMPRESSION-BELOW-THRESHOLD"),
-            _b("roundtrip", "a compressed page decodes to the plain events", "COMPRESSION-ROUNDTRIP"),
+            _b("roundtrip", "a compressed page decodes to the plain events", "COMPRESSION-ROUNDTRIP", option=True),
         ),
         "query_tasks": (
             _b("query-answered", "a query reaches a worker and its result comes back", "QUERY-RESULT-ROUNDTRIP"),
@@ -162,9 +170,9 @@ def ledger(
     """The capability ledger of a run: one row per capability the target advertises that :data:`PROMISES` knows,
     in the table's order. ``exercised`` maps a requirement ID to how many records exercised it. A behaviour whose
     requirements all came after ``certified_minor`` is not applicable (the capability is not judged at that
-    minor); it neither counts nor blocks. Neither does one whose requirements the target showed all to be an
-    option it does not use (``unused``: a server may compress history above the threshold, and this one never
-    did), when none of them was exercised."""
+    minor); it neither counts nor blocks. Neither does a behaviour that is the server's option (``Behaviour.option``)
+    when the target showed it does not use it: every requirement of it in ``unused`` (its checks found the option
+    unused) and none exercised. A server may compress history above the threshold; this one never did."""
     unused = frozenset(unused)
     rows = []
     for capability, behaviours in PROMISES.items():
@@ -179,7 +187,7 @@ def ledger(
                         b.description,
                         {req: int(exercised.get(req, 0)) for req in b.requirements},
                         any(applicable(REGISTRY[req], certified_minor) for req in b.requirements)
-                        and not all(req in unused and not exercised.get(req) for req in b.requirements),
+                        and not (b.option and all(req in unused and not exercised.get(req) for req in b.requirements)),
                     )
                     for b in behaviours
                 ),

@@ -145,3 +145,23 @@ def test_deselecting_a_capabilitys_checks_names_it_in_an_incomplete_run(tmp_path
     assert "never exercised:" in " ".join(run.stdout.split())
     page = next((tmp_path / "reports").glob("*/report.html")).read_text(encoding="utf-8")
     assert "Capability ledger" in page
+
+
+def test_compression_a_server_never_uses_is_not_applicable_but_an_unexercised_capability_still_blocks() -> None:
+    """Compressing above the threshold is the server's option: a target advertising the encodings whose checks
+    found it never compresses (unimplemented) is complete. The option alone is released: the capability's other
+    behaviour (a page below the threshold is plain) must still be exercised."""
+    compression = {"history_compression": {"supported_encodings": ["gzip"], "compression_threshold": 50}}
+    option = ("COMPRESSION-ROUNDTRIP", "COMPRESSION-ABOVE-THRESHOLD")
+    records = [
+        replace(r, verdict=Verdict.UNIMPLEMENTED) if any(q in option for q in r.requirements) else r
+        for r in complete_records()
+    ]
+    assert _results(compression, records)["summary"]["verdict"] == "CONFORMANT"
+    below = [
+        replace(r, verdict=Verdict.UNIMPLEMENTED) if "COMPRESSION-BELOW-THRESHOLD" in r.requirements else r
+        for r in records
+    ]
+    assert _results(compression, below)["summary"]["unexercised_capabilities"] == [
+        "history_compression (below-threshold)"
+    ]
