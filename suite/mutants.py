@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from .processes import read_url, stop_process, stop_restarted, write_restart_spec
 from .reports import render_mutants_page
+from .settings import SEED_ENV
 from .text import plural
 
 __all__ = [
@@ -78,6 +79,9 @@ class Mutant:
 
 # The fault proxy's seed in the kill matrix: a fixed one, so a matrix run is reproducible.
 PROXY_SEED = 1
+# The suite's own seed in the kill matrix (DW_CONFORMANCE_SEED, unless set): fixed too, so that a machine or a
+# campaign takes the same path each matrix run, and a deep fault is found by the same first failure.
+SUITE_SEED = "1"
 
 
 @dataclass
@@ -336,6 +340,7 @@ def _token_env() -> dict[str, str]:
     """The environment of a server and its suite run: role tokens and a full-access token, as for
     --target=embedded, so the auth requirements are covered; pytest's own variables left out."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.setdefault(SEED_ENV, SUITE_SEED)
     env.update(
         DW_WORKER_TOKEN=secrets.token_urlsafe(18),
         DW_OPERATOR_TOKEN=secrets.token_urlsafe(18),
