@@ -21,13 +21,23 @@ from typing import Any
 import schemas
 import suite
 
-__all__ = ["BUILD_FILE", "describe", "git_build", "install_hint", "same_build", "suite_build", "suite_digest"]
+__all__ = [
+    "BUILD_FILE",
+    "describe",
+    "git_build",
+    "install_hint",
+    "same_build",
+    "sha256_file",
+    "suite_build",
+    "suite_digest",
+]
 
 # Written into a wheel by hatch_build.py; never part of the digest, which must not depend on how it was installed.
 BUILD_FILE = "_build.json"
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of the file at ``path``, read a megabyte at a time."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -47,7 +57,7 @@ def suite_digest() -> dict[str, Any]:
             rel = f"{package.name}/{path.relative_to(package).as_posix()}"
             if rel == f"suite/{BUILD_FILE}":
                 continue
-            digest.update(f"{rel}\0{_sha256(path)}\n".encode())
+            digest.update(f"{rel}\0{sha256_file(path)}\n".encode())
             count += 1
     return {"algorithm": "sha256", "files": count, "digest": digest.hexdigest()}
 

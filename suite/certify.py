@@ -38,7 +38,7 @@ import schemas
 import suite
 from suite.protocol.requirements import REGISTRY
 
-from .build import describe, install_hint, same_build, suite_build, suite_digest
+from .build import describe, install_hint, same_build, sha256_file, suite_build, suite_digest
 from .keys import keygen, load_private_key, load_public_key
 from .outcomes import Record, RunVerdict
 from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, summarize
@@ -85,14 +85,6 @@ REQUIRED_FILES = ("results.json", "junit.xml", "report.html")
 # -- digests ---------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _bundle_files(folder: Path) -> Iterator[Path]:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and path.relative_to(folder).as_posix() not in (MANIFEST, ENVELOPE, PUBLIC_KEY):
@@ -112,7 +104,7 @@ def write_manifest(
 ) -> Path:
     """Write ``manifest.json`` (and, with ``sign_key``, ``manifest.intoto.json``) for the run in ``out_dir``."""
     files = [
-        {"path": p.relative_to(out_dir).as_posix(), "sha256": _sha256(p), "bytes": p.stat().st_size}
+        {"path": p.relative_to(out_dir).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size}
         for p in _bundle_files(out_dir)
     ]
     manifest = {
@@ -182,7 +174,7 @@ def _public_pem(public: Ed25519PublicKey) -> bytes:
 def _statement(out_dir: Path) -> dict[str, Any]:
     manifest = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
     subjects = [{"name": f["path"], "digest": {"sha256": f["sha256"]}} for f in manifest["files"]]
-    subjects.append({"name": MANIFEST, "digest": {"sha256": _sha256(out_dir / MANIFEST)}})
+    subjects.append({"name": MANIFEST, "digest": {"sha256": sha256_file(out_dir / MANIFEST)}})
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": manifest}
 
 
@@ -239,7 +231,7 @@ def _check_files(folder: Path, manifest: Mapping[str, Any]) -> None:
         path = folder / rel
         if not path.is_file():
             raise Rejected(f"{rel} is listed in the manifest but missing")
-        if _sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise Rejected(f"{rel} was changed after the run: its sha256 does not match the manifest")
     extra = [p.relative_to(folder).as_posix() for p in _bundle_files(folder)]
     unlisted = sorted(set(extra) - set(listed))
