@@ -61,18 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
         "Full-access bearer token",
         " Every role on both planes, beside any role tokens (PROTOCOL.md §4.1).",
     )
-    p.add_argument(
+    _env_flag(
+        p,
         "--auth-token-admin-beside-roles",
-        action="store_true",
-        default=os.environ.get("DW_AUTH_TOKEN_ADMIN_BESIDE_ROLES", "") not in ("", "0", "false"),
-        help="Upstream's rule for the full-access token: admin-only once role tokens are configured, so the "
+        "DW_AUTH_TOKEN_ADMIN_BESIDE_ROLES",
+        "Upstream's rule for the full-access token: admin-only once role tokens are configured, so the "
         "worker plane answers it 403 (env DW_AUTH_TOKEN_ADMIN_BESIDE_ROLES=1). Default: full access beside them.",
     )
-    p.add_argument(
+    _env_flag(
+        p,
         "--test-clock",
-        action="store_true",
-        default=os.environ.get("DW_TEST_CLOCK", "") not in ("", "0", "false"),
-        help='A test build: POST /api/test/clock/advance {"seconds": s} moves the server\'s clock forward for '
+        "DW_TEST_CLOCK",
+        'A test build: POST /api/test/clock/advance {"seconds": s} moves the server\'s clock forward for '
         "everything time-driven (leases, timers, backoff, timeouts, long-poll holds), advertised in "
         "worker_protocol.test_profile.clock_advance (env DW_TEST_CLOCK=1). Never on a production server.",
     )
@@ -109,6 +109,11 @@ def _env_seconds(p: argparse.ArgumentParser, flag: str, env: str, default: int, 
 def _env_token(p: argparse.ArgumentParser, flag: str, env: str, what: str, more: str = "") -> None:
     """A bearer token, by default the environment variable ``env``."""
     p.add_argument(flag, default=os.environ.get(env), help=f"{what} (env {env}).{more}")
+
+
+def _env_flag(p: argparse.ArgumentParser, flag: str, env: str, help: str) -> None:
+    """An on/off option, on by default when the environment variable ``env`` is set to anything but 0 or false."""
+    p.add_argument(flag, action="store_true", default=os.environ.get(env, "") not in ("", "0", "false"), help=help)
 
 
 def _add_time_options(p: argparse.ArgumentParser) -> None:

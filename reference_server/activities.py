@@ -583,17 +583,39 @@ def _record_outcome(t: T, rows: _Rows, event: AttemptEvent) -> None:
     forget_polls(t, "activity", rows.task["task_id"])
 
 
+def _reported(t: T, namespace: str, task_id: str, fence: ActivityFence, verb: ActivityVerb) -> _Rows | Rejection:
+    """A complete or fail through its guards and the write that records it: the attempt's rows, or the
+    rejection of a report on a closed run (returned, to be raised after the commit that cancelled the attempt)."""
+    view, rows = guarded(t, namespace, task_id, fence)
+    stop = _report_guard(t, view, rows, verb)
+    if stop is not None:
+        return stop
+    _record_outcome(t, rows, AttemptEvent.COMPLETE if verb == "complete" else AttemptEvent.FAIL)
+    return rows
+
+
+def _recorded(task_id: str, rows: _Rows, outcome: str, next_task_id: str | None) -> dict[str, Any]:
+    """The answer to a recorded complete or fail (§11.3, §11.4)."""
+    return {
+        "task_id": task_id,
+        "activity_attempt_id": rows.attempt["attempt_id"],
+        "activity_execution_id": rows.execution["execution_id"],
+        "outcome": outcome,
+        "recorded": True,
+        "reason": None,
+        "next_task_id": next_task_id,
+    }
+
+
 # -- complete (§11.3) --------------------------------------------------------------------------------------
 
 
 def complete_activity_task(
     t: T, namespace: str, task_id: str, fence: ActivityFence, result_blob: str | None
 ) -> dict[str, Any] | Rejection:
-    view, rows = guarded(t, namespace, task_id, fence)
-    stop = _report_guard(t, view, rows, "complete")
-    if stop is not None:
-        return stop
-    _record_outcome(t, rows, AttemptEvent.COMPLETE)
+    rows = _reported(t, namespace, task_id, fence, "complete")
+    if isinstance(rows, Rejection):
+        return rows
     execution = rows.execution
     _move_execution(t, execution["execution_id"], ExecutionEvent.COMPLETE)
     attempt_id = rows.attempt["attempt_id"]
@@ -610,15 +632,7 @@ def complete_activity_task(
             "payload_codec": "avro",
         },
     )
-    return {
-        "task_id": task_id,
-        "activity_attempt_id": attempt_id,
-        "activity_execution_id": execution["execution_id"],
-        "outcome": "completed",
-        "recorded": True,
-        "reason": None,
-        "next_task_id": next_task_id,
-    }
+    return _recorded(task_id, rows, "completed", next_task_id)
 
 
 def failure_policy(execution: sqlite3.Row, attempt_number: int) -> RetryPolicy:
@@ -632,11 +646,9 @@ def failure_policy(execution: sqlite3.Row, attempt_number: int) -> RetryPolicy:
 def fail_activity_task(
     t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
 ) -> dict[str, Any] | Rejection:
-    view, rows = guarded(t, namespace, task_id, fence)
-    stop = _report_guard(t, view, rows, "fail")
-    if stop is not None:
-        return stop
-    _record_outcome(t, rows, AttemptEvent.FAIL)
+    rows = _reported(t, namespace, task_id, fence, "fail")
+    if isinstance(rows, Rejection):
+        return rows
     execution, attempt = rows.execution, rows.attempt
     attempt_id, number = attempt["attempt_id"], int(attempt["attempt_number"])
     policy = failure_policy(execution, number)
@@ -675,15 +687,7 @@ def fail_activity_task(
                 "diagnostics": None if failure.stack_trace is None else {"stack_trace": failure.stack_trace},
             },
         )
-    return {
-        "task_id": task_id,
-        "activity_attempt_id": attempt_id,
-        "activity_execution_id": execution["execution_id"],
-        "outcome": "failed",
-        "recorded": True,
-        "reason": None,
-        "next_task_id": next_task_id,
-    }
+    return _recorded(task_id, rows, "failed", next_task_id)
 
 
 # -- heartbeat and status (§11.5) ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ __all__ = [
     "WF_LEASE",
     "WORKFLOW_TASK_VERBS",
     "ActivityRun",
+    "ContestedLease",
     "LeasedRun",
     "QueryRun",
     "activity_call",
@@ -55,9 +57,12 @@ __all__ = [
     "attributed",
     "complete_bodies",
     "complete_cmd",
+    "contested_lease",
     "count_events",
     "event_types",
+    "expect_run_cancelled",
     "expect_run_closed",
+    "fenced_report",
     "instant",
     "int_or_none",
     "judge_task_history",
@@ -83,8 +88,12 @@ __all__ = [
     "renew_lease",
     "require_fields",
     "require_no_task",
+    "require_no_trace",
     "require_open",
+    "require_run_open",
+    "require_run_status",
     "require_same_state",
+    "require_taken_over",
     "run_state",
     "same_json",
     "schedule_activities",
@@ -238,6 +247,79 @@ def advertised_lease(ctx: CheckContext) -> float | None:
     """The workflow-task lease the target advertises (test_profile.workflow_task_lease_seconds), or None."""
     value = ctx.target.test_profile.get("workflow_task_lease_seconds")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+# -- a lease two workers contend for -----------------------------------------------------------------------
+
+
+@dataclass
+class ContestedLease:
+    """A run's first workflow task leased to ``holder``, with a second worker, ``rival``, on the same queue."""
+
+    queue: str
+    holder: str
+    rival: str
+    workflow_id: str
+    run_id: str
+    task: dict[str, Any]
+    reply: Reply
+
+    def lease(self, ctx: CheckContext) -> float:
+        """The lease's length in seconds; the check is not covered when it is longer than ``--max-wait``."""
+        return lease_length(ctx, self.task, self.reply, WF_LEASE)
+
+
+async def contested_lease(ctx: CheckContext) -> ContestedLease:
+    """Register two workers on a fresh queue, start a run there and lease its first task to the first."""
+    queue = ctx.uid("q")
+    holder = await ctx.register(queue)
+    rival = await ctx.register(queue)
+    wid, rid = await ctx.start(queue)
+    task, reply = await lease_workflow_task(ctx, holder, queue)
+    return ContestedLease(queue, holder, rival, wid, rid, task, reply)
+
+
+def require_taken_over(
+    ctx: CheckContext,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    owner: str | None,
+    message: str,
+    requirement: str | None = None,
+) -> None:
+    """``after`` is ``before``'s workflow task leased again: the same task_id with the next attempt (to ``owner``,
+    unless it is None)."""
+    want: dict[str, Any] = {
+        "task_id": before["task_id"],
+        "workflow_task_attempt": int(before.get("workflow_task_attempt") or 0) + 1,
+    }
+    if owner is not None:
+        want["lease_owner"] = owner
+    ctx.require_equal({k: after.get(k) for k in want}, want, message, requirement=requirement)
+
+
+async def fenced_report(
+    ctx: CheckContext, task: dict[str, Any], verb: str, body: dict[str, Any], *, what: str, requirement: str
+) -> Reply:
+    """``verb`` with ``task``'s lease after the task was leased again: 409 by owner or by attempt (§8.9)."""
+    reply = await ctx.wf_call(task, verb, body)
+    ctx.expect(
+        reply, 409, ("lease_owner_mismatch", "workflow_task_attempt_mismatch"), what=what, requirement=requirement
+    )
+    return reply
+
+
+def require_no_trace(
+    ctx: CheckContext, events: list[dict[str, Any]], marker: str, message: str, requirement: str
+) -> None:
+    """No event of ``events`` mentions ``marker``, which only rejected reports carried."""
+    ctx.require(
+        marker not in json.dumps(events),
+        message,
+        expected=f"no event mentioning {marker}",
+        received=event_types(events),
+        requirement=requirement,
+    )
 
 
 # -- a run with its first workflow task leased -------------------------------------------------------------
@@ -642,6 +724,43 @@ def expect_run_closed(
         requirement=requirement,
     )
     return body
+
+
+def expect_run_cancelled(ctx: CheckContext, reply: Reply, *, what: str, requirement: str) -> dict[str, Any]:
+    """409 run_closed for a run cancelled from the control plane (:func:`expect_run_closed`)."""
+    return expect_run_closed(
+        ctx,
+        reply,
+        stop_reason="run_cancelled",
+        cancel_requested=True,
+        run_status="cancelled",
+        requirement=requirement,
+        what=what,
+    )
+
+
+async def require_run_status(
+    ctx: CheckContext, workflow_id: str, status: str, message: str, requirement: str | None = None
+) -> dict[str, Any]:
+    """The run's describe, whose status must be ``status``."""
+    described = await ctx.describe(workflow_id)
+    ctx.require_equal(described.get("status"), status, message, requirement=requirement)
+    return described
+
+
+async def require_run_open(
+    ctx: CheckContext, workflow_id: str, message: str, requirement: str | None = None
+) -> dict[str, Any]:
+    """The run's describe, whose status must be a live one (the run is not closed)."""
+    described = await ctx.describe(workflow_id)
+    ctx.require(
+        described.get("status") in LIVE_RUN_STATUSES,
+        message,
+        expected=f"one of {LIVE_RUN_STATUSES}",
+        received=described.get("status"),
+        requirement=requirement,
+    )
+    return described
 
 
 async def renew_lease(ctx: CheckContext, task: dict[str, Any], what: str, requirement: str) -> None:

@@ -18,6 +18,8 @@ from suite.worlds import (
     WORKFLOW_TASK_VERBS,
     activity_call,
     activity_cmd,
+    contested_lease,
+    expect_run_cancelled,
     expect_run_closed,
     instant,
     lease_length,
@@ -71,11 +73,8 @@ async def terminate_leased_task_run_closed(ctx: CheckContext) -> None:
 @check("CANCEL-RUN-CLOSED-BEFORE-FENCING")
 async def cancel_run_closed_before_fencing(ctx: CheckContext) -> None:
     """After cancel, a wrong owner, a wrong attempt, or both, still get run_closed on every verb."""
-    queue = ctx.uid("q")
-    worker = await ctx.register(queue)
-    stranger = await ctx.register(queue)
-    wid, _ = await ctx.start(queue)
-    task, _ = await lease_workflow_task(ctx, worker, queue)
+    world = await contested_lease(ctx)
+    wid, task, stranger = world.workflow_id, world.task, world.rival
     attempt = int(task.get("workflow_task_attempt") or 1)
     ctx.expect(
         await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance"}), 200, what="cancel"
@@ -88,15 +87,8 @@ async def cancel_run_closed_before_fencing(ctx: CheckContext) -> None:
     for who, fence in callers.items():
         for verb in WORKFLOW_TASK_VERBS:
             reply = await ctx.wf_call(task, verb, verb_body(verb), **fence)
-            expect_run_closed(
-                ctx,
-                reply,
-                stop_reason="run_cancelled",
-                cancel_requested=True,
-                run_status="cancelled",
-                requirement="CANCEL-RUN-CLOSED-BEFORE-FENCING",
-                what=f"{verb} by {who} after cancel",
-            )
+            what = f"{verb} by {who} after cancel"
+            expect_run_cancelled(ctx, reply, what=what, requirement="CANCEL-RUN-CLOSED-BEFORE-FENCING")
 
 
 async def _drain_polls(

@@ -9,7 +9,7 @@ from suite.context import CheckContext
 from suite.outcomes import CheckFailure, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
 from suite.registry import check
-from suite.worlds import lease_wf
+from suite.worlds import lease_wf, require_run_status
 
 __all__: list[str] = []
 
@@ -176,12 +176,8 @@ async def _cooperative_cleanup(
     cleanup = {"type": "record_side_effect", "result": ctx.envelope("cleaned")["blob"]}
     reply = await ctx.complete(task, [cleanup, {"type": "complete_workflow"}])
     ctx.expect(reply, 200, what="the child's cleanup and close", requirement="CANCEL-COOPERATIVE-CLEANUP")
-    child = await ctx.describe(child_id)
-    ctx.require_equal(
-        child.get("status"),
-        "completed",
-        "the child closed as its own terminal command said",
-        requirement="CANCEL-COOPERATIVE-CLEANUP",
+    await require_run_status(
+        ctx, child_id, "completed", "the child closed as its own terminal command said", "CANCEL-COOPERATIVE-CLEANUP"
     )
     out = await parent_resolution(ctx, parent_id, 10.0)
     ctx.require_equal(

@@ -9,7 +9,6 @@ it) and are not covered when it exceeds ``--max-wait``.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -25,8 +24,9 @@ from suite.worlds import (
     activity_call,
     activity_cmd,
     complete_cmd,
-    event_types,
-    expect_run_closed,
+    contested_lease,
+    expect_run_cancelled,
+    fenced_report,
     instant,
     lease_length,
     lease_workflow_task,
@@ -35,6 +35,9 @@ from suite.worlds import (
     polled_task,
     race,
     renew_lease,
+    require_no_trace,
+    require_run_status,
+    require_taken_over,
     send_poll,
     started_with_activities,
     task_key,
@@ -76,20 +79,15 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
     """A crashed holder is replaced once its lease expires: another worker's poll gets the same task_id with
     attempt+1; the old worker's late heartbeat, complete, fail and history are 409 and leave no trace; only
     the new lease commits."""
-    queue = ctx.uid("q")
-    crashed = await ctx.register(queue)
-    successor = await ctx.register(queue)
-    wid, run_id = await ctx.start(queue)
-    task, reply = await lease_workflow_task(ctx, crashed, queue)
-    lease = lease_length(ctx, task, reply, WF_LEASE)
+    world = await contested_lease(ctx)
+    task, successor, lease = world.task, world.rival, world.lease(ctx)
     # The crashed worker never calls again; the successor just keeps polling, as any worker would.
-    new, _ = await lease_workflow_task(ctx, successor, queue, within=lease + SLACK)
-    previous = int(task.get("workflow_task_attempt") or 0)
-    want = {"task_id": task["task_id"], "workflow_task_attempt": previous + 1, "lease_owner": successor}
-    got = {k: new.get(k) for k in want}
-    ctx.require_equal(
-        got,
-        want,
+    new, _ = await lease_workflow_task(ctx, successor, world.queue, within=lease + SLACK)
+    require_taken_over(
+        ctx,
+        task,
+        new,
+        successor,
         "the expired task is taken over: same task_id, attempt + 1, the new lease_owner",
         requirement="DISPATCH-CRASH-TAKEOVER",
     )
@@ -102,14 +100,8 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
         "history": {},
     }
     for verb, body in late.items():
-        reply = await ctx.wf_call(task, verb, body)
-        ctx.expect(
-            reply,
-            409,
-            ("lease_owner_mismatch", "workflow_task_attempt_mismatch"),
-            what=f"the replaced worker's late {verb}",
-            requirement="DISPATCH-LATE-EVENT-FENCED",
-        )
+        what = f"the replaced worker's late {verb}"
+        reply = await fenced_report(ctx, task, verb, body, what=what, requirement="DISPATCH-LATE-EVENT-FENCED")
         ctx.require(
             reply.reason == "lease_owner_mismatch" and reply.json().get("lease_owner") == successor,
             f"the replaced worker's late {verb} is fenced by owner, checked before the attempt",
@@ -125,13 +117,9 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
         what="the new holder's complete",
         requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
     )
-    events = await ctx.history(wid, run_id)
-    ctx.require(
-        marker not in json.dumps(events),
-        "the replaced worker's commands leave no trace in history",
-        expected=f"no event mentioning {marker}",
-        received=event_types(events),
-        requirement="DISPATCH-LATE-EVENT-FENCED",
+    events = await ctx.history(world.workflow_id, world.run_id)
+    require_no_trace(
+        ctx, events, marker, "the replaced worker's commands leave no trace in history", "DISPATCH-LATE-EVENT-FENCED"
     )
     ctx.require_counts(
         events,
@@ -139,12 +127,8 @@ async def dispatch_crash_takeover(ctx: CheckContext) -> None:
         "only the new lease committed",
         "EXPIRY-ONLY-NEW-LEASE-COMMITS",
     )
-    described = await ctx.describe(wid)
-    ctx.require_equal(
-        described.get("status"),
-        "completed",
-        "the run ends as the new holder decided",
-        requirement="EXPIRY-ONLY-NEW-LEASE-COMMITS",
+    await require_run_status(
+        ctx, world.workflow_id, "completed", "the run ends as the new holder decided", "EXPIRY-ONLY-NEW-LEASE-COMMITS"
     )
 
 
@@ -314,15 +298,7 @@ async def dispatch_cancel_from_other_client(ctx: CheckContext) -> None:
         reply = await operator.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance: other client"})
         ctx.expect(reply, 200, what="cancel from a separate client")
     reply = await ctx.wf_call(wf, "heartbeat")
-    expect_run_closed(
-        ctx,
-        reply,
-        stop_reason="run_cancelled",
-        cancel_requested=True,
-        run_status="cancelled",
-        requirement="DISPATCH-CANCEL-DURABLE",
-        what="the worker's workflow-task heartbeat",
-    )
+    expect_run_cancelled(ctx, reply, what="the worker's workflow-task heartbeat", requirement="DISPATCH-CANCEL-DURABLE")
     reply = await activity_call(ctx, act, "heartbeat")
     body = ctx.expect(reply, 200, what="the worker's activity heartbeat")
     ctx.require(

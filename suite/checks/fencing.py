@@ -22,19 +22,21 @@ from suite.worlds import (
     ACT_LEASE,
     LIVE_RUN_STATUSES,
     SLACK,
-    WF_LEASE,
     WORKFLOW_TASK_VERBS,
     activity_call,
     activity_cmd,
     complete_cmd,
+    contested_lease,
     count_events,
     event_types,
+    expect_run_cancelled,
     expect_run_closed,
-    instant,
     lease_length,
     lease_workflow_task,
     next_activity,
     renew_lease,
+    require_run_open,
+    require_taken_over,
     same_json,
     verb_body,
 )
@@ -84,14 +86,7 @@ async def fence_wrong_owner(ctx: CheckContext) -> None:
         )
         await renew_lease(ctx, task, f"after the fenced {verb}", "FENCE-NO-STATE-CHANGE")
     # Nothing moved: the run is open and the owner's complete is the only one recorded.
-    described = await ctx.describe(wid)
-    ctx.require(
-        described.get("status") in LIVE_RUN_STATUSES,
-        "a fenced complete or fail must not close the run",
-        expected=f"one of {LIVE_RUN_STATUSES}",
-        received=described.get("status"),
-        requirement="FENCE-NO-STATE-CHANGE",
-    )
+    await require_run_open(ctx, wid, "a fenced complete or fail must not close the run", "FENCE-NO-STATE-CHANGE")
     await _fenced_calls_changed_nothing(ctx, task, wid, run_id, "the owner")
 
 
@@ -201,13 +196,7 @@ async def fence_after_complete(ctx: CheckContext) -> None:
     ctx.expect(again, 409, "task_not_leased", what="a second complete after a non-terminal batch")
     fail = await ctx.wf_call(task2, "fail", verb_body("fail"))
     ctx.expect(fail, 409, "task_not_leased", what="a fail after a non-terminal batch")
-    described = await ctx.describe(wid2)
-    ctx.require(
-        described.get("status") in LIVE_RUN_STATUSES,
-        "the rejected second complete did not close the run",
-        expected=f"one of {LIVE_RUN_STATUSES}",
-        received=described.get("status"),
-    )
+    await require_run_open(ctx, wid2, "the rejected second complete did not close the run")
 
 
 @check("FENCE-ORDER")
@@ -249,15 +238,8 @@ async def fence_guard_order(ctx: CheckContext) -> None:
         await ctx.client.control("POST", f"/workflows/{wid}/cancel", {"reason": "conformance"}), 200, what="cancel"
     )
     reply = await ctx.wf_call(task, "heartbeat", owner=stranger, attempt=attempt + 1)
-    expect_run_closed(
-        ctx,
-        reply,
-        stop_reason="run_cancelled",
-        cancel_requested=True,
-        run_status="cancelled",
-        requirement="FENCE-ORDER",
-        what="heartbeat of a completed task of a cancelled run",
-    )
+    what = "heartbeat of a completed task of a cancelled run"
+    expect_run_cancelled(ctx, reply, what=what, requirement="FENCE-ORDER")
 
 
 @check("FENCE-TASK-FAILED-NOT-LEASED")
@@ -297,21 +279,9 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
     """Once lease_expires_at passes, the holder's heartbeat and complete are 409 (lease_expired before a
     reclaim, the owner and attempt checks coming after it), never 200; after its own re-poll (attempt+1)
     its old attempt is workflow_task_attempt_mismatch."""
-    queue = ctx.uid("q")
-    holder = await ctx.register(queue)
-    stranger = await ctx.register(queue)
-    wid, run_id = await ctx.start(queue)
-    task, reply = await lease_workflow_task(ctx, holder, queue)
-    lease = lease_length(ctx, task, reply, WF_LEASE)
-    expires = instant(task.get("lease_expires_at"))
-    ctx.require(
-        expires is not None,
-        "a leased task carries lease_expires_at (RFC 3339)",
-        expected="a timestamp",
-        received=task.get("lease_expires_at"),
-        requirement="EXPIRY-HOLDER-FENCED",
-    )
-    assert expires is not None
+    world = await contested_lease(ctx)
+    task, holder, stranger, lease = world.task, world.holder, world.rival, world.lease(ctx)
+    expires = ctx.lease_expiry(task, world.reply, "EXPIRY-HOLDER-FENCED")
     await ctx.wait_past(expires, within=lease + SLACK, what="the server clock to pass lease_expires_at")
     # Nobody has reclaimed the task: whoever asks is told the lease expired (a server whose repair loop
     # already put the task back to ready answers task_not_leased, which the order also allows).
@@ -327,12 +297,12 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
     reply = await ctx.wf_call(task, "heartbeat", owner=stranger)
     ctx.expect(reply, 409, unclaimed, what="a wrong owner's heartbeat on an expired lease", requirement="FENCE-ORDER")
     # The same worker polls again: the same task with the next attempt; its old attempt stays fenced.
-    again, _ = await lease_workflow_task(ctx, holder, queue, within=lease + SLACK)
-    previous = int(task.get("workflow_task_attempt") or 0)
-    got = {"task_id": again.get("task_id"), "workflow_task_attempt": again.get("workflow_task_attempt")}
-    ctx.require_equal(
-        got,
-        {"task_id": task["task_id"], "workflow_task_attempt": previous + 1},
+    again, _ = await lease_workflow_task(ctx, holder, world.queue, within=lease + SLACK)
+    require_taken_over(
+        ctx,
+        task,
+        again,
+        None,
         "after expiry the same task_id is redelivered with workflow_task_attempt + 1",
         requirement="EXPIRY-REDELIVER-SAME-TASK",
     )
@@ -350,7 +320,7 @@ async def expiry_holder_fenced(ctx: CheckContext) -> None:
         what="the new attempt's complete",
         requirement="EXPIRY-REDELIVER-SAME-TASK",
     )
-    events = await ctx.history(wid, run_id)
+    events = await ctx.history(world.workflow_id, world.run_id)
     ctx.require_counts(
         events, {"WorkflowCompleted": 1}, "only the new attempt completed the run", "EXPIRY-HOLDER-FENCED"
     )

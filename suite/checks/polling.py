@@ -157,19 +157,27 @@ async def _drain(ctx: CheckContext, queue: str, build_id: str | None, verb: str,
     ctx.expect(reply, 200, what=f"{verb} build id {build_id!r} on {queue}", requirement=requirement)
 
 
+def _require_status_without_task(
+    ctx: CheckContext, reply: Reply, status: str, message: str, requirement: str | None = None
+) -> None:
+    """A poll answered ``poll_status`` ``status`` with ``task: null`` (the key present)."""
+    body = reply.json()
+    ctx.require(
+        body.get("poll_status") == status and "task" in body and body.get("task") is None,
+        message,
+        expected=f"poll_status: {status}, task: null",
+        received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:120]}",
+        replies=[reply],
+        requirement=requirement,
+    )
+
+
 def _expect_draining(ctx: CheckContext, reply: Reply, kind: str, requirement: str) -> None:
     ctx.expect(
         reply, 409, "worker_draining", what=f"{kind} poll by a draining build-id cohort", requirement=requirement
     )
-    body = reply.json()
-    ctx.require(
-        body.get("poll_status") == "draining" and "task" in body and body.get("task") is None,
-        f"a drained {kind} poll says poll_status 'draining' with task: null",
-        expected="poll_status: draining, task: null",
-        received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:80]}",
-        replies=[reply],
-        requirement="POLL-STATUS-DRAINING-409",
-    )
+    message = f"a drained {kind} poll says poll_status 'draining' with task: null"
+    _require_status_without_task(ctx, reply, "draining", message, "POLL-STATUS-DRAINING-409")
 
 
 async def _timed(
@@ -223,15 +231,9 @@ async def long_poll_holds_for_timeout(ctx: CheckContext) -> None:
         for (kind, t), w in zip(plan, workers, strict=True)
     )
     for (kind, t), (reply, elapsed) in zip(plan, results, strict=True):
-        body = ctx.expect(reply, 200, what=f"{kind} poll of an empty queue", requirement="POLL-STATUS-EMPTY")
-        ctx.require(
-            body.get("poll_status") == "empty" and "task" in body and body.get("task") is None,
-            f"an expired {kind} long poll is the normal envelope with task: null and poll_status 'empty'",
-            expected="poll_status: empty, task: null",
-            received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:80]}",
-            replies=[reply],
-            requirement="POLL-STATUS-EMPTY",
-        )
+        ctx.expect(reply, 200, what=f"{kind} poll of an empty queue", requirement="POLL-STATUS-EMPTY")
+        message = f"an expired {kind} long poll is the normal envelope with task: null and poll_status 'empty'"
+        _require_status_without_task(ctx, reply, "empty", message, "POLL-STATUS-EMPTY")
         ctx.require(
             t - 0.5 <= elapsed <= t + 3,
             f"an empty {kind} poll with timeout_seconds {t} holds about {t} s",
@@ -306,6 +308,33 @@ async def _settle(ctx: CheckContext, waiting: asyncio.Task[Reply], kind: str, *,
         )
 
 
+async def _delivered(
+    ctx: CheckContext, waiting: asyncio.Task[Reply], started: float, workflow_id: str, names: tuple[str, str, str]
+) -> dict[str, Any]:
+    """The task the ``waiting`` poll leased: one of ``workflow_id``'s, answered within 5 s of ``started`` (when
+    the work was made ready). ``names``: the poll's kind, what it leases, what made it ready."""
+    kind, leased, cause = names
+    reply = await waiting
+    elapsed = time.monotonic() - started
+    task = polled_task(ctx, reply, f"the waiting {kind} poll")
+    ctx.require(
+        task is not None and task.get("workflow_id") == workflow_id,
+        f"the waiting {kind} poll leases {leased} of the workflow made ready meanwhile",
+        expected=f"{leased} of {workflow_id}",
+        received=repr(task)[:200],
+        replies=[reply],
+    )
+    ctx.require(
+        elapsed < 5.0,
+        f"{leased} that becomes ready during a long poll is returned immediately",
+        expected=f"< 5 s after {cause}",
+        received=f"{elapsed:.2f} s",
+        replies=[reply],
+    )
+    assert task is not None
+    return task
+
+
 @check("LONGPOLL-IMMEDIATE-DELIVERY")
 async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
     """Work that becomes ready while a 20 s poll waits is delivered at once (workflow and activity polls)."""
@@ -319,45 +348,12 @@ async def long_poll_delivers_immediately(ctx: CheckContext) -> None:
         await _settle(ctx, act_poll, "activity", settled=True)
         started = time.monotonic()
         workflow_id, _ = await ctx.start(queue)
-        reply = await wf_poll
-        elapsed = time.monotonic() - started
-        task = polled_task(ctx, reply, "the waiting workflow poll")
-        ctx.require(
-            task is not None and task.get("workflow_id") == workflow_id,
-            "the waiting poll leases the workflow started meanwhile",
-            expected=f"a task of {workflow_id}",
-            received=repr(task)[:200],
-            replies=[reply],
-        )
-        ctx.require(
-            elapsed < 5.0,
-            "a task that becomes ready during a long poll is returned immediately",
-            expected="< 5 s after the start",
-            received=f"{elapsed:.2f} s",
-            replies=[reply],
-        )
-        assert task is not None
+        task = await _delivered(ctx, wf_poll, started, workflow_id, ("workflow", "a task", "the start"))
         # The activity becomes ready when the workflow task completes.
         started = time.monotonic()
         done = await ctx.complete(task, [{**SCHEDULE_ACTIVITY, "queue": queue}])
         ctx.expect(done, 200, what="workflow-task complete with schedule_activity")
-        reply = await act_poll
-        elapsed = time.monotonic() - started
-        act = polled_task(ctx, reply, "the waiting activity poll")
-        ctx.require(
-            act is not None and act.get("workflow_id") == workflow_id,
-            "the waiting activity poll leases the activity scheduled meanwhile",
-            expected=f"an activity of {workflow_id}",
-            received=repr(act)[:200],
-            replies=[reply],
-        )
-        ctx.require(
-            elapsed < 5.0,
-            "an activity that becomes ready during a long poll is returned immediately",
-            expected="< 5 s after the schedule",
-            received=f"{elapsed:.2f} s",
-            replies=[reply],
-        )
+        await _delivered(ctx, act_poll, started, workflow_id, ("activity", "an activity", "the schedule"))
     finally:
         for waiting in (wf_poll, act_poll):
             if not waiting.done():
@@ -502,14 +498,9 @@ async def _throttled_poll(ctx: CheckContext) -> Reply:
 async def poll_throttled_at_admission_limit(ctx: CheckContext) -> None:
     """At the admission limit, a poll of a queue with ready work is 200 'throttled' with task: null, not 'empty'."""
     reply = await _throttled_poll(ctx)
-    body = ctx.expect(reply, 200, what="poll beyond the admission limit")
-    ctx.require(
-        body.get("poll_status") == "throttled" and "task" in body and body.get("task") is None,
-        "a poll refused by the admission limit says 'throttled' with task: null, even with ready work",
-        expected="200 poll_status: throttled, task: null",
-        received=f"poll_status {body.get('poll_status')!r}, task {repr(body.get('task', '<absent>'))[:120]}",
-        replies=[reply],
-    )
+    ctx.expect(reply, 200, what="poll beyond the admission limit")
+    message = "a poll refused by the admission limit says 'throttled' with task: null, even with ready work"
+    _require_status_without_task(ctx, reply, "throttled", message)
 
 
 @check("POLL-STATUS-RETRY-AFTER")
@@ -801,15 +792,23 @@ async def lease_heartbeat_reports_run_status(ctx: CheckContext) -> None:
     )
 
 
+async def _leased_by_poll_id(ctx: CheckContext, runs: int = 1) -> tuple[str, str, str, dict[str, Any], Reply]:
+    """A worker on a fresh queue with ``runs`` runs started, and a workflow task leased to it by a poll with a
+    poll_request_id: (queue, worker, poll_request_id, task, the poll's reply)."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    for _ in range(runs):
+        await ctx.start(queue)
+    prid = ctx.uid("poll")
+    task, reply = await lease_task(ctx, "workflow", worker, queue, poll_request_id=prid)
+    return queue, worker, prid, task, reply
+
+
 @check("IDEMPOTENT-POLL-REPLAY")
 async def poll_replay_same_task_and_attempt(ctx: CheckContext) -> None:
     """A repeated poll_request_id returns the same task and attempt (not another ready task), attempt unchanged."""
-    queue = ctx.uid("q")
-    wid = await ctx.register(queue)
-    for _ in range(2):
-        await ctx.start(queue)  # a second ready task the replay must not hand out
-    prid = ctx.uid("poll")
-    task, first = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
+    # A second ready task the replay must not hand out.
+    queue, wid, prid, task, first = await _leased_by_poll_id(ctx, runs=2)
     again = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
     replay = polled_task(ctx, again, "poll with the same poll_request_id")
     ctx.require(
@@ -826,11 +825,8 @@ async def poll_replay_same_task_and_attempt(ctx: CheckContext) -> None:
 @check("IDEMPOTENT-POLL-OTHER-WORKER")
 async def poll_replay_not_for_other_worker(ctx: CheckContext) -> None:
     """Another worker sending the same poll_request_id does not get that task."""
-    queue = ctx.uid("q")
-    owner, other = await ctx.register(queue), await ctx.register(queue)
-    await ctx.start(queue)
-    prid = ctx.uid("poll")
-    task, _ = await lease_task(ctx, "workflow", owner, queue, poll_request_id=prid)
+    queue, _owner, prid, task, _ = await _leased_by_poll_id(ctx)
+    other = await ctx.register(queue)
     reply = await send_poll(ctx, "workflow", other, queue, 1, poll_request_id=prid)
     got = polled_task(ctx, reply, "poll by another worker with the same poll_request_id")
     if got is not None and got not in without_redeliveries(ctx, [task, got]):
@@ -850,11 +846,7 @@ async def poll_replay_not_for_other_worker(ctx: CheckContext) -> None:
 @check("IDEMPOTENT-POLL-AFTER-CLOSE")
 async def poll_replay_dropped_after_close(ctx: CheckContext) -> None:
     """After the task is completed or failed, a poll with its poll_request_id follows the normal rules."""
-    queue = ctx.uid("q")
-    wid = await ctx.register(queue)
-    await ctx.start(queue)
-    prid = ctx.uid("poll")
-    task, _ = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
+    queue, wid, prid, task, _ = await _leased_by_poll_id(ctx)
     ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="complete")
     fresh_id, _ = await ctx.start(queue)
     reply = await send_poll(ctx, "workflow", wid, queue, 1, poll_request_id=prid)
@@ -883,11 +875,7 @@ async def poll_replay_dropped_after_close(ctx: CheckContext) -> None:
 @check("IDEMPOTENT-POLL-AFTER-CLOSE", slow=True)
 async def poll_replay_dropped_after_expiry(ctx: CheckContext) -> None:
     """After the lease expires, a poll with its poll_request_id gets a new attempt, not the stale replay."""
-    queue = ctx.uid("q")
-    wid = await ctx.register(queue)
-    await ctx.start(queue)
-    prid = ctx.uid("poll")
-    task, poll = await lease_task(ctx, "workflow", wid, queue, poll_request_id=prid)
+    queue, wid, prid, task, poll = await _leased_by_poll_id(ctx)
     expires = ctx.lease_expiry(task, poll, "IDEMPOTENT-POLL-AFTER-CLOSE")
     date = poll.server_date
     lease = (expires - date).total_seconds() if date is not None else advertised_lease(ctx)

@@ -15,15 +15,17 @@ from suite.worlds import (
     ACTIVITY_TYPE,
     READY_WITHIN,
     SLACK,
-    WF_LEASE,
     activity_call,
     activity_cmd,
     complete_cmd,
+    contested_lease,
     event_types,
+    fenced_report,
     instant,
-    lease_length,
     lease_task,
     lease_workflow_task,
+    require_no_trace,
+    require_taken_over,
 )
 
 # Timestamps may be kept to the second: a takeover is early only when it is more than this before the expiry.
@@ -101,22 +103,14 @@ async def restart_keeps_leases_fenced(ctx: CheckContext) -> None:
     out (same task, next attempt); the old holder's reports with that lease are then 409 and leave no trace."""
     if ctx.target.restart_command is None:
         await ctx.restart()  # not covered, naming --restart-command
-    queue = ctx.uid("q")
-    holder = await ctx.register(queue)
-    successor = await ctx.register(queue)
-    wid, rid = await ctx.start(queue)
-    task, reply = await lease_workflow_task(ctx, holder, queue)
-    lease = lease_length(ctx, task, reply, WF_LEASE)
-    expires = instant(task.get("lease_expires_at"))
-    ctx.require(expires is not None, "a lease carries lease_expires_at", received=task.get("lease_expires_at"))
-    assert expires is not None
+    world = await contested_lease(ctx)
+    task, successor, lease = world.task, world.rival, world.lease(ctx)
+    expires = ctx.lease_expiry(task, world.reply)
 
     await ctx.restart()
 
-    new, _ = await lease_workflow_task(ctx, successor, queue, within=lease + SLACK)
-    previous = int(task.get("workflow_task_attempt") or 0)
-    want = {"task_id": task["task_id"], "workflow_task_attempt": previous + 1, "lease_owner": successor}
-    ctx.require_equal({k: new.get(k) for k in want}, want, "the task leased before the restart is taken over after it")
+    new, _ = await lease_workflow_task(ctx, successor, world.queue, within=lease + SLACK)
+    require_taken_over(ctx, task, new, successor, "the task leased before the restart is taken over after it")
     renewed = instant(new.get("lease_expires_at"))
     claimed = renewed - timedelta(seconds=lease) if renewed is not None else None
     ctx.require(
@@ -133,21 +127,11 @@ async def restart_keeps_leases_fenced(ctx: CheckContext) -> None:
         "fail": {"failure": {"message": marker}},
     }
     for verb, body in stale.items():
-        reply = await ctx.wf_call(task, verb, body)
-        ctx.expect(
-            reply,
-            409,
-            ("lease_owner_mismatch", "workflow_task_attempt_mismatch"),
-            what=f"the old holder's {verb} with its lease from before the restart",
-            requirement="RESTART-STALE-LEASE-FENCED",
-        )
+        what = f"the old holder's {verb} with its lease from before the restart"
+        await fenced_report(ctx, task, verb, body, what=what, requirement="RESTART-STALE-LEASE-FENCED")
     done = await ctx.complete(new, [complete_cmd("winner")])
     ctx.expect(done, 200, what="the new holder's complete", requirement="RESTART-STALE-LEASE-FENCED")
-    events = await ctx.history(wid, rid)
-    ctx.require(
-        marker not in json.dumps(events),
-        "the old holder's reports leave no trace in history",
-        expected=f"no event mentioning {marker}",
-        received=event_types(events),
-        requirement="RESTART-STALE-LEASE-FENCED",
+    events = await ctx.history(world.workflow_id, world.run_id)
+    require_no_trace(
+        ctx, events, marker, "the old holder's reports leave no trace in history", "RESTART-STALE-LEASE-FENCED"
     )

@@ -11,11 +11,13 @@ leased task, where only the fencing fields are broken (so that no fuzz body can 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from schemas import load_json
 from suite.client import WORKER_HEADER, Reply
 from suite.context import CheckContext
 from suite.protocol.commands import REPORT_BODIES
@@ -135,53 +137,53 @@ class Route:
     fields: Mapping[str, tuple[str, bool]]
 
 
-REGISTER = Route(
-    "register",
-    "/register",
-    {
-        "worker_id": ("str", False),
-        "task_queue": ("str", True),
-        "runtime": ("str", True),
-        "sdk_version": ("str", False),
-        "build_id": ("str", False),
-        "supported_workflow_types": ("list", False),
-        "supported_activity_types": ("list", False),
-        "workflow_definition_fingerprints": ("obj", False),
-        "max_concurrent_workflow_tasks": ("int", False),
-        "max_concurrent_activity_tasks": ("int", False),
-        "capabilities": ("list", False),
-    },
-)
-WORKER_HEARTBEAT = Route(
-    "worker heartbeat",
-    "/heartbeat",
-    {
-        "worker_id": ("str", True),
-        "task_slots": ("obj", False),
-        "process_metrics": ("obj", False),
-        "heartbeat_interval_seconds": ("int", False),
-    },
-)
-_POLL = {
-    "worker_id": ("str", True),
-    "task_queue": ("str", True),
-    "build_id": ("str", False),
-    "timeout_seconds": ("int", False),
-    "poll_request_id": ("str", False),
-}
-POLLS = (
-    Route(
-        "workflow-task poll",
-        "/workflow-tasks/poll",
-        {
-            **_POLL,
-            "history_page_size": ("int", False),
-            "accept_history_encoding": ("str", False),
-            "task_kinds": ("list", False),
-        },
-    ),
-    Route("activity-task poll", "/activity-tasks/poll", _POLL),
-    Route("query-task poll", "/query-tasks/poll", _POLL),
+# A JSON Schema type → the kind of bad values a field of it gets. A field the schema leaves untyped takes any
+# value (§6.2's SDK extras "must be tolerated"), so no value of its own is hostile: it gets none.
+_KIND_OF_TYPE = {"string": "str", "integer": "int", "number": "num", "array": "list", "object": "obj"}
+
+
+def _resolve(path: str, ref: str) -> tuple[str, Mapping[str, Any]]:
+    """The schema ``ref`` (relative to the schema file ``path``, with a JSON pointer) names, and its file."""
+    file, _, pointer = ref.partition("#")
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(path), file)) if file else path
+    node: Any = load_json(target)
+    for part in filter(None, pointer.split("/")):
+        node = node[part]
+    return target, node
+
+
+def _schema_kind(path: str, prop: Mapping[str, Any]) -> str:
+    if "$ref" in prop:
+        return _schema_kind(*_resolve(path, prop["$ref"]))
+    types = prop.get("type")
+    named = [t for t in ([types] if isinstance(types, str) else types or []) if t != "null"]
+    if not named and prop.get("enum"):
+        return "str" if all(isinstance(v, str) for v in prop["enum"]) else "any"
+    return _KIND_OF_TYPE.get(named[0], "any") if len(named) == 1 else "any"
+
+
+def _schema_fields(path: str) -> dict[str, tuple[str, bool]]:
+    """A request body's fields as ``schemas/json/`` declares them: name → (kind, required), the fields of the
+    schemas it extends (``allOf``) first."""
+    schema = load_json(path)
+    fields: dict[str, tuple[str, bool]] = {}
+    for ref in (part["$ref"] for part in schema.get("allOf", ()) if "$ref" in part):
+        fields.update(_schema_fields(_resolve(path, ref)[0]))
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        fields[name] = (_schema_kind(path, prop), name in required)
+    return fields
+
+
+def _schema_route(name: str, path: str, schema: str) -> Route:
+    return Route(name, path, _schema_fields(f"json/worker/{schema}.request.schema.json"))
+
+
+REGISTER = _schema_route("register", "/register", "register")
+WORKER_HEARTBEAT = _schema_route("worker heartbeat", "/heartbeat", "heartbeat")
+POLLS = tuple(
+    _schema_route(f"{kind}-task poll", f"/{kind}-tasks/poll", f"{kind}-task-poll")
+    for kind in ("workflow", "activity", "query")
 )
 
 
@@ -340,21 +342,26 @@ async def run_corpus(ctx: CheckContext, cases: Iterable[Case]) -> None:
         )
 
 
-def _absent_cases(ctx: CheckContext, routes: Iterable[Route], fence: dict[str, Any]) -> list[Case]:
+async def _fuzz_absent(ctx: CheckContext, routes: Iterable[Route], fence: dict[str, Any]) -> None:
+    """Every hostile body of ``routes`` for a task id nobody has, where every field may be broken."""
     out: list[Case] = []
     for route in routes:
         path = route.path.replace("{id}", ctx.uid("absent-task"))
         out += corpus(route, path, _base(route, **fence), BAD_VALUES)
-    return out
+    await run_corpus(ctx, out)
 
 
-def _live_cases(routes: Iterable[Route], task_id: str, fence: dict[str, Any], **extra: Any) -> list[Case]:
+async def _fuzz_live(
+    ctx: CheckContext, routes: Iterable[Route], task_id: str, fence: dict[str, Any], **extra: Any
+) -> None:
+    """Every hostile body of ``routes`` for the live leased task ``task_id``, only its fencing fields broken (the
+    ``extra`` fields a route takes valid, so that no body is a valid request)."""
     out: list[Case] = []
     for route in routes:
         path = route.path.replace("{id}", task_id)
         base = {**_base(route, **fence), **{k: v for k, v in extra.items() if k in route.fields}}
         out += corpus(route, path, base, LIVE_BAD_VALUES, only_required=True)
-    return out
+    await run_corpus(ctx, out)
 
 
 ROBUST = ("ROBUST-NO-5XX", "ROBUST-STATUS-SET", "ROBUST-ENVELOPE-ON-ERROR")
@@ -388,17 +395,15 @@ async def fuzz_workflow_task_routes(ctx: CheckContext) -> None:
     await ctx.start(queue)
     task = await lease_wf(ctx, worker, queue)
     fence = {"lease_owner": worker, "workflow_task_attempt": task.get("workflow_task_attempt")}
-    await run_corpus(
+    await _fuzz_live(
         ctx,
-        _live_cases(
-            WORKFLOW_TASK_ROUTES,
-            str(task["task_id"]),
-            fence,
-            commands=[{"type": "complete_workflow"}],
-            failure={"message": "m"},
-        ),
+        WORKFLOW_TASK_ROUTES,
+        str(task["task_id"]),
+        fence,
+        commands=[{"type": "complete_workflow"}],
+        failure={"message": "m"},
     )
-    await run_corpus(ctx, _absent_cases(ctx, WORKFLOW_TASK_ROUTES, fence))
+    await _fuzz_absent(ctx, WORKFLOW_TASK_ROUTES, fence)
 
 
 @check(*ROBUST)
@@ -408,17 +413,10 @@ async def fuzz_activity_task_routes(ctx: CheckContext) -> None:
     run = await schedule_activities(ctx)
     task = await lease_activity(ctx, run)
     fence = {"activity_attempt_id": task.get("activity_attempt_id"), "lease_owner": run.worker}
-    await run_corpus(
-        ctx,
-        _live_cases(
-            ACTIVITY_TASK_ROUTES,
-            str(task["task_id"]),
-            fence,
-            result=ctx.envelope("ok"),
-            failure={"message": "m"},
-        ),
+    await _fuzz_live(
+        ctx, ACTIVITY_TASK_ROUTES, str(task["task_id"]), fence, result=ctx.envelope("ok"), failure={"message": "m"}
     )
-    await run_corpus(ctx, _absent_cases(ctx, ACTIVITY_TASK_ROUTES, fence))
+    await _fuzz_absent(ctx, ACTIVITY_TASK_ROUTES, fence)
 
 
 @check(*ROBUST)
@@ -431,19 +429,17 @@ async def fuzz_query_task_routes(ctx: CheckContext) -> None:
     try:
         task = await lease_query(ctx, run, call, requirement="ROBUST-NO-5XX")
         fence["query_task_attempt"] = task.get("query_task_attempt")
-        await run_corpus(
+        await _fuzz_live(
             ctx,
-            _live_cases(
-                QUERY_TASK_ROUTES,
-                str(task["query_task_id"]),
-                fence,
-                result_envelope=ctx.envelope("ok"),
-                failure={"message": "m"},
-            ),
+            QUERY_TASK_ROUTES,
+            str(task["query_task_id"]),
+            fence,
+            result_envelope=ctx.envelope("ok"),
+            failure={"message": "m"},
         )
     finally:
         await settle(call)
-    await run_corpus(ctx, _absent_cases(ctx, QUERY_TASK_ROUTES, fence))
+    await _fuzz_absent(ctx, QUERY_TASK_ROUTES, fence)
 
 
 # -- rejected calls change nothing (invariant 68) ------------------------------------------------------------
@@ -590,6 +586,35 @@ def _rejected_calls(ctx: CheckContext, live: _LiveRun) -> list[Call]:
     return calls
 
 
+async def _rejected_without_change(
+    ctx: CheckContext,
+    run: ActivityRun,
+    label: str,
+    call: Callable[[], Awaitable[Reply]],
+    rejected: Callable[[int], bool],
+    expected: str,
+) -> None:
+    """``call`` is rejected (its status ``rejected``, as ``expected`` says) and leaves the run's describe and history
+    as they were."""
+    before = await _snapshot(ctx, run)
+    reply = await call()
+    ctx.require(
+        rejected(reply.status),
+        f"{label} is rejected",
+        expected=expected,
+        received=f"{reply.status} {reply.reason or ''}".strip(),
+        replies=[reply],
+    )
+    after = await _snapshot(ctx, run)
+    ctx.require(
+        after == before,
+        f"a rejected call changes nothing: {label}",
+        expected="describe and history unchanged",
+        received=_diff(before, after),
+        replies=[reply],
+    )
+
+
 @check("ROBUST-REJECTED-NO-STATE-CHANGE")
 async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
     """Fenced, rejected and invalid calls on a live run leave describe and history exactly as they were, and
@@ -597,22 +622,8 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
     live = await _live_run(ctx)
     for label, call in _rejected_calls(ctx, live):
         await _renew(ctx, live)
-        before = await _snapshot(ctx, live.run)
-        reply = await call()
-        ctx.require(
-            400 <= reply.status < 500,
-            f"{label} is rejected",
-            expected="a 4xx rejection",
-            received=f"{reply.status} {reply.reason or ''}",
-            replies=[reply],
-        )
-        after = await _snapshot(ctx, live.run)
-        ctx.require(
-            after == before,
-            f"a rejected call changes nothing: {label}",
-            expected="describe and history unchanged",
-            received=_diff(before, after),
-            replies=[reply],
+        await _rejected_without_change(
+            ctx, live.run, label, call, lambda status: 400 <= status < 500, "a 4xx rejection"
         )
     reply = await ctx.complete(live.wf, [{"type": "start_timer", "delay_seconds": 3600}])
     ctx.expect(reply, 200, what="the owner's workflow-task complete after the rejected calls")
@@ -625,17 +636,7 @@ async def rejected_calls_change_nothing(ctx: CheckContext) -> None:
         ("a second activity complete", lambda: activity_call(ctx, live.a, "complete", {"result": None})),
     ]
     for label, call in finished:
-        before = await _snapshot(ctx, live.run)
-        reply = await call()
-        ctx.require(reply.status == 409, f"{label} is rejected", expected="409", received=reply.status, replies=[reply])
-        after = await _snapshot(ctx, live.run)
-        ctx.require(
-            after == before,
-            f"a rejected call changes nothing: {label}",
-            expected="describe and history unchanged",
-            received=_diff(before, after),
-            replies=[reply],
-        )
+        await _rejected_without_change(ctx, live.run, label, call, lambda status: status == 409, "409")
 
 
 # -- unknown fields (§0) -------------------------------------------------------------------------------------

@@ -120,6 +120,15 @@ class SessionMachine(MachineBase):
         session = self.sessions[i % SESSIONS]
         return None if session.unsure else session
 
+    def existing(self, i: int) -> ShadowSession | None:
+        """The session ``i`` once it has been created (settled to now), or None: a heartbeat or close of a session
+        nobody created is not a step of the lifecycle."""
+        session = self.pick(i)
+        if session is None or session.status is SessionStatus.NONE:
+            return None
+        self.settle(session)
+        return session
+
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def create(self, w: int, s: int) -> None:
         session, worker = self.pick(s), self.workers[w]
@@ -142,10 +151,9 @@ class SessionMachine(MachineBase):
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def heartbeat(self, w: int, s: int) -> None:
-        session, worker = self.pick(s), self.workers[w]
-        if session is None or session.status is SessionStatus.NONE:
+        session, worker = self.existing(s), self.workers[w]
+        if session is None:
             return
-        self.settle(session)
         decision = model.heartbeat_decision(session.view(), worker)
         path = f"/sessions/{session.session_id}/heartbeat"
         reply = self.call(self.ctx.client.worker(path, {"worker_id": worker, "lease_seconds": LEASE}))
@@ -157,10 +165,9 @@ class SessionMachine(MachineBase):
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def close(self, w: int, s: int) -> None:
-        session, worker = self.pick(s), self.workers[w]
-        if session is None or session.status is SessionStatus.NONE:
+        session, worker = self.existing(s), self.workers[w]
+        if session is None:
             return
-        self.settle(session)
         decision = model.close_decision(session.view(), worker)
         body = {"worker_id": worker, "reason": "worker_shutdown"}
         reply = self.call(self.ctx.client.worker(f"/sessions/{session.session_id}", body, method="DELETE"))

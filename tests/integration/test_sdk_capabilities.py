@@ -11,8 +11,9 @@ still work beside it. Waits poll durable state with deadlines, as in ``test_sdk_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +147,20 @@ def one_token_client(server: AuthServer) -> Client:
     return Client(server.url, token=server.full_token, namespace="default")
 
 
+@contextlib.asynccontextmanager
+async def cooperative_worker(
+    server: AuthServer, queue: str, workflows: list[type]
+) -> AsyncIterator[tuple[Client, asyncio.Task[None]]]:
+    """A full-access client and a running worker on ``queue`` that negotiated cooperative cancellation."""
+    async with (
+        one_token_client(server) as client,
+        running_worker(
+            client, queue, workflows=workflows, activities=[echo], capabilities=("cooperative_cancellation",)
+        ) as (_, worker_task),
+    ):
+        yield client, worker_task
+
+
 # -- tests ----------------------------------------------------------------------------------------------
 
 
@@ -211,16 +226,8 @@ def test_a_child_cancelled_cooperatively(auth_server: AuthServer) -> None:
 
     async def scenario() -> None:
         queue = unique("caps-coop-q")
-        async with (
-            one_token_client(auth_server) as client,
-            running_worker(
-                client,
-                queue,
-                workflows=[CooperativeParentWorkflow, CooperativeKidWorkflow],
-                activities=[echo],
-                capabilities=("cooperative_cancellation",),
-            ) as (_, worker_task),
-        ):
+        workflows = [CooperativeParentWorkflow, CooperativeKidWorkflow]
+        async with cooperative_worker(auth_server, queue, workflows) as (client, worker_task):
             parent = await client.start_workflow(
                 workflow_type="caps.cooperative-parent", task_queue=queue, workflow_id=unique("caps-coop")
             )
@@ -269,16 +276,7 @@ def test_a_client_requests_cooperative_cancellation_through_the_sdk(auth_server:
 
     async def scenario() -> None:
         queue = unique("caps-client-coop-q")
-        async with (
-            one_token_client(auth_server) as client,
-            running_worker(
-                client,
-                queue,
-                workflows=[CooperativeKidWorkflow],
-                activities=[echo],
-                capabilities=("cooperative_cancellation",),
-            ) as (_, worker_task),
-        ):
+        async with cooperative_worker(auth_server, queue, [CooperativeKidWorkflow]) as (client, worker_task):
             handle = await client.start_workflow(
                 workflow_type="caps.cooperative-kid", task_queue=queue, workflow_id=unique("caps-client-coop")
             )

@@ -4,19 +4,18 @@ that process answers ``GET /api/health`` with 200 (a decoy: another test's serve
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from suite.processes import listeners, wait_until_served
+from tests.suite.decoys import health_decoy
 
 # A child that listens on a port of its own (SO_REUSEADDR as asyncio's server has it) and prints it.
 LISTENER = """
@@ -28,29 +27,11 @@ time.sleep(120)
 """
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b'{"status": "serving"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def decoy() -> Iterator[int]:
     """A server in this process that answers ``GET /api/health`` with 200 on a port of its own."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
+    with health_decoy() as port:
+        yield port
 
 
 def _child(*args: str) -> subprocess.Popen[str]:

@@ -10,7 +10,6 @@ same job fails on a NOT CONFORMANT server and on a server that never starts, and
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import random
@@ -20,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -31,6 +29,7 @@ import yaml
 
 from suite.certify import MANIFEST, key_fingerprint, keygen
 from suite.target import EMBEDDED_ARGS
+from tests.suite.decoys import health_decoy
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "server-ci.sh"
@@ -305,30 +304,12 @@ def test_the_recipe_certifies_a_server_and_fails_the_job_when_it_should(
     assert "vendor-server" not in _installed(venv)
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b'{"status": "serving"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def decoy() -> Iterator[int]:
     """Another process's server on the port the job was given, answering ``GET /api/health`` with 200 — as
     another test's reference server did when it was handed the port the job had picked and not yet bound."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
+    with health_decoy(_free_port()) as port:
+        yield port
 
 
 @pytest.mark.slow
