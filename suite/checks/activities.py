@@ -17,6 +17,7 @@ from suite.context import CheckContext
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.oracle import Accepted, Kind, judge_history
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
     READY_WITHIN,
@@ -34,6 +35,9 @@ from suite.worlds import (
     schedule_activities,
     task_summary,
 )
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.ACTIVITIES, Area.RETRIES, Area.TIMEOUTS, Area.FENCING)
 
 __all__ = ["expect_no_activity", "expect_no_workflow_task", "history_events", "lease_resume"]
 

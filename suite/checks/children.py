@@ -8,8 +8,12 @@ from typing import Any
 from suite.context import CheckContext
 from suite.outcomes import CheckFailure, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import lease_wf, require_run_status
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.CHILDREN, Area.CANCELLATION)
 
 __all__: list[str] = []
 

@@ -23,6 +23,7 @@ from suite.context import CheckContext
 from suite.outcomes import Unimplemented
 from suite.protocol.history import ACTIVITY_OUTCOME_EVENTS, RUN_TERMINAL_EVENTS, check_sequences, decompress_events
 from suite.protocol.oracle import Accepted, Kind
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.text import plural
 from suite.worlds import (
@@ -36,6 +37,9 @@ from suite.worlds import (
     next_activity,
     wait_out_lease,
 )
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.HISTORY, Area.COMPRESSION)
 
 _STATUS_OF = {
     "WorkflowCompleted": "completed",

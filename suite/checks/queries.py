@@ -14,6 +14,7 @@ from typing import Any
 from suite.client import Reply
 from suite.context import CheckContext
 from suite.protocol.codec import decode_blob, value_to_json
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.text import plural
 from suite.worlds import (
@@ -28,6 +29,9 @@ from suite.worlds import (
     start_query,
     waiting_run,
 )
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.QUERIES, Area.FENCING)
 
 
 async def _snapshot(ctx: CheckContext, run: QueryRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:

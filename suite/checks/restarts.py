@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from suite.context import CheckContext
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
     ACTIVITY_TYPE,
@@ -27,6 +28,9 @@ from suite.worlds import (
     require_no_trace,
     require_taken_over,
 )
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.DISPATCH,)
 
 # Timestamps may be kept to the second: a takeover is early only when it is more than this before the expiry.
 INSTANT_RESOLUTION = timedelta(seconds=1)

@@ -1,5 +1,5 @@
-"""Robustness: hostile bodies, rejected calls, unknown fields, telemetry hooks and old workers
-(PROTOCOL.md §0, §3.3, §14.1, invariants 67-68).
+"""Robustness: hostile bodies, rejected calls, unknown fields and telemetry hooks (§0, §14.1, invariants
+67-68).
 
 The fuzz corpus is fixed and deterministic, so a failure replays exactly: every worker route gets
 non-JSON and invalid UTF-8 bytes, non-object JSON, deep nesting, and every field of its body set to wrong
@@ -21,6 +21,7 @@ from schemas import load_json
 from suite.client import WORKER_HEADER, Reply
 from suite.context import CheckContext
 from suite.protocol.commands import REPORT_BODIES
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.text import plural
 from suite.worlds import (
@@ -34,6 +35,9 @@ from suite.worlds import (
     start_query,
     waiting_run,
 )
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.ROBUSTNESS, Area.LIFECYCLE_HOOKS)
 
 # Invariant 67: the only statuses a hostile request may get.
 HOSTILE_STATUSES = frozenset({400, 404, 409, 412, 415, 422})
@@ -847,75 +851,3 @@ async def hooks_observe_only(ctx: CheckContext) -> None:
         received=got,
         requirement=req,
     )
-
-
-# -- an old worker (§3.3) ------------------------------------------------------------------------------------
-
-
-@check("VERSION-NO-NEWER-REQUIRED-FIELDS")
-async def worker_1_0_fully_served(ctx: CheckContext) -> None:
-    """A worker speaking 1.0, sending only 1.0 fields, registers, polls, runs an activity and completes."""
-    req = "VERSION-NO-NEWER-REQUIRED-FIELDS"
-    old = "1.0"
-    queue = ctx.uid("q")
-    worker = ctx.uid("w")
-
-    async def call(
-        path: str, body: dict[str, Any], what: str, status: int | tuple[int, ...] = 200, hold: float = 10
-    ) -> dict[str, Any]:
-        reply = await ctx.client.worker(path, body, version=old, timeout=hold + 15)
-        return ctx.expect(reply, status, what=f"{what} as a 1.0 worker", requirement=req)
-
-    async def poll(kind: str) -> dict[str, Any]:
-        # A 1.0 worker sends no timeout_seconds: the task is ready, so the default hold never runs out.
-        body = await call(
-            f"/{kind}-tasks/poll", {"worker_id": worker, "task_queue": queue}, f"{kind}-task poll", hold=35
-        )
-        task = body.get("task")
-        ctx.require(
-            isinstance(task, dict),
-            f"a 1.0 worker leases the ready {kind} task",
-            expected="a task",
-            received=task,
-            requirement=req,
-        )
-        assert isinstance(task, dict)
-        return task
-
-    await call("/register", {"worker_id": worker, "task_queue": queue, "runtime": "python"}, "register", (200, 201))
-    workflow_id, _ = await ctx.start(queue, input=["old"])
-    wf = await poll("workflow")
-    fence = {"lease_owner": worker, "workflow_task_attempt": wf.get("workflow_task_attempt")}
-    await call(
-        f"/workflow-tasks/{wf['task_id']}/complete",
-        {
-            **fence,
-            "commands": [
-                {
-                    "type": "schedule_activity",
-                    "activity_type": "conformance.act",
-                    "arguments": ctx.envelope(["old"]),
-                }
-            ],
-        },
-        "workflow-task complete",
-    )
-    act = await poll("activity")
-    await call(
-        f"/activity-tasks/{act['task_id']}/complete",
-        {
-            "activity_attempt_id": act.get("activity_attempt_id"),
-            "lease_owner": worker,
-            "result": ctx.envelope("old result"),
-        },
-        "activity complete",
-    )
-    wf = await poll("workflow")
-    fence = {"lease_owner": worker, "workflow_task_attempt": wf.get("workflow_task_attempt")}
-    await call(
-        f"/workflow-tasks/{wf['task_id']}/complete",
-        {**fence, "commands": [{"type": "complete_workflow", "result": ctx.envelope("done")}]},
-        "workflow-task complete_workflow",
-    )
-    status = (await ctx.describe(workflow_id)).get("status")
-    ctx.require_equal(status, "completed", "a 1.0 worker drives a run to completion", requirement=req)

@@ -16,8 +16,12 @@ from suite.client import Reply
 from suite.context import CheckContext
 from suite.outcomes import Indeterminate, NotCovered
 from suite.protocol.fencing import parse_rfc3339
+from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import ACTIVITY_TYPE, lease_task, lease_wf, poll_activity
+
+# The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
+AREAS = (Area.SESSIONS,)
 
 __all__: list[str] = []
 

@@ -458,3 +458,75 @@ async def responses_match_schemas(ctx: CheckContext) -> None:
         expected="no schema violations",
         received=[f"{e.summary()}: {err}" for e, err in problems][:5],
     )
+
+
+# -- an old worker (§3.3) ------------------------------------------------------------------------------------
+
+
+@check("VERSION-NO-NEWER-REQUIRED-FIELDS")
+async def worker_1_0_fully_served(ctx: CheckContext) -> None:
+    """A worker speaking 1.0, sending only 1.0 fields, registers, polls, runs an activity and completes."""
+    req = "VERSION-NO-NEWER-REQUIRED-FIELDS"
+    old = "1.0"
+    queue = ctx.uid("q")
+    worker = ctx.uid("w")
+
+    async def call(
+        path: str, body: dict[str, Any], what: str, status: int | tuple[int, ...] = 200, hold: float = 10
+    ) -> dict[str, Any]:
+        reply = await ctx.client.worker(path, body, version=old, timeout=hold + 15)
+        return ctx.expect(reply, status, what=f"{what} as a 1.0 worker", requirement=req)
+
+    async def poll(kind: str) -> dict[str, Any]:
+        # A 1.0 worker sends no timeout_seconds: the task is ready, so the default hold never runs out.
+        body = await call(
+            f"/{kind}-tasks/poll", {"worker_id": worker, "task_queue": queue}, f"{kind}-task poll", hold=35
+        )
+        task = body.get("task")
+        ctx.require(
+            isinstance(task, dict),
+            f"a 1.0 worker leases the ready {kind} task",
+            expected="a task",
+            received=task,
+            requirement=req,
+        )
+        assert isinstance(task, dict)
+        return task
+
+    await call("/register", {"worker_id": worker, "task_queue": queue, "runtime": "python"}, "register", (200, 201))
+    workflow_id, _ = await ctx.start(queue, input=["old"])
+    wf = await poll("workflow")
+    fence = {"lease_owner": worker, "workflow_task_attempt": wf.get("workflow_task_attempt")}
+    await call(
+        f"/workflow-tasks/{wf['task_id']}/complete",
+        {
+            **fence,
+            "commands": [
+                {
+                    "type": "schedule_activity",
+                    "activity_type": "conformance.act",
+                    "arguments": ctx.envelope(["old"]),
+                }
+            ],
+        },
+        "workflow-task complete",
+    )
+    act = await poll("activity")
+    await call(
+        f"/activity-tasks/{act['task_id']}/complete",
+        {
+            "activity_attempt_id": act.get("activity_attempt_id"),
+            "lease_owner": worker,
+            "result": ctx.envelope("old result"),
+        },
+        "activity complete",
+    )
+    wf = await poll("workflow")
+    fence = {"lease_owner": worker, "workflow_task_attempt": wf.get("workflow_task_attempt")}
+    await call(
+        f"/workflow-tasks/{wf['task_id']}/complete",
+        {**fence, "commands": [{"type": "complete_workflow", "result": ctx.envelope("done")}]},
+        "workflow-task complete_workflow",
+    )
+    status = (await ctx.describe(workflow_id)).get("status")
+    ctx.require_equal(status, "completed", "a 1.0 worker drives a run to completion", requirement=req)

@@ -30,18 +30,23 @@ LAZY_EDGES = {("suite.registry", "suite.checks"), ("suite.registry", "suite.fuzz
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
 
-MODULES: dict[str, Path] = {_module_name(p): p for pkg in TREE for p in sorted((ROOT / pkg).rglob("*.py"))}
+def _modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Every module of ``packages`` below ``root``, by its dotted name."""
+    return {_module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
 
 
-def _imports(path: Path) -> Iterator[tuple[int, str, list[str]]]:
+MODULES = _modules(ROOT, TREE)
+
+
+def _imports(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str, list[str]]]:
     """(line, absolute module, imported names) for every import statement of ``path``, wherever it stands."""
-    name = _module_name(path)
+    name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -55,24 +60,25 @@ def _imports(path: Path) -> Iterator[tuple[int, str, list[str]]]:
             yield node.lineno, base, [alias.name for alias in node.names]
 
 
-def _project_target(module: str, names: list[str]) -> set[str]:
+def _project_target(module: str, names: list[str], modules: dict[str, Path] = MODULES) -> set[str]:
     """The project modules an import reaches. A ``from package import module`` reaches the submodule and the
     package too: the name is looked up in the package's namespace, so a submodule that imports a sibling that
     way depends on its package's ``__init__``, which may be importing that very submodule."""
-    out = {module} if names and module in MODULES else set()
+    out = {module} if names and module in modules else set()
     for target in [f"{module}.{n}" for n in names] or [module]:
-        while target and target not in MODULES:
+        while target and target not in modules:
             target = target.rpartition(".")[0]
         if target:
             out.add(target)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {name: set() for name in MODULES}
-    for name, path in MODULES.items():
-        for _line, module, names in _imports(path):
-            for target in _project_target(module, names):
+def _graph(modules: dict[str, Path] = MODULES, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module → the project modules it imports (every import, wherever it stands), the lazy edges left out."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _line, module, names in _imports(path, root):
+            for target in _project_target(module, names, modules):
                 lazy = any(name == a and (target == b or target.startswith(b + ".")) for a, b in LAZY_EDGES)
                 if target != name and not lazy:
                     graph[name].add(target)
@@ -135,6 +141,22 @@ def test_a_sibling_imported_through_its_package_depends_on_the_package() -> None
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_cycle_injected_into_a_package_on_disk_is_found(tmp_path: Path) -> None:
+    # The graph is read from the files, as for the tree: a package whose rules module imports its model at the
+    # top and whose model imports the rules back inside a function (a late import, still a cycle).
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from . import rules\n")
+    (package / "sub" / "rules.py").write_text("from pkg.model import Model\n")
+    (package / "model.py").write_text("class Model:\n    pass\n")
+    (package / "leaf.py").write_text("import pkg.model\n")
+    modules = _modules(tmp_path, ("pkg",))
+    assert _cycles(_graph(modules, tmp_path)) == []
+    (package / "model.py").write_text("class Model:\n    def rules(self) -> None:\n        from .sub import rules\n")
+    assert _cycles(_graph(modules, tmp_path)) == [["pkg.model", "pkg.sub", "pkg.sub.rules"]]
 
 
 @pytest.mark.parametrize("package", sorted(b for _, b in LAZY_EDGES))
