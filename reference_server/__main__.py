@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-token",
         "DW_AUTH_TOKEN",
         "Full-access bearer token",
-        " Every role on both planes, beside any role tokens (PROTOCOL.md §4.1).",
+        " Every role on both planes, beside any role tokens (docs/reference.md: Auth).",
     )
     _env_flag(
         p,

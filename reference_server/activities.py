@@ -1,4 +1,5 @@
-"""Activity tasks (PROTOCOL.md §11): poll, complete, fail, heartbeat, status, and the §11.7 timeout enforcer.
+"""Activity tasks (docs/reference.md: Activities): poll, complete, fail, heartbeat, status, and the §11.7 timeout
+enforcer.
 
 Three rows describe one activity, and each has its lifecycle table in :mod:`suite.protocol.lifecycles`
 (every state change below is asked of the table first, so an illegal move is a loud bug, not a silent one)::

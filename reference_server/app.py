@@ -1,7 +1,7 @@
 """The pure handler: ``App.handle(request) -> response``.
 
-The pipeline every request goes through, in the order PROTOCOL.md §2.3 pins so a caller cannot learn
-whether a namespace exists from the status code:
+The pipeline every request goes through, in the order the protocol pins (docs/reference.md: Auth) so a caller cannot
+learn whether a namespace exists from the status code:
 
 1. route lookup (404 ``route_not_found`` / 405 ``method_not_allowed``);
 2. authentication — 401 ``unauthorized``;
@@ -149,8 +149,8 @@ class App:
         if auth_token:
             # §4.1: upstream's legacy DW_AUTH_TOKEN "grants full access when no role tokens are configured, and only
             # admin when they are". By default it grants full access in both cases, so a client configured with one
-            # token for both planes keeps working when role tokens are added (README, deviations);
-            # ``auth_token_admin_beside_roles`` follows upstream.
+            # token for both planes keeps working when role tokens are added (docs/reference-server.md, "Deliberate
+            # deviations"); ``auth_token_admin_beside_roles`` follows upstream.
             self.tokens[auth_token] = full_token_role(
                 admin_beside_roles=bool(auth_token_admin_beside_roles and self.tokens)
             )

@@ -1,5 +1,5 @@
 """Settings of one reference-server process. Every knob a test needs is here and advertised read-only
-in ``GET /api/cluster/info`` under ``worker_protocol.test_profile`` (PROTOCOL.md Appendix C)."""
+in ``GET /api/cluster/info`` under ``worker_protocol.test_profile`` (the test profile)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ _TEST_PROFILE = {
 @dataclass(frozen=True)
 class Settings:
     db_path: str = "./dw.sqlite"
-    # PROTOCOL.md §9: workflow-task and activity leases default to 300 s; query-task leases to 60 s.
+    # docs/reference.md: Expiry: workflow-task and activity leases default to 300 s; query-task leases to 60 s.
     lease_seconds: int = 300
     activity_lease_seconds: int = 300
     query_timeout_seconds: int = 30

@@ -64,7 +64,7 @@ __all__ = [
     "wake_run",
 ]
 
-# PROTOCOL.md §8.3: all 20 resume-context keys are always present on a leased workflow task.
+# docs/reference.md: Payload shape: all 20 resume-context keys are always present on a leased workflow task.
 RESUME_KEYS: tuple[str, ...] = RESUME_CONTEXT_KEYS
 
 TERMINAL_RUN_STATUSES: frozenset[RunStatus] = RUN_TERMINAL_STATUSES

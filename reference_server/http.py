@@ -1032,8 +1032,8 @@ def _head_of(unparsed: bytes) -> _Head | None:
     """Method and path from the request line of a head that h11 refused, or ``None`` without one.
 
     A malformed header or an oversize head still comes after a well-formed request line, and the route it
-    names decides the error's envelope: PROTOCOL.md §2.1 puts the worker envelope on "every `/api/worker/*`
-    response including errors". Headers are not trusted here, so none are passed on.
+    names decides the error's envelope: the worker envelope is on "every `/api/worker/*` response including
+    errors" (docs/reference.md: Envelope). Headers are not trusted here, so none are passed on.
     """
     match = _REQUEST_LINE.match(unparsed)
     if match is None:

@@ -1,6 +1,6 @@
 """The one poll path of the worker plane: workflow, activity and query polls all go through here.
 
-A poll is four steps, each in one place (PROTOCOL.md §7):
+A poll is four steps, each in one place (docs/reference.md: Long poll):
 
 1. **Preconditions** (§7.1, §7.5): the body's fields, the worker's registration, its queue and build id,
    the queue's matching switch and the build-id cohort's drain state; the hold is clamped into

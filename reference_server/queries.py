@@ -1,4 +1,5 @@
-"""Query tasks (PROTOCOL.md §10, §12.2): the control-plane query, and the worker poll, complete and fail.
+"""Query tasks (docs/reference.md: Queries, Control plane): the control-plane query, and the worker poll, complete and
+fail.
 
 A query is **ephemeral** and **read-only** (§10.1, ``QUERY-READ-ONLY``): the control-plane call creates one
 ``query_tasks`` row, wakes the query pollers of the run's task queue and holds the caller until the row is

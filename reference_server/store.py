@@ -45,7 +45,7 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 def new_id(now_us: int | None = None) -> str:
     """A 26-character ULID: 48 bits of milliseconds, 80 random bits, Crockford base32.
 
-    Upstream uses ULIDs for task, run, attempt and query-task ids (PROTOCOL.md §0); ids stay opaque.
+    Upstream uses ULIDs for task, run, attempt and query-task ids; ids stay opaque.
     """
     ms = (now_us if now_us is not None else time.time_ns() // 1000) // 1000
     v = (ms << 80) | int.from_bytes(os.urandom(10), "big")

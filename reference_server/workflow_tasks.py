@@ -1,7 +1,7 @@
 """Workflow tasks: claim, history, heartbeat, complete (all command types, atomically) and fail.
 
 Fencing is decided twice on purpose: the pure model's guard produces the exact rejection of the
-PROTOCOL.md §8.9 matrix, and the write itself is a conditional ``UPDATE`` on (status, owner,
+rejection matrix (docs/reference.md: Fencing), and the write itself is a conditional ``UPDATE`` on (status, owner,
 attempt), so no interleaving can accept a stale report even if the guard's read were outdated.
 Every status the task, its lease and its run take is the answer of their lifecycle tables
 (:mod:`reference_server.transitions`); the commands of a batch are applied by

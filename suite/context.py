@@ -63,7 +63,7 @@ class TargetInfo:
     cluster_info: dict[str, Any]
     worker_token: str | None = None
     operator_token: str | None = None
-    # --auth-token: a full-access token (PROTOCOL.md §4.1) the target accepts on both planes.
+    # --auth-token: a full-access token (docs/reference.md: Auth) the target accepts on both planes.
     full_token: str | None = None
     # What probing the tokens found (suite.target.Credentials.to_json): {"enabled": bool, "summary": line}.
     auth: dict[str, Any] | None = None

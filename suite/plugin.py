@@ -170,7 +170,7 @@ def _add_target_options(group: Any) -> None:
     group.addoption(
         "--auth-token",
         default=os.environ.get("DW_AUTH_TOKEN"),
-        help="Full-access bearer token (env DW_AUTH_TOKEN), one token for both planes (PROTOCOL.md §4.1); "
+        help="Full-access bearer token (env DW_AUTH_TOKEN), one token for both planes (docs/reference.md: Auth); "
         "used for both planes when no role tokens are given",
     )
     group.addoption(

@@ -1,4 +1,5 @@
-"""Activity tasks, their fencing, retries and timeouts (PROTOCOL.md §11, §14.2, invariants 52-59 and 69).
+"""Activity tasks, their fencing, retries and timeouts (docs/reference.md: Activities, Dispatch, invariants 52-59 and
+69).
 
 Every check schedules its own activities: it starts a workflow on a fresh queue, leases the first workflow
 task and completes it with ``schedule_activity`` commands targeting that queue, then polls

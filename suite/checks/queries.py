@@ -1,4 +1,4 @@
-"""Query tasks (PROTOCOL.md §10, §12.2, invariants 60-64).
+"""Query tasks (docs/reference.md: Queries, Control plane, invariants 60-64).
 
 ``POST /api/workflows/{id}/query/{name}`` holds the caller until a worker answers, so each check runs the
 control-plane call as an asyncio task while it plays the worker: it polls ``/query-tasks/poll`` and

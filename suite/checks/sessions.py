@@ -1,4 +1,4 @@
-"""Worker sessions (PROTOCOL.md §1.1, A.2; the runtime schema; requirements ``SESSION-*``).
+"""Worker sessions (docs/reference.md: Worker sessions; the runtime schema; requirements ``SESSION-*``).
 
 Every check runs only against a target that advertises ``worker_sessions`` (otherwise: unimplemented). Each
 builds its own world: session ids, queues and workers from ``ctx.uid``. Sessions expire on their own

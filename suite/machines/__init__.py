@@ -1,5 +1,6 @@
 """Hypothesis state machines that drive a target through long random sequences, race requests, wait out
-leases and judge every answer with the pure protocol model (PROTOCOL.md §8-§11, seed 003)."""
+leases and judge every answer with the pure protocol model (docs/reference.md: Leasing, Fencing, Expiry, Queries,
+Activities)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Canonical discovery data: what a 1.20 server advertises (PROTOCOL.md §5, Appendix A and B).
+"""Canonical discovery data: what a 1.20 server advertises (docs/reference.md: Discovery).
 
 Pure builders. Every call returns a fresh, independent ``dict`` (the server mutates what it sends, the
 suite compares against what it expects, and neither may see the other's edits). Nothing here knows

@@ -1,4 +1,4 @@
-"""The Avro Value payload codec of worker protocol 1.20 (PROTOCOL.md §13).
+"""The Avro Value payload codec of worker protocol 1.20 (docs/reference.md: Codec).
 
 Every payload that crosses the worker protocol is one Avro datum of the record
 ``durable_workflow.protocol.Value`` (a union of null, boolean, long, double, bytes, string, array and
@@ -125,7 +125,8 @@ FINGERPRINT: Final = bytes.fromhex(_fastavro_fingerprint(SCHEMA_CANONICAL_FORM, 
 if FINGERPRINT != _PINNED_FINGERPRINT:  # pragma: no cover - only a corrupted schema file gets here
     raise RuntimeError(
         f"the packaged Value schema fingerprints to {FINGERPRINT.hex()}, not the pinned "
-        f"{_PINNED_FINGERPRINT.hex()} of PROTOCOL.md §13.3; restore schemas/avro/ from the spec"
+        f"{_PINNED_FINGERPRINT.hex()} of the protocol's Avro Value schema; restore schemas/avro/ from a release of "
+        "the suite"
     )
 
 _HEADER: Final = MAGIC + FINGERPRINT
@@ -340,7 +341,7 @@ class _DatumScanner:
 
     def fail(self, detail: str, at: int | None = None) -> InvalidPayloadFraming:
         offset = self.pos if at is None else at
-        return InvalidPayloadFraming(f"{detail} (frame offset {offset}; see PROTOCOL.md §13.2-13.3)")
+        return InvalidPayloadFraming(f"{detail} (frame offset {offset}; see docs/reference.md: Codec)")
 
     def take(self, count: int, what: str) -> bytes:
         end = self.pos + count
@@ -561,7 +562,7 @@ def _value_to_json(value: object, depth: int) -> Any:
     raise UnsupportedValueType(f"a {type(value).__name__} has no Avro Value branch")
 
 
-# -- the golden vectors (schemas/avro/avro-value-v1-golden.json, PROTOCOL.md Appendix D) -------------------
+# -- the golden vectors (schemas/avro/avro-value-v1-golden.json, docs/reference.md: Codec) -------------------
 
 GOLDEN_IMPLICIT_VALUES: Final[dict[str, Value]] = {
     "null": None,

@@ -1,4 +1,4 @@
-"""Workflow-task command batches, retry policies and start input: PROTOCOL.md §8.7, §8.7.1, §11.6 and §12.1.
+"""Workflow-task command batches, retry policies and start input: docs/reference.md: Commands, Retries, Control plane.
 
 :func:`validate_batch` turns the ``commands`` member of a complete request into a list of :class:`Command`, or
 raises :class:`~suite.protocol.errors.Rejection`. Two families, checked in this order:

@@ -1,4 +1,4 @@
-"""Lease and attempt fencing: the rejection matrices of PROTOCOL.md §8.9, §10.6 and §11.2–§11.5.
+"""Lease and attempt fencing: the rejection matrices of docs/reference.md: Fencing.
 
 Each guard is an ordered list of checks over a frozen *view* — a snapshot of the rows the server read inside
 its transaction (or the state the suite tracked). The first failing check raises

@@ -1,4 +1,5 @@
-"""History pagination and compression: PROTOCOL.md §8.4 and §8.5 (plus sequence checks for §16 #41/#45/#69).
+"""History pagination and compression: docs/reference.md: History, Compression (plus sequence checks for §16
+#41/#45/#69).
 
 Pagination speaks both cursor styles the spec asks for (§15 "History cursor … **Emit both. Accept both**"):
 S0's ``after_sequence`` / ``has_more`` / ``next_after_sequence`` and UPS's ``next_history_page_token`` (base64

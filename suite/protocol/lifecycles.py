@@ -5,8 +5,8 @@ Every machine is a ``dict[tuple[State, Event], State]`` over two ``StrEnum`` s, 
 function: a pair that is not in the table raises :class:`~suite.protocol.errors.IllegalTransition` naming
 the machine, the state and the event, and nothing changes (there is nothing to change: states are values).
 
-The machines (PROTOCOL.md §9.1 "State machines the RS should implement (UPP enums)", plus §8.7, §8.8, §10,
-§11 and §12.2 for the events):
+The machines (the protocol's state machines of tasks, runs and attempts, plus §8.7, §8.8, §10, §11 and §12.2
+for the events; docs/reference.md: Leasing, Expiry, Commands, Queries, Activities, Control plane):
 
 =========================  ======================================================================
 ``WORKFLOW_TASK``          workflow-task row status: ready → leased → completed | failed | cancelled

@@ -1,4 +1,5 @@
-"""Payload shapes both sides share: the resume context every leased workflow task carries (PROTOCOL.md §8.3)."""
+"""Payload shapes both sides share: the resume context every leased workflow task carries (docs/reference.md: Payload
+shape)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The catalogue of wire ``reason`` codes and their HTTP statuses (PROTOCOL.md §2-§12).
+"""The catalogue of wire ``reason`` codes and their HTTP statuses (every area of docs/reference.md).
 
 "``reason``: snake-case, machine-readable code. **The suite keys on this field**" (§2.2). One table,
 :data:`REASONS`, says for every code which status it travels with, on which plane, and where the spec
@@ -708,7 +708,7 @@ def heartbeat_cancel_requested(reason: str, *, attempt_cancelled: bool = False) 
     if allowed is None:
         raise ValueError(
             f"{reason!r} is not an activity-heartbeat stop reason; expected one of "
-            f"{sorted(ACTIVITY_HEARTBEAT_STOP_REASONS)} (PROTOCOL.md §11.5)"
+            f"{sorted(ACTIVITY_HEARTBEAT_STOP_REASONS)} (docs/reference.md: Activities)"
         )
     if len(allowed) == 1:
         return next(iter(allowed))

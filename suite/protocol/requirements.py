@@ -2100,8 +2100,9 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "tokens it may keep full access or make it admin-only (the worker plane answers it 403), but never "
         "refuses it as unknown (401). A server without one is never failed for it.",
         # Decision: a full-access token is optional (the server's legacy DW_AUTH_TOKEN becomes admin-only once role
-        # tokens exist; a vendor may have role tokens only). The reference server keeps full access beside role
-        # tokens (docs/reference-server.md, deviations) and follows the server with --auth-token-admin-beside-roles.
+        # tokens exist; a vendor may have role tokens only). The reference server keeps full access beside role tokens
+        # (docs/reference-server.md, "Deliberate deviations") and follows the server with
+        # --auth-token-admin-beside-roles.
         cites=(
             _srv("Authentication and roles"),
             _sdk("Worker handshake", "one token for both planes"),
@@ -2401,8 +2402,8 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
     ),
 )
 
-# What a vendor's test build must expose in GET /api/cluster/info under worker_protocol.test_profile (PROTOCOL.md
-# Appendix C) for the rules below to be checkable: without it a conforming server is INCOMPLETE, never
+# What a vendor's test build must expose in GET /api/cluster/info under worker_protocol.test_profile
+# (docs/test-profile.md) for the rules below to be checkable: without it a conforming server is INCOMPLETE, never
 # CONFORMANT. A duration is read as its value; the suite waits for it only when it fits --max-wait.
 TEST_PROFILE: Final[Mapping[str, str]] = MappingProxyType(
     {

@@ -2,8 +2,8 @@
 
 A request whose answer never arrived (a dropped response, a reset long poll, a truncated body) may or may
 not have been applied; a request a network delivered twice was applied once and then met again. The protocol
-says, operation by operation, what the second delivery must answer (PROTOCOL.md §7.3, §8.9, §10.6, §11.3,
-§12.1, §16.11, §16.29, §16.54), and that is all a client may rely on after a lost answer:
+says, operation by operation, what the second delivery must answer (docs/reference.md: Idempotency, Fencing, Activities,
+Control plane), and that is all a client may rely on after a lost answer:
 
 - ``IDEMPOTENT`` — reads, registration (an upsert, §16.11), heartbeats, drain and resume (idempotent by §7.6):
   resend freely; the second answer stands for the first.

@@ -1,12 +1,13 @@
 """Worker sessions: the option shape, the session lifecycle as a table, admission and expiry rules.
 
-Sources, in the order they decide (PROTOCOL.md §0, §15): seed 000 names the two discovery keys
+Sources, in the order they decide: seed 000 names the two discovery keys
 ("``worker_session_verbs`` and ``worker_sessions``: worker-session lifecycle operations, activity command
 fields, renewal, failure detection and terminal statuses; the runtime shape is defined by
-``worker-sessions-runtime.schema.json``"); PROTOCOL.md §1.1 gives the three routes and Appendix A.2 the
-runtime contract; the upstream engine's ``docs/architecture/worker-sessions.md`` and the runtime schema
-(``workerSessionOptions``, ``workerSessionOperationResult``, ``workerSessionSnapshot``) give the rules and
-the reason codes; the official SDK 2.12.0 (``durable_workflow.worker_session``) gives the request bodies.
+``worker-sessions-runtime.schema.json``"); the protocol's endpoint map gives the three routes and its canonical
+capability values the runtime contract (docs/reference.md: Worker sessions); the upstream engine's
+``docs/architecture/worker-sessions.md`` and the runtime schema (``workerSessionOptions``,
+``workerSessionOperationResult``, ``workerSessionSnapshot``) give the rules and the reason codes; the official SDK
+2.12.0 (``durable_workflow.worker_session``) gives the request bodies.
 
 Decisions where those sources leave a choice (each also a requirement sentence in
 :mod:`suite.protocol.requirements`, ``SESSION-*``):
@@ -61,10 +62,10 @@ __all__ = [
     "renewed_lease",
 ]
 
-# PROTOCOL.md Appendix A.2 / §5.2: `worker_session_verbs` `["create","heartbeat","close"]`.
+# docs/reference.md: Worker sessions, Discovery: `worker_session_verbs` `["create","heartbeat","close"]`.
 SESSION_VERBS: Final = ("create", "heartbeat", "close")
 
-# [SPEC] workerSessionOptions defaults (PROTOCOL.md A.2 "Session option defaults"), also the SDK's.
+# [SPEC] workerSessionOptions defaults (docs/reference.md: Worker sessions "Session option defaults"), also the SDK's.
 DEFAULTS: Final[Mapping[str, Any]] = {
     "lease_seconds": 120,
     "ttl_seconds": 1800,
@@ -364,7 +365,7 @@ def close_decision(view: SessionView | None, worker_id: str) -> Admission:
     return Admission(admitted=True, outcome="closed", event=SessionEvent.CLOSE)
 
 
-# PROTOCOL.md Appendix A.2, the value of `worker_sessions` (it validates against
+# docs/reference.md: Worker sessions, the value of `worker_sessions` (it validates against
 # worker-sessions-runtime.schema.json#/$defs/workerSessionRuntimeContract).
 RUNTIME_CONTRACT: Final[Mapping[str, Any]] = {
     "feature": "worker_sessions",

@@ -1,4 +1,4 @@
-"""Version negotiation for the worker plane and the control plane (PROTOCOL.md §3).
+"""Version negotiation for the worker plane and the control plane (docs/reference.md: Versioning).
 
 Both planes carry their version in a request header. The rules, in the order this module applies them:
 

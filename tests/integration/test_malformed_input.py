@@ -1,10 +1,10 @@
 """Malformed input over real sockets: the reference server answers a typed 4xx and changes nothing.
 
-PROTOCOL.md §16 invariant 67: "For any worker route, arbitrary JSON (wrong types, nulls, huge strings, deep
-nesting, non-object bodies, invalid UTF-8 or non-JSON bodies) never yields 5xx. The status is in {400, 404, 409,
+Invariant 67 (docs/reference.md: Robustness): "For any worker route, arbitrary JSON (wrong types, nulls, huge strings,
+deep nesting, non-object bodies, invalid UTF-8 or non-JSON bodies) never yields 5xx. The status is in {400, 404, 409,
 412, 415, 422}, and the worker envelope (with `reason`) is present." Invariant 68: "A fenced, rejected or invalid
-request never changes observable state." §2.1: the worker envelope is on "every `/api/worker/*` response
-including errors" — so also on the errors the HTTP shell answers itself (413, 431, 400 framing).
+request never changes observable state." §2.1: the worker envelope is on "every `/api/worker/*` response including
+errors" — so also on the errors the HTTP shell answers itself (413, 431, 400 framing).
 
 Each test starts ``python -m reference_server`` on its own database and builds one *world*: a worker ``w1``, a
 run with a leased workflow task, a run with a leased activity task, and a leased query task (its control-plane

@@ -1,4 +1,5 @@
-"""The activity-task surface through the in-process handler (PROTOCOL.md §9, §11, §14.2; invariants 50–59, 69).
+"""The activity-task surface through the in-process handler (docs/reference.md: Expiry, Activities, Dispatch; invariants
+50–59, 69).
 
 Time is a :class:`FakeClock` the tests step by hand, so lease expiry, retry backoff and the §11.7 timeouts are
 exercised deterministically: nothing sleeps and nothing reads the wall clock. Polls hold 0 s

@@ -1,4 +1,4 @@
-"""The control plane through the in-process handler: PROTOCOL.md §3.2 (version header), §4 (auth, roles,
+"""The control plane through the in-process handler: docs/reference.md: Versioning (version header), §4 (auth, roles,
 namespaces and the §2.3 check order), §5 (cluster info) and §12 (start, describe, runs, history, signal,
 update, cancel, terminate and their run-targeted variants).
 

@@ -1,4 +1,5 @@
-"""Query tasks through the reference server's handler, in process (PROTOCOL.md §10, §12.2, invariants 60-64).
+"""Query tasks through the reference server's handler, in process (docs/reference.md: Queries, Control plane, invariants
+60-64).
 
 The control-plane query blocks until a worker answers, so each scenario runs it as a task next to the
 worker's poll and report. Time is a :class:`ManualClock` wherever leases or deadlines matter; the only

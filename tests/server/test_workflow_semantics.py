@@ -1,6 +1,6 @@
-"""What workflow-task commands do, through the in-process handler: PROTOCOL.md §8.3 (resume contexts), §8.7 and
-§8.7.1 (every command type, atomic batches, applied in order), child workflows (parent-close policies, child retry),
-continue-as-new, and SDK-INTEROP §6.1–§6.2 (step sequences; at most one open workflow task per run).
+"""What workflow-task commands do, through the in-process handler: docs/reference.md: Payload shape (resume contexts),
+§8.7 and §8.7.1 (every command type, atomic batches, applied in order), child workflows (parent-close policies, child
+retry), continue-as-new, and SDK-INTEROP §6.1–§6.2 (step sequences; at most one open workflow task per run).
 
 Time is a fake clock and the scheduler runs only when a test calls ``maintain()``: a timer or a child retry is
 due because the clock was moved to its due instant, and not one microsecond earlier.

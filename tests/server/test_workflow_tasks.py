@@ -1,5 +1,6 @@
-"""The workflow-task surface through the in-process handler: PROTOCOL.md §7 (polls), §8.4–§8.9 (history, heartbeat,
-complete, fail and the rejection matrix), §9 (leases and redelivery) and worker deregistration (SDK-INTEROP §6.9).
+"""The workflow-task surface through the in-process handler: docs/reference.md: Long poll (polls), §8.4–§8.9 (history,
+heartbeat, complete, fail and the rejection matrix), §9 (leases and redelivery) and worker deregistration (SDK-INTEROP
+§6.9).
 
 Time is a fake clock (see ``harness.py``): a lease expires because the test moves the clock to
 ``lease_expires_at``, never because it waited. Every rejection is also checked to leave the database unchanged

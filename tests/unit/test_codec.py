@@ -1,4 +1,4 @@
-"""Unit tests of the Avro Value codec (PROTOCOL.md §13) against the golden vectors and by property."""
+"""Unit tests of the Avro Value codec (docs/reference.md: Codec) against the golden vectors and by property."""
 
 from __future__ import annotations
 

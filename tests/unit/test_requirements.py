@@ -154,7 +154,7 @@ def test_registry_is_read_only() -> None:
 
 # ============================================================================================= reasons
 
-# Every reason string PROTOCOL.md §2-§12 names (plus the deregistration and transport ones).
+# Every reason string the protocol names (plus the deregistration and transport ones).
 SPEC_REASONS = {
     "unauthorized": 401,
     "forbidden": 403,

@@ -1,9 +1,9 @@
 """The normative data under ``schemas/``: the JSON Schemas and the OpenAPI document.
 
 Static checks, no server: every schema is valid 2020-12 and carries the ``$id`` of its path, every
-``$ref`` resolves inside the package, the command schemas encode PROTOCOL.md §8.7.1 (invariants 33-35),
+``$ref`` resolves inside the package, the command schemas encode docs/reference.md: Commands (invariants 33-35),
 the OpenAPI document is valid OpenAPI 3.1 and covers the §1 endpoint map, and every example in it
-validates against its schema. Expected values are written here from PROTOCOL.md, not read back from the
+validates against its schema. Expected values are written here from the protocol, not read back from the
 schemas, so a schema that drifts from the spec fails.
 """
 
@@ -36,13 +36,13 @@ MESSAGE_SCHEMAS = [p for p in SCHEMA_PATHS if p.startswith(MESSAGE_DIRS)]
 PACKAGE_DIR = Path(str(resources.files(schemas)))
 OPENAPI_URI = (PACKAGE_DIR / "openapi.yaml").as_uri()
 
-# PROTOCOL.md Appendix A.1 and Appendix B (SDK-INTEROP.md §3), verbatim, kept as data: spec_documents.json.
+# docs/reference.md: Discovery (SDK-INTEROP.md §3), verbatim, kept as data: spec_documents.json.
 SPEC_DOCUMENTS: dict[str, Any] = json.loads((Path(__file__).parent / "spec_documents.json").read_text(encoding="utf-8"))
 CAPABILITIES_A1: dict[str, Any] = SPEC_DOCUMENTS["appendix_a1_server_capabilities"]
 S0_COMMANDS = CAPABILITIES_A1["supported_workflow_task_commands"]
 TERMINAL = {"complete_workflow", "fail_workflow", "continue_as_new"}
 
-# PROTOCOL.md Appendix A.2: the model's runtime contract, which the reference server advertises.
+# docs/reference.md: Worker sessions: the model's runtime contract, which the reference server advertises.
 WORKER_SESSIONS_A2: dict[str, Any] = dict(RUNTIME_CONTRACT)
 
 # The minimal document that passes the SDK's start-up gate.
@@ -235,7 +235,7 @@ def test_every_schema_is_reachable_from_openapi() -> None:
 
 # ------------------------------------------------------------------------------------------- commands
 
-# A valid example of each S0 command type (PROTOCOL.md §8.7.1), with every optional field it allows.
+# A valid example of each S0 command type (docs/reference.md: Commands), with every optional field it allows.
 VALID_COMMANDS: dict[str, dict[str, Any]] = {
     "complete_workflow": {"type": "complete_workflow", "result": AVRO, "payload_codec": "avro"},
     "fail_workflow": {
@@ -756,7 +756,7 @@ def test_start_request_rules() -> None:
 
 # ---------------------------------------------------------------------------------------------- OpenAPI
 
-# PROTOCOL.md §1.1 and §1.2 (run-targeted variants and build-id verbs spelled out).
+# The protocol's endpoint map (run-targeted variants and build-id verbs spelled out).
 ENDPOINTS = {
     ("POST", "/api/worker/register"),
     ("POST", "/api/worker/heartbeat"),

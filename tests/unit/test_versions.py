@@ -1,4 +1,4 @@
-"""Version negotiation, table-driven over every case of PROTOCOL.md §3 and invariants 1-4 and 9."""
+"""Version negotiation, table-driven over every case of docs/reference.md: Versioning and invariants 1-4 and 9."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ class Routes:
 
     @route("POST", "/api/task-queues/{queue}/matching")
     async def matching_switch(self, ctx: Ctx) -> tuple[int, dict[str, Any]]:
-        """Test knob (PROTOCOL.md Appendix C): ``{"available": false}`` makes every poll of this queue answer
+        """Test knob (the test profile): ``{"available": false}`` makes every poll of this queue answer
         ``poll_status: "unavailable"`` (503) until ``{"available": true}``. Advertised in the test profile."""
         available = ctx.obj().get("available")
         if not isinstance(available, bool):

@@ -1,4 +1,4 @@
-"""Worker plane, worker sessions (PROTOCOL.md §1.1, A.2): create, heartbeat, close."""
+"""Worker plane, worker sessions (docs/reference.md: Worker sessions): create, heartbeat, close."""
 
 from __future__ import annotations
 
