@@ -49,7 +49,7 @@
 set -euo pipefail
 
 # The suite release this script was written for: its default DW_SUITE.
-SUITE_RELEASE="dw-conformance==0.1.0.dev0"
+SUITE_RELEASE="dw-conformance==0.2.0.dev0"
 
 # The verdict, said last, and for a GitHub Actions step as its outputs.
 verdict_out() {

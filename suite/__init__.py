@@ -4,4 +4,4 @@
 package is the pytest plugin and the checks that run against any server URL.
 """
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0.dev0"

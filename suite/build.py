@@ -115,7 +115,7 @@ def _read_build() -> dict[str, Any]:
 
 
 def describe(build: dict[str, Any]) -> str:
-    """``suite 0.1.0.dev0 at commit 1a2b3c4d5e6f`` (with uncommitted changes, or of unknown commit)."""
+    """``suite 0.2.0.dev0 at commit 1a2b3c4d5e6f`` (with uncommitted changes, or of unknown commit)."""
     commit = build.get("commit")
     where = f"at commit {commit[:12]}" if commit else "of unknown commit"
     return f"suite {build.get('version')} {where}{', with uncommitted changes' if build.get('dirty') else ''}"
