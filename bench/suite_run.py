@@ -25,16 +25,31 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def one_run(python: str, args: list[str], workdir: Path) -> tuple[float, float, int, str]:
+@dataclass(frozen=True)
+class Run:
+    """One kind of run the bench repeats: what it is called, the interpreter, pytest's options, extra environment."""
+
+    label: str
+    python: str
+    args: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def one_run(
+    python: str, args: list[str], workdir: Path, env: Mapping[str, str] | None = None
+) -> tuple[float, float, int, str]:
     """Wall seconds, CPU seconds (the run and every process it started and waited for), exit status and the last
-    line of one ``pytest`` run with ``python``."""
+    line of one ``pytest`` run with ``python`` (``env`` over this process's environment)."""
     cmd = [python, "-m", "pytest", *args, "-p", "no:cacheprovider", "-q", f"--report-dir={workdir / 'reports'}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, check=False)
+    environ = {**os.environ, **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=environ, check=False)
     seconds = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -56,28 +71,35 @@ def main(argv: list[str] | None = None) -> int:
     if len(given) not in (1, len(opts.python)):
         p.error(f"give --args once, or once per --python ({len(opts.python)}), not {len(given)} times")
     # An interpreter runs from a temporary directory: a relative path is the caller's.
-    runs = [(os.path.abspath(py), shlex.split(given[i if len(given) > 1 else 0])) for i, py in enumerate(opts.python)]
+    runs = []
+    for i, py in enumerate(opts.python):
+        args = shlex.split(given[i if len(given) > 1 else 0])
+        runs.append(Run(f"{os.path.abspath(py)} {' '.join(args)}", os.path.abspath(py), args))
+    return 0 if take_turns(runs, opts.rounds) else 1
+
+
+def take_turns(runs: Sequence[Run], rounds: int) -> bool:
+    """Each run in turn, ``rounds`` times, a line each; then each run's median and its ratio to the first's.
+    Whether every run passed."""
     times: list[list[float]] = [[] for _ in runs]
-    failed = False
-    for round_no in range(1, opts.rounds + 1):
-        for i, (py, args) in enumerate(runs):
+    passed = True
+    for round_no in range(1, rounds + 1):
+        for i, run in enumerate(runs):
             load = os.getloadavg()
             with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
-                seconds, cpu, status, last = one_run(py, args, Path(tmp))
+                seconds, cpu, status, last = one_run(run.python, run.args, Path(tmp), run.env)
             times[i].append(seconds)
-            failed = failed or status != 0
+            passed = passed and status == 0
             print(
-                f"round {round_no}  {py} {' '.join(args)}  {seconds:7.1f} s  cpu {cpu:6.1f} s  load {load[0]:.2f}"
+                f"round {round_no}  {run.label}  {seconds:7.1f} s  cpu {cpu:6.1f} s  load {load[0]:.2f}"
                 f"  exit {status}  {last}",
                 flush=True,
             )
     first = statistics.median(times[0])
-    for (py, args), values in zip(runs, times, strict=True):
+    for run, values in zip(runs, times, strict=True):
         median = statistics.median(values)
-        print(
-            f"{py} {' '.join(args)}: median {median:.1f} s over {len(values)} run(s), {median / first:.2f}x the first"
-        )
-    return 1 if failed else 0
+        print(f"{run.label}: median {median:.1f} s over {len(values)} run(s), {median / first:.2f}x the first")
+    return passed
 
 
 if __name__ == "__main__":
