@@ -8,10 +8,10 @@ does is frame HTTP/1.1:
   shell does, so fast tests call the handler in process without a socket.
 * ``HttpServer`` runs the handler behind asyncio streams, with ``h11`` reading requests: keep-alive,
   pipelining (answered in order, one at a time), ``Content-Length`` and chunked request bodies, HTTP/1.0
-  clients, ``Expect: 100-continue``. A response is framed here, in one buffer (:func:`_frame`), from a
-  ``Response`` validated first; the next request on the connection is read by a fresh ``h11`` parser fed
-  what the last one read ahead. Each response went through three ``h11`` events before, about a tenth of
-  the server's work in a poll → complete cycle, for bytes this module can state exactly.
+  clients, ``Expect: 100-continue``, and ``h11`` writing responses: a ``Response`` is validated first
+  (:func:`_frame`), then sent as h11's own events on the connection's state machine, which starts its next
+  cycle for the next request (a framer of this module's own was no faster over a whole conformance run:
+  ARCHITECTURE.md).
 * The request body is read completely before the handler runs; limits are enforced here, before the
   application spends anything on a request.
 * Errors the shell detects itself (malformed HTTP, limits, timeouts, a crashing handler) are described by
@@ -662,18 +662,23 @@ class HttpServer:
         except Exception:
             logger.exception("the handler failed on %s %s from %s", request.method, target, connection.client)
             close = close or self._closing
-            data = self._render_error(_internal_error(head), close=close, head_only=request.method == "HEAD")
+            data = self._render_error(
+                connection, _internal_error(head), close=close, head_only=request.method == "HEAD"
+            )
         else:
             if result is _PEER_GONE:
                 return _Outcome.ABORT
             close = close or self._closing or peer_gone
-            data = self._render_result(result, head, close=close)
+            data = self._render_result(connection, result, head, close=close)
         await self._write(connection, data)
         if peer_gone:
             return _Outcome.ABORT
         if close:
             return _Outcome.CLOSE
-        _next_request(connection, self._max_header_bytes)
+        protocol = connection.protocol
+        if protocol.our_state is not h11.DONE or protocol.their_state is not h11.DONE:
+            return _Outcome.CLOSE  # not a whole exchange on both sides: nothing more may follow on it
+        protocol.start_next_cycle()
         return _Outcome.KEEP_ALIVE
 
     # -- reading
@@ -795,19 +800,23 @@ class HttpServer:
 
     # -- writing
 
-    def _render_result(self, result: object, head: _Head, *, close: bool) -> bytes:
+    def _render_result(self, connection: _Connection, result: object, head: _Head, *, close: bool) -> bytes:
+        head_only = head.method == "HEAD"
         try:
-            return _frame(result, close=close, head_only=head.method == "HEAD", now=self._clock())
+            return _frame(connection.protocol, result, close=close, head_only=head_only, now=self._clock())
         except Exception:
             logger.exception("the handler for %s %s returned an unusable response", head.method, head.path)
-            return self._render_error(_internal_error(head), close=close, head_only=head.method == "HEAD")
+            return self._render_error(connection, _internal_error(head), close=close, head_only=head_only)
 
-    def _render_error(self, error: ShellError, *, close: bool, head_only: bool = False) -> bytes:
+    def _render_error(
+        self, connection: _Connection, error: ShellError, *, close: bool, head_only: bool = False
+    ) -> bytes:
+        protocol, now = connection.protocol, self._clock()
         try:
-            return _frame(self._error_responder(error), close=close, head_only=head_only, now=self._clock())
+            return _frame(protocol, self._error_responder(error), close=close, head_only=head_only, now=now)
         except Exception:
             logger.exception("the error responder failed on %s; using the default", error)
-            return _frame(default_error_responder(error), close=close, head_only=head_only, now=self._clock())
+            return _frame(protocol, default_error_responder(error), close=close, head_only=head_only, now=now)
 
     async def _write(self, connection: _Connection, data: bytes) -> None:
         connection.writer.write(data)
@@ -827,7 +836,7 @@ class HttpServer:
             path=head.path if head else None,
             headers=head.headers if head else _empty_str_mapping(),
         )
-        data = self._render_error(error, close=True, head_only=head is not None and head.method == "HEAD")
+        data = self._render_error(connection, error, close=True, head_only=head is not None and head.method == "HEAD")
         await self._write(connection, data)
         return _Outcome.CLOSE
 
@@ -955,10 +964,11 @@ def _http_date(second: int) -> bytes:
     return email.utils.formatdate(second, usegmt=True).encode("ascii")
 
 
-def _frame(response: object, *, close: bool, head_only: bool, now: float) -> bytes:
-    """A handler's response as the bytes of one HTTP/1.1 response, validated before anything is written: a
-    status of 200–599, a bytes body, and header names and values as RFC 9110 §5 allows them (a bad one raises,
-    and the caller answers 500 instead)."""
+def _frame(protocol: h11.Connection, response: object, *, close: bool, head_only: bool, now: float) -> bytes:
+    """A handler's response as the bytes h11 sends for it on ``protocol``: validated before anything is sent (a
+    status of 200–599, a bytes body, header names and values as RFC 9110 §5 allows them; a bad one raises and
+    the caller answers 500 instead), then ``Response``, ``Data`` and ``EndOfMessage``. The shell adds
+    ``Server``, ``Date``, the length and ``Connection: close``; h11 owns the framing."""
     if not isinstance(response, Response):
         raise TypeError(f"expected a Response, got {type(response).__name__}")
     status: object = response.status
@@ -969,9 +979,9 @@ def _frame(response: object, *, close: bool, head_only: bool, now: float) -> byt
         raise TypeError(f"response body must be bytes, got {type(body).__name__}")
     # RFC 9110 §15.3.5 / §15.4.5: 204 and 304 never have content (and 204 never Content-Length).
     no_content = status in (204, 304)
-    payload = b"" if no_content else body if isinstance(body, bytes) else bytes(body)
+    payload = b"" if no_content else bytes(body)
 
-    lines = [b"HTTP/1.1 %d %s" % (status, _REASON_PHRASES.get(status, b""))]
+    headers: list[tuple[bytes, bytes]] = []
     seen: set[str] = set()
     for name, value in response.headers:
         key = name.lower()
@@ -983,23 +993,31 @@ def _frame(response: object, *, close: bool, head_only: bool, now: float) -> byt
         if _FIELD_VALUE.fullmatch(raw_value) is None:
             raise ValueError(f"illegal value of response header {name!r}: {value!r}")
         seen.add(key)
-        lines.append(raw_name + b": " + raw_value)
+        headers.append((raw_name, raw_value))
     if "server" not in seen:
-        lines.append(b"Server: " + _SERVER_NAME_BYTES)
+        headers.append((b"Server", _SERVER_NAME_BYTES))
     if "date" not in seen:
-        lines.append(b"Date: " + _http_date(int(now)))
+        headers.append((b"Date", _http_date(int(now))))
     if not no_content:
         # For HEAD, Content-Length states the size a GET would have had (RFC 9110 §8.6).
-        lines.append(b"Content-Length: %d" % len(payload))
+        headers.append((b"Content-Length", b"%d" % len(payload)))
     if close:
-        lines.append(b"Connection: close")
-    lines.append(b"")
-    head = b"\r\n".join(lines) + b"\r\n"
-    return head if head_only or not payload else head + payload
+        headers.append((b"Connection", b"close"))
+    if protocol.our_state is h11.ERROR:
+        protocol = h11.Connection(h11.SERVER)  # a send h11 refused earlier: the 500 is framed afresh, then closed
+    reason = _REASON_PHRASES.get(status, b"")
+    data = protocol.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+    if head_only and close:
+        # The connection ends here: the head is all a HEAD request gets, whether or not h11 read the request
+        # (an error answered from a head h11 refused has no request for h11 to know the method of).
+        return data
+    if payload and not head_only:
+        data += protocol.send(h11.Data(data=payload)) or b""
+    return data + (protocol.send(h11.EndOfMessage()) or b"")
 
 
 # RFC 9110 §5.1 (a token) and §5.5 (field-content: visible characters and obs-text, spaces and tabs only
-# between them): what h11 accepts, so a response this module frames is one h11 would have sent.
+# between them): what h11 accepts, checked before the first event so that a refused header leaves nothing sent.
 _FIELD_NAME: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE: Final = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 
@@ -1011,17 +1029,6 @@ def _keep_alive(protocol: h11.Connection, head: _Head) -> bool:
         return False
     tokens = head.headers.get("connection", "")
     return "close" not in (token.strip().lower() for token in tokens.split(","))
-
-
-def _next_request(connection: _Connection, max_header_bytes: int) -> None:
-    """Give the connection a fresh ``h11`` parser for its next request, fed what the last one read ahead (a
-    pipelined request) and whether the peer already closed."""
-    ahead, closed = connection.protocol.trailing_data
-    connection.protocol = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
-    if ahead:
-        connection.protocol.receive_data(ahead)
-    if closed:
-        connection.protocol.receive_data(b"")
 
 
 # RFC 9112 §3: request-line = method SP request-target SP HTTP-version CRLF (origin-form targets only).
