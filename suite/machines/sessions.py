@@ -13,6 +13,7 @@ the machine stops judging that session.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -114,6 +115,14 @@ class SessionMachine(MachineBase):
             message = f"session {verb}: the answer the session rules allow"
             raise self.unexpected(reply, requirement, message, expected, f"outcome={body.get('outcome')!r}")
 
+    def ask(
+        self, session: ShadowSession, decision: model.Admission, verb: str, request: Coroutine[Any, Any, Reply]
+    ) -> Reply | None:
+        """Send ``request`` (a session ``verb``) and judge its answer by ``decision``; None when it never came."""
+        reply = self.call(request)
+        self.judge(session, reply, decision, verb)
+        return reply
+
     # -- rules -------------------------------------------------------------------------------------------
 
     def pick(self, i: int) -> ShadowSession | None:
@@ -140,8 +149,7 @@ class SessionMachine(MachineBase):
         decision = model.admit(session.view(), options, self.facts(worker, session), explicit=True)
         body = {"worker_id": worker, **options.to_json()}
         body = {k: v for k, v in body.items() if v is not None}
-        reply = self.call(self.ctx.client.worker("/sessions", body))
-        self.judge(session, reply, decision, "create")
+        reply = self.ask(session, decision, "create", self.ctx.client.worker("/sessions", body))
         if reply is None or not decision.admitted:
             self.reached_refusal(decision)
             return
@@ -156,8 +164,8 @@ class SessionMachine(MachineBase):
             return
         decision = model.heartbeat_decision(session.view(), worker)
         path = f"/sessions/{session.session_id}/heartbeat"
-        reply = self.call(self.ctx.client.worker(path, {"worker_id": worker, "lease_seconds": LEASE}))
-        self.judge(session, reply, decision, "heartbeat")
+        body = {"worker_id": worker, "lease_seconds": LEASE}
+        reply = self.ask(session, decision, "heartbeat", self.ctx.client.worker(path, body))
         if reply is not None:
             self.reached("heartbeat_recorded" if decision.admitted else str(decision.reason))
             if decision.reason == "session_owner_mismatch":
@@ -170,8 +178,8 @@ class SessionMachine(MachineBase):
             return
         decision = model.close_decision(session.view(), worker)
         body = {"worker_id": worker, "reason": "worker_shutdown"}
-        reply = self.call(self.ctx.client.worker(f"/sessions/{session.session_id}", body, method="DELETE"))
-        self.judge(session, reply, decision, "close")
+        path = f"/sessions/{session.session_id}"
+        reply = self.ask(session, decision, "close", self.ctx.client.worker(path, body, method="DELETE"))
         if reply is None or not decision.admitted:
             if reply is not None and decision.reason == "session_owner_mismatch":
                 self.reached("stale_holder_fenced")
