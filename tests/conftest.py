@@ -114,7 +114,33 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return cpus + 1
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kill-matrix",
+        action="store_true",
+        default=False,
+        help="Also run the tests marked kill_matrix (the whole mutant kill matrix: every named fault of the "
+        "reference server against the whole suite, minutes of both CPUs); .ci/run runs them as a step of its own",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The kill matrix only when asked for (``--kill-matrix``, or its test named by id), then the order below."""
+    named = [str(a) for a in config.args if "::" in str(a)]
+    matrix = [
+        i
+        for i in items
+        if i.get_closest_marker("kill_matrix")
+        and not config.getoption("--kill-matrix", default=False)
+        and not any(i.nodeid == a or i.nodeid.endswith(a) for a in named)
+    ]
+    if matrix:
+        config.hook.pytest_deselected(items=matrix)
+        items[:] = [i for i in items if i not in matrix]
+    _longest_first(items)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
     """Longest first: the whole-suite runs, then the other slow tests, then the rest (a stable sort), so that
     under ``-n`` the workers start with the long tests and finish together instead of one running a long test
     alone at the end. Each worker starts with two consecutive items, so every whole-suite run is followed by a

@@ -126,6 +126,7 @@ def test_report_html_gets_the_matrix_when_mutants_json_is_beside_it(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.whole_suite
+@pytest.mark.kill_matrix
 def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> None:
     matrix = run_matrix(jobs=2, report_dir=tmp_path)
     json_path, _ = write_matrix(matrix, tmp_path)
