@@ -201,13 +201,20 @@ def child_closed(t: T, child_run: sqlite3.Row, status: RunStatus, payload: Mappi
             "payload_codec": "avro",
             **{k: v for k, v in payload.items() if k in ("message", "exception_type", "exception_class", "reason")},
         },
-        workflow_wait_kind="child",
-        open_wait_id=f"child:{call['child_call_id']}",
-        resume_source_kind="child_workflow_run",
-        resume_source_id=child_run["run_id"],
-        child_call_id=call["child_call_id"],
-        child_workflow_run_id=child_run["run_id"],
+        **child_wake_context(call, child_run),
     )
+
+
+def child_wake_context(call: sqlite3.Row, child_run: sqlite3.Row) -> dict[str, Any]:
+    """The resume context of the parent task a child's result wakes: the child wait it resolves."""
+    return {
+        "workflow_wait_kind": "child",
+        "open_wait_id": f"child:{call['child_call_id']}",
+        "resume_source_kind": "child_workflow_run",
+        "resume_source_id": child_run["run_id"],
+        "child_call_id": call["child_call_id"],
+        "child_workflow_run_id": child_run["run_id"],
+    }
 
 
 _CHILD_EVENT_TYPES: Mapping[RunStatus, str] = {

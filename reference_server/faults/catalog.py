@@ -221,6 +221,15 @@ FAULTS: dict[str, Fault] = {
         "A start_child_workflow without parent_close_policy is recorded as terminate, not abandon.",
         ("CHILD-PARENT-CLOSE-DEFAULT",),
     ),
+    "child-wake-without-context": Fault(
+        "The parent task a child's result wakes carries no child resume context (workflow_wait_kind, child_call_id"
+        " and child_workflow_run_id null).",
+        ("CHILD-RESULT-WAKES-PARENT",),
+    ),
+    "request-cancel-leaves-child-open": Fault(
+        "A parent's close leaves its parent_close_policy request_cancel child running instead of cancelling it.",
+        ("CHILD-PARENT-CLOSE-POLICIES",),
+    ),
     "request-cancellation-closes-at-once": Fault(
         "parent_close_policy request_cancellation closes the child at once, like request_cancel.",
         ("CANCEL-COOPERATIVE-REQUEST",),

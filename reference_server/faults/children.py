@@ -54,3 +54,17 @@ def _new_identity(
     if row is not None:
         answer["duplicate"] = False
     return answer
+
+
+@wraps("child-wake-without-context", closing, "child_wake_context")
+def _no_child_context(
+    original: Callable[..., dict[str, Any]], call: sqlite3.Row, child_run: sqlite3.Row
+) -> dict[str, Any]:
+    return {}  # the parent is woken, but its task names no child wait (every resume field null)
+
+
+@wraps("request-cancel-leaves-child-open", closing, "cancel_child_at_once")
+def _request_cancel_ignored(
+    original: Callable[..., None], t: T, child_run_id: str, closing_payload: Mapping[str, Any]
+) -> None:
+    return None  # the parent closes; its request_cancel child runs on

@@ -310,3 +310,91 @@ async def client_requests_cooperative_cancellation(ctx: CheckContext) -> None:
         },
     )
     ctx.expect(await ctx.complete(task, [{"type": "complete_workflow"}]), 200, what="the run's cleanup and close")
+
+
+# -- a child's result and its parent's close -----------------------------------------------------------------
+
+
+@check("CHILD-RESULT-WAKES-PARENT")
+async def child_result_wakes_parent(ctx: CheckContext) -> None:
+    """A completed and a failed child each wake their parent with the child resume context."""
+    for closing, event_type in (
+        ({"type": "complete_workflow"}, "ChildRunCompleted"),
+        ({"type": "fail_workflow", "message": "child failed"}, "ChildRunFailed"),
+    ):
+        queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+        worker, child_worker = await ctx.register(queue), await ctx.register(child_queue)
+        workflow_id, run_id = await ctx.start(queue)
+        task = await lease_wf(ctx, worker, queue)
+        command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue}
+        ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow")
+        child_task = await lease_wf(ctx, child_worker, child_queue)
+        child_run_id = child_task.get("run_id")
+        ctx.expect(await ctx.complete(child_task, [closing]), 200, what=f"the child's {closing['type']}")
+        woken = await lease_wf(ctx, worker, queue)
+        context = {
+            k: woken.get(k)
+            for k in (
+                "workflow_id",
+                "workflow_wait_kind",
+                "resume_source_kind",
+                "child_workflow_run_id",
+                "workflow_event_type",
+            )
+        }
+        expected = {
+            "workflow_id": workflow_id,
+            "workflow_wait_kind": "child",
+            "resume_source_kind": "child_workflow_run",
+            "child_workflow_run_id": child_run_id,
+            "workflow_event_type": event_type,
+        }
+        call_id = woken.get("child_call_id")
+        ctx.require(
+            context == expected and isinstance(call_id, str) and bool(call_id),
+            f"the parent's task after the child's {closing['type']} carries the child resume context",
+            expected={**expected, "child_call_id": "<id>"},
+            received={**context, "child_call_id": call_id},
+        )
+        recorded = [e.get("event_type") for e in await ctx.history(workflow_id, run_id)]
+        ctx.require(
+            event_type in recorded,
+            f"the parent's history records {event_type}",
+            expected=event_type,
+            received=recorded,
+        )
+
+
+@check("CHILD-PARENT-CLOSE-POLICIES")
+async def parent_close_closes_children(ctx: CheckContext) -> None:
+    """A parent completing with a terminate child and a request_cancel child closes both as their policy says."""
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await lease_wf(ctx, worker, queue)
+    commands: list[dict[str, Any]] = [
+        {
+            "type": "start_child_workflow",
+            "workflow_type": "conformance.Child",
+            "queue": ctx.uid("cq"),
+            "parent_close_policy": policy,
+        }
+        for policy in ("terminate", "request_cancel")
+    ]
+    ctx.expect(await ctx.complete(task, [*commands, {"type": "complete_workflow"}]), 200)
+    scheduled = [e for e in await ctx.history(workflow_id, run_id) if e.get("event_type") == "ChildWorkflowScheduled"]
+    children = {payload(e).get("parent_close_policy"): payload(e).get("child_workflow_id") for e in scheduled}
+    ctx.require(
+        all(isinstance(children.get(p), str) for p in ("terminate", "request_cancel")),
+        "ChildWorkflowScheduled names each child with its policy",
+        received=scheduled,
+    )
+    for policy, status in (("terminate", "terminated"), ("request_cancel", "cancelled")):
+        child_id = str(children[policy])
+
+        async def closed(child_id: str = child_id) -> str | None:
+            found = (await ctx.describe(child_id)).get("status")
+            return str(found) if found in ("terminated", "cancelled", "completed", "failed") else None
+
+        got = await ctx.wait_until(closed, timeout=10, what=f"the {policy} child closed")
+        ctx.require_equal(got, status, f"the parent's close leaves its {policy} child {status}")

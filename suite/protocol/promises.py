@@ -95,6 +95,11 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
         "parent_close_policy": (
             _b("default-abandon", "a child without a policy outlives its parent", "CHILD-PARENT-CLOSE-DEFAULT"),
             _b("recorded", "the policy given is the one recorded", "CHILD-POLICY-RECORDED"),
+            _b(
+                "closes-children",
+                "a parent's close terminates or cancels its children as their policy says",
+                "CHILD-PARENT-CLOSE-POLICIES",
+            ),
         ),
         "cooperative_cancellation": (
             _b("request", "a parent's close asks its child to cancel cooperatively", "CANCEL-COOPERATIVE-REQUEST"),

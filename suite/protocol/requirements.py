@@ -2130,6 +2130,24 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "gave, and abandon for each one it omitted: the values the SDK compares on replay.",
         cites=(_sdk("Replay", "child_workflow_policy_changed"),),
     ),
+    _r(
+        "CHILD-RESULT-WAKES-PARENT",
+        MUST,
+        _A.CHILDREN,
+        "When a child run completes or fails, its parent's history records ChildRunCompleted or ChildRunFailed, "
+        "and the parent's next workflow task carries the child resume context: workflow_wait_kind child, "
+        "resume_source_kind child_workflow_run, a child_call_id, child_workflow_run_id naming the child run and "
+        "workflow_event_type the recorded event's type.",
+        cites=(_wp("Command types", "resume context"), _wp("Command types", "start_child_workflow")),
+    ),
+    _r(
+        "CHILD-PARENT-CLOSE-POLICIES",
+        MUST,
+        _A.CHILDREN,
+        "When a parent closes, a child under parent_close_policy terminate is terminated and one under "
+        "request_cancel is closed at once as cancelled.",
+        cites=(_wp("Command types", "start_child_workflow parent_close_policy"),),
+    ),
     # ========================================================================== cooperative cancellation
     _r(
         "CANCEL-COOPERATIVE-REQUEST",
