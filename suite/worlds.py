@@ -712,7 +712,7 @@ def expect_run_closed(
         reply,
         body,
         want,
-        f"{what}: the run_closed body says why the run stopped, with no outcome key (§8.9 row 2)",
+        f"{what}: the run_closed body says why the run stopped, with no outcome key (docs/reference.md: Fencing)",
         requirement,
     )
     ctx.require(

@@ -216,7 +216,9 @@ async def cancel_activity_heartbeat(ctx: CheckContext) -> None:
         reply = await activity_call(ctx, act, "heartbeat", {"message": "still working"})
         body = ctx.expect(reply, 200, what=f"activity heartbeat after {op}")
         want: dict[str, Any] = {"cancel_requested": True, "can_continue": False, "reason": reason}
-        require_fields(ctx, reply, body, want, f"the activity heartbeat reports the {op} (§11.5)")
+        require_fields(
+            ctx, reply, body, want, f"the activity heartbeat reports the {op} (docs/reference.md: Activities)"
+        )
 
 
 @check("CANCEL-ACTIVITY-OUTCOME-IGNORED")

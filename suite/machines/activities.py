@@ -274,7 +274,7 @@ class ActivityMachine(MachineBase):
                 "RETRY-RESUME-ONLY-FINAL",
                 f"an intermediate failure of {e.activity_type} (attempt {a.number} of "
                 f"{e.policy.max_attempts}) gave run {e.run.run_id} a workflow task: it went from waiting "
-                "to running (§9.1: waiting means no open workflow task)",
+                "to running (docs/reference.md: Leasing: waiting means no open workflow task)",
                 expected="waiting (no workflow task until the final outcome)",
                 received=after,
                 replies=[reply],

@@ -817,7 +817,8 @@ def judge_redelivery(e: Execution, cur: Attempt, late: datetime, task_id: str, n
     if cur.end in ("retry", "timeout_retry"):
         raise Violation(
             "RETRY-BACKOFF-SCHEDULE",
-            f"the retry of {e.activity_type} reused task {task_id}: a retry is a new task (§11.1, §11.6)",
+            f"the retry of {e.activity_type} reused task {task_id}: a retry is a new task"
+            " (docs/reference.md: Activities, Retries)",
             expected="a new task_id",
             received=task_id,
         )

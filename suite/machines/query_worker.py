@@ -148,7 +148,7 @@ class QueryWorker(MachineBase):
         if got != "ok" and reply.json().get("outcome") != "rejected":
             raise self.violation(
                 QUERY_REQUIREMENT_FOR.get(got, "QUERY-FENCE-OWNER"),
-                f'a fenced query-task {verb} carries outcome "rejected" (§10.6)',
+                f'a fenced query-task {verb} carries outcome "rejected" (docs/reference.md: Queries)',
                 expected="rejected",
                 received=reply.json().get("outcome"),
                 replies=[reply],

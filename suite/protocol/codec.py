@@ -195,7 +195,7 @@ def _to_record(value: object, depth: int) -> dict[str, Any]:
         # §13.3 encoder MUST: "Non-finite floats are refused". Avro could carry them, the protocol does
         # not. -0.0 is finite and keeps its sign bit (golden `negative_zero`).
         if not math.isfinite(value):
-            raise NonFiniteFloat(f"{value!r} is not a finite double; §13.3 refuses NaN and ±Infinity")
+            raise NonFiniteFloat(f"{value!r} is not a finite double; the Avro Value codec refuses NaN and ±Infinity")
         return {"value": (_DOUBLE, {"double": float(value)})}
     if isinstance(value, bytes):
         return {"value": (_BYTES, {"bytes": bytes(value)})}
