@@ -164,7 +164,7 @@ def _policy(execution: sqlite3.Row) -> RetryPolicy:
 
 
 def _event_base(execution: sqlite3.Row, attempt_id: str | None, attempt_number: int | None) -> dict[str, Any]:
-    # SDK-INTEROP §5: `sequence` is the step number of the ActivityScheduled command, stamped on every event
+    # Python SDK 2.12.0, Replay: `sequence` is the step number of the ActivityScheduled command, stamped on every event
     # of that step, so replay can match the outcome to the command.
     return {
         "sequence": execution["step_sequence"],

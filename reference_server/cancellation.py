@@ -1,6 +1,6 @@
 """Cooperative cancellation of a child whose parent closed under ``parent_close_policy: request_cancellation``.
 
-Seed 000 (start_child_workflow): "``request_cancel`` closes the child at once. ``request_cancellation``
+Worker protocol 1.20 (start_child_workflow): "``request_cancel`` closes the child at once. ``request_cancellation``
 requests cooperative cleanup with an initial cancellation identity and deadline." What this server does with
 it (requirements ``CANCEL-COOPERATIVE-*``; the wire names are the official SDK 2.12.0's, so its cooperative
 worker can take part):

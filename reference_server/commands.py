@@ -48,7 +48,7 @@ __all__ = [
 # §5.2: the optional command types this server implements (see :func:`_open_condition_wait`). The same tuple
 # is advertised in `supported_workflow_task_commands` and accepted by `validate_batch`, so advertisement and
 # acceptance cannot drift apart. The official Python SDK emits `open_condition_wait` for every
-# `ctx.wait_condition(...)` (SDK-INTEROP.md §4, §6.4).
+# `ctx.wait_condition(...)` (Python SDK 2.12.0, Worker handshake).
 IMPLEMENTED_OPTIONAL_COMMANDS: tuple[str, ...] = ("open_condition_wait",)
 
 US = 1_000_000
@@ -270,7 +270,7 @@ def _timer(a: Applying, step: int, delay: int, kind: str, condition_wait_id: str
 
 
 def _open_condition_wait(a: Applying, f: Mapping[str, Any]) -> None:
-    """``open_condition_wait`` (SDK-INTEROP §5, §6.4): re-emitting an open wait with the same key and
+    """``open_condition_wait`` (Python SDK 2.12.0, Replay): re-emitting an open wait with the same key and
     fingerprint re-opens it (no new event); a wait the worker stopped re-emitting was satisfied, which
     the completion records before applying the batch (:func:`satisfy_moved_past_waits`)."""
     t = a.t
@@ -527,11 +527,11 @@ HANDLERS: Mapping[str, Handler] = {
 """One handler per command type the model validates (§8.7.1, plus the implemented optional types)."""
 
 
-# -- condition waits a batch moved past (SDK-INTEROP §6.4) ----------------------------------------------------
+# -- condition waits a batch moved past (Python SDK 2.12.0, Replay) ----------------------------------------------------
 
 
 def reemitted(wait: sqlite3.Row, batch: list[cmdmodel.Command]) -> bool:
-    """Whether ``batch`` re-emits the open condition ``wait`` (same key and fingerprint: a "reopen", SDK-INTEROP
+    """Whether ``batch`` re-emits the open condition ``wait`` (same key and fingerprint: a "reopen", Python SDK 2.12.0
     §6.4)."""
     return any(
         c.type == "open_condition_wait"

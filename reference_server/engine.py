@@ -149,7 +149,7 @@ def record_wake(t: T, run_id: str, event_type: str, payload: Mapping[str, Any], 
 
 
 def next_step(t: T, run_id: str) -> int:
-    """The per-run step sequence stamped on every event of one step command (SDK-INTEROP §6.1)."""
+    """The per-run step sequence stamped on every event of one step command (Python SDK 2.12.0, Replay)."""
     row = t.run(run_id)
     step = int(row["step_sequence"]) + 1
     t.db.execute("UPDATE runs SET step_sequence = ? WHERE run_id = ?", (step, run_id))
@@ -202,7 +202,7 @@ _OPEN_TASK_STATUSES = frozenset({TaskStatus.READY.value, TaskStatus.LEASED.value
 def wake_run(t: T, run_id: str, resume: Mapping[str, Any] | None = None, *, available_at: int | None = None) -> None:
     """Make sure the run has a workflow task to process new history.
 
-    At most one open task per run (SDK-INTEROP §6.2): a ready task simply sees the new events; a leased
+    At most one open task per run (Python SDK 2.12.0, Replay): a ready task simply sees the new events; a leased
     task's completion notices history grew past what it was shown (``seen_sequence``) and creates the
     follow-up task then.
     """

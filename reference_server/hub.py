@@ -1,6 +1,6 @@
 """In-process wake-ups for long polls and blocked control-plane calls.
 
-A notification is only a hint (seed 003): a woken waiter re-reads durable state, and a waiter that
+A notification is only a hint (Dispatch, Lease and Hooks): a woken waiter re-reads durable state, and a waiter that
 was never notified still wakes at its own deadline or at the next moment durable state says work
 becomes due. Losing a notification can delay a poll, never lose work.
 """

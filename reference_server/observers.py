@@ -1,4 +1,4 @@
-"""Lifecycle observers (seed 003: hooks observe and never own transitions).
+"""Lifecycle observers (Dispatch, Lease and Hooks: hooks observe and never own transitions).
 
 Every committed state transition is offered to each registered observer *after* the transaction
 commits, so an observer cannot change or veto it. Observers are fail-open with a bounded time: one

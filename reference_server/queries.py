@@ -165,8 +165,8 @@ def _has_query_worker(t: T, run: sqlite3.Row) -> bool:
 
 
 def _task_payload(t: T, query_task_id: str) -> dict[str, Any]:
-    """The leased query task: the §10.2 fields plus ``namespace`` (SDK-INTEROP §4). ``history_events`` is
-    the run's whole committed history, unpaginated, as UPS sends it."""
+    """The leased query task: the §10.2 fields plus ``namespace`` (Python SDK 2.12.0, Worker handshake).
+    ``history_events`` is the run's whole committed history, unpaginated, as UPS sends it."""
     task = t.one("SELECT * FROM query_tasks WHERE query_task_id = ?", query_task_id)
     assert task is not None, query_task_id
     run = t.run(task["run_id"])
@@ -189,7 +189,8 @@ def _task_payload(t: T, query_task_id: str) -> dict[str, Any]:
         "history_events": events,
         "task_queue": task["task_queue"],
         "lease_owner": task["lease_owner"],
-        # SDK-INTEROP §4: canonical ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (engine.ts → fencing.rfc3339).
+        # Python SDK 2.12.0, Worker handshake: canonical ``YYYY-MM-DDTHH:MM:SS.ffffffZ``
+        # (engine.ts → fencing.rfc3339).
         "lease_expires_at": ts(task["lease_expires_at"]),
     }
 

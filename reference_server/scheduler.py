@@ -213,7 +213,7 @@ def fire_timers(t: T) -> float | None:
 
 
 def _condition_timed_out(t: T, timer: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """A condition wait's timeout fired (SDK-INTEROP §6.4): the wait is timed out; the resume context."""
+    """A condition wait's timeout fired (Python SDK 2.12.0, Replay): the wait is timed out; the resume context."""
     wait_id = timer["condition_wait_id"]
     payload["condition_wait_id"] = wait_id
     seq = E.append_event(t, timer["run_id"], "TimerFired", payload)

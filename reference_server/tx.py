@@ -3,8 +3,8 @@
 Every state change takes a :class:`T` — one open SQLite transaction, the current time and an effects
 collector — so a route composes several steps into one atomic change. Effects (queue wake-ups, lifecycle
 events for observers, the earliest deadline written for the scheduler) are published only after the transaction
-commits: a notification is a hint that follows durable state, never the other way round (seed 003: "the queue is
-a notification, the lease is ownership").
+commits: a notification is a hint that follows durable state, never the other way round (Dispatch, Lease and Hooks:
+"the queue is a notification, the lease is ownership").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Workers (§6): registration, re-registration and deregistration, as state changes of the ``workers`` table.
 
-A deregistered worker will never report, so its workflow-task leases go back to ready at once (SDK-INTEROP:
+A deregistered worker will never report, so its workflow-task leases go back to ready at once (Python SDK 2.12.0:
 ``recovered_workflow_task_count``); its activity leases expire as usual.
 """
 

@@ -460,7 +460,7 @@ def complete_workflow_task(t: T, namespace: str, task_id: str, body: Mapping[str
     new_events_arrived = int(run["last_sequence"]) > int(task["seen_sequence"] or 0)
     new_events_arrived = new_events_arrived and deferred_resume(task) is not None
     created: list[str] = []
-    # SDK-INTEROP §6.4: an open wait that this batch does not re-emit (same key and fingerprint) was
+    # Python SDK 2.12.0, Replay: an open wait that this batch does not re-emit (same key and fingerprint) was
     # satisfied by the history the task replayed — before anything the batch schedules after it in workflow
     # code. Record that first, so ConditionWaitSatisfied precedes the events of the following commands.
     satisfy_moved_past_waits(t, run_id, batch, task_id)

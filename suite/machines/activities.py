@@ -345,8 +345,8 @@ class ActivityMachine(MachineBase):
     @rule(first=st.integers(0, WORKERS - 1), n=st.sampled_from([1, 1, 2, 3, WORKERS]))
     def poll(self, first: int, n: int) -> None:
         """One worker polls, or ``n`` workers poll released together: every task is leased at most once
-        (seed 003: one valid lease per delivery). Only when the model knows of claimable work: an empty poll
-        holds a second."""
+        (Dispatch, Lease and Hooks: one valid lease per delivery). Only when the model knows of claimable work: an
+        empty poll holds a second."""
         workers = [self.workers[(first + i) % WORKERS] for i in range(n if self.races < MAX_RACES else 1)]
         if len(workers) == 1:
             self.adopt(self.poll_activity(workers[0]), workers[0])

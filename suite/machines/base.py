@@ -429,7 +429,7 @@ class MachineBase(RuleBasedStateMachine):
         return answered
 
     def granted_once(self, polls: list[tuple[int, Polled]], key: Callable[[dict[str, Any]], Any], req: str) -> None:
-        """Seed 003 "one valid lease": no two polls of one race were granted the same ``key(task)``."""
+        """Dispatch, Lease and Hooks "one valid lease": no two polls of one race were granted the same ``key(task)``."""
         granted: dict[Any, list[Reply]] = {}
         for _, p in polls:
             if p.task is not None and p.reply is not None:

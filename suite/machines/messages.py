@@ -57,7 +57,7 @@ NOT_QUERY_EVENTS = frozenset({"RepairRequested"})
 PROPOSED: dict[str, tuple[str, str]] = {
     # §12.2 signal row: "**409** for any other rejection, e.g. a closed run (`rejected_not_active`)".
     "SIGNAL-CLOSED-RUN-REJECTED": ("CONTROL-CANCEL-CLOSES-RUN", "signal_closed_run_refused"),
-    # §12.2 "**202** `{…, outcome:"signal_received"}`"; SDK-INTEROP §6.2 "Create a workflow task after each
+    # §12.2 "**202** `{…, outcome:"signal_received"}`"; Python SDK 2.12.0, Replay "Create a workflow task after each
     # external history change: … signal received".
     # Judged on every history read back; passed once a signal and an update accepted while a run's task was
     # leased were read in the next task's full history.
@@ -122,7 +122,7 @@ BATCH_DRAWS = (*BATCHES, "close_update_again")
 
 
 class Slot(Enum):
-    """The run's one workflow-task slot (SDK-INTEROP §6.2 "Keep at most one outstanding task per run")."""
+    """The run's one workflow-task slot (Python SDK 2.12.0, Replay "Keep at most one outstanding task per run")."""
 
     NONE = "none"  # no open task: the run waits (or is closed)
     READY = "ready"  # exactly one open task, not leased (its id is not known yet)

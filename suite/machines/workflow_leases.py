@@ -345,7 +345,7 @@ class WorkflowLeaseMachine(MachineBase):
     @precondition(lambda self: self.ready_work() > 0)
     @rule(target=tasks, n=st.integers(2, WORKERS))
     def race_polls(self, n: int) -> Any:
-        """n workers poll at once: every task is leased at most once (seed 003: one valid lease)."""
+        """n workers poll at once: every task is leased at most once (Dispatch, Lease and Hooks: one valid lease)."""
         ready = sum(1 for r in self.run_by_id.values() if r.open) - sum(
             1 for t in self.task_by_id.values() if t.status is TaskStatus.LEASED and t.run.open
         )
@@ -489,7 +489,8 @@ class WorkflowLeaseMachine(MachineBase):
     @precondition(lambda self: self._expiry_fits())
     @rule(target=stale, task=tasks)
     def wait_out_lease(self, task: TaskM) -> Any:
-        """The holder "crashes": another worker takes the task over once the lease expires (seed 003)."""
+        """The holder "crashes": another worker takes the task over once the lease expires
+        (Dispatch, Lease and Hooks)."""
         if task.status is not TaskStatus.LEASED or not task.run.open or task.uncertain or task.run.uncertain:
             live = self.live_leases()
             if self.redeliveries_read or not live:

@@ -9,7 +9,8 @@ server's to add.
   ``server_capabilities`` on every worker-plane response (§5.2, Appendix A.1).
 * :func:`platform_capabilities` is the top-level ``capabilities`` object (§5.1).
 * :func:`worker_protocol_manifest`, :func:`control_plane_contract` and :func:`auth_composition_contract`
-  are the three cluster-info objects the official SDK's worker gate reads (Appendix B, SDK-INTEROP §3).
+  are the three cluster-info objects the official SDK's worker gate reads (Appendix B, Python SDK 2.12.0, Worker
+  handshake).
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def auth_composition_contract() -> dict[str, Any]:
 
 
 def control_plane_contract() -> dict[str, Any]:
-    """``cluster_info.control_plane`` (§5.1, Appendix B, SDK-INTEROP §3).
+    """``cluster_info.control_plane`` (§5.1, Appendix B, Python SDK 2.12.0, Worker handshake).
 
     The SDK gate needs ``version == "2"`` and ``request_contract`` = ``{schema:
     "durable-workflow.v2.control-plane-request.contract", version: 1}``; ``Client.update_workflow`` also

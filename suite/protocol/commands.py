@@ -134,7 +134,7 @@ PARENT_CLOSE_POLICIES: Final[frozenset[str]] = frozenset(
 # What a start_child_workflow without `parent_close_policy` means. The seed names the four values and no
 # default; the upstream engine and the official SDK 2.12.0 both read an omitted policy as `abandon`, and the
 # SDK compares the policy recorded on ChildWorkflowScheduled with the one it assumes on every replay
-# (`child_workflow_policy_changed`), so a server must record `abandon` (SDK-INTEROP.md addendum).
+# (`child_workflow_policy_changed`), so a server must record `abandon` (Python SDK 2.12.0, Child workflow cancellation).
 DEFAULT_PARENT_CLOSE_POLICY: Final = "abandon"
 # The same for the child's `cancellation_policy` (an SDK field outside S0's list, recorded for replay):
 # the SDK compares it the same way and assumes `abandon` when absent.
@@ -628,7 +628,7 @@ def _continue_as_new(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
 
 
 def _open_condition_wait(cmd: Mapping[str, Any], p: str, errs: _Errors) -> None:
-    # Optional type (§5.2, [UPP]); the shape the official Python SDK 2.12.0 sends (SDK-INTEROP.md §4,
+    # Optional type (§5.2, [UPP]); the shape the official Python SDK 2.12.0 sends (its worker handshake,
     # workflow-task complete): `open_condition_wait{condition_key,
     # condition_definition_fingerprint:"sha256:…", [timeout_seconds]}`. The SDK omits a null key or
     # fingerprint, so all three are optional; `timeout_seconds` is an int ≥0 like

@@ -179,8 +179,8 @@ class TaskEvent(StrEnum):
     call)", or a workflow that completed, failed or continued as new with an activity still open."""
     ABANDON = "abandon"
     """Workflow only: the lease holder deregistered, so its lease is given up at once and the task is ready
-    again (SDK-INTEROP §4 ``DELETE /worker/registrations``: ``recovered_workflow_task_count``); the next claim
-    bumps the attempt."""
+    again (Python SDK 2.12.0, Worker handshake ``DELETE /worker/registrations``: ``recovered_workflow_task_count``);
+    the next claim bumps the attempt."""
 
 
 _T = TaskStatus
@@ -608,7 +608,7 @@ QUERY_TASK: Lifecycle[QueryTaskStatus, QueryTaskEvent] = Lifecycle(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What a run waits on: timers, condition waits, updates, child workflows (§8.7.1, §12.2, SDK-INTEROP §6.4)
+# What a run waits on: timers, condition waits, updates, child workflows (§8.7.1, §12.2, Python SDK 2.12.0, Replay)
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -641,7 +641,7 @@ TIMER: Lifecycle[TimerStatus, TimerEvent] = Lifecycle(
 
 
 class ConditionWaitStatus(StrEnum):
-    """An ``open_condition_wait`` (SDK-INTEROP §6.4): open until satisfied or timed out."""
+    """An ``open_condition_wait`` (Python SDK 2.12.0, Replay): open until satisfied or timed out."""
 
     OPEN = "open"
     SATISFIED = "satisfied"
@@ -754,7 +754,7 @@ CHILD: Lifecycle[ChildStatus, ChildEvent] = Lifecycle(
 
 
 class CancellationRequestStatus(StrEnum):
-    """A cooperative cancellation request to a child (seed 000 ``request_cancellation``)."""
+    """A cooperative cancellation request to a child (worker protocol 1.20 ``request_cancellation``)."""
 
     REQUESTED = "requested"
     DELIVERED = "delivered"

@@ -13,7 +13,7 @@ The rules, each from the spec:
   the sequences 1..N once each, ascending, N at least the ``last_history_sequence`` the task announced, and no
   event (``id``) twice — ``HISTORY-PAGINATION-COMPLETE``.
 - every acceptance acknowledged *before* the task's poll left is in that task's history exactly once: the first
-  task that follows an accepted signal or update shows it (SDK-INTEROP §6.2 "Create a workflow task after each
+  task that follows an accepted signal or update shows it (Python SDK 2.12.0, Replay "Create a workflow task after each
   external history change"; a redelivery shows it too, §9). One acknowledged later may or may not be there
   (pages are read after the poll), but never twice.
 - a "maybe applied" acceptance (its answer was lost) may be there or not: 0 up to the number of deliveries.

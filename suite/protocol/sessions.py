@@ -1,6 +1,6 @@
 """Worker sessions: the option shape, the session lifecycle as a table, admission and expiry rules.
 
-Sources, in the order they decide: seed 000 names the two discovery keys
+Sources, in the order they decide: worker protocol 1.20 names the two discovery keys
 ("``worker_session_verbs`` and ``worker_sessions``: worker-session lifecycle operations, activity command
 fields, renewal, failure detection and terminal statuses; the runtime shape is defined by
 ``worker-sessions-runtime.schema.json``"); the protocol's endpoint map gives the three routes and its canonical

@@ -54,7 +54,7 @@ def test_every_relative_link_of_a_markdown_file_exists() -> None:
     assert broken == []
 
 
-# A section number of an unshipped document, a seed or a session note: "§8.9", "seed 003", the interop notes.
+# A section number of an unshipped document ("§8.9"), a numbered seed or the interop notes.
 # A public standard's own section ("RFC 4648 §4") is a citation the user can follow, so it is allowed.
 INTERNAL = re.compile(r"(?<!RFC \d{4} )§\s?\d|\bseed 0\d\d\b|" + "SDK-" + "INTEROP", re.IGNORECASE)
 
@@ -106,8 +106,26 @@ def test_the_scans_find_a_planted_citation(tmp_path: Path) -> None:
     module.write_text(
         '"""A docstring may say §9.1."""\n'
         'MESSAGE = "a retry is a new task (§11.6)"\n'
-        'NOTE = "as seed 003 says"\n'
+        'NOTE = "as se'
+        'ed 003 says"\n'
         'OK = "standard base64 (RFC 4648 §4)"\n',
         encoding="utf-8",
     )
     assert internal_citations_in_strings(module, tmp_path) == ["probe.py:2", "probe.py:3"]
+
+
+# The notes the project was written from, which nobody else has: no comment or docstring names them either.
+NOTES = re.compile(r"\b[Ss]eed 0\d\d\b|" + "SDK-" + "INTEROP")
+
+
+def test_no_file_names_the_notes_the_project_was_written_from() -> None:
+    files = _tracked(*TEXT)
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if NOTES.search(line)
+    ]
+    assert hits == []
+    assert NOTES.search("# one valid lease (se" + "ed 003)")
+    assert not NOTES.search('mktemp("sdk-interop")')

@@ -5,7 +5,7 @@ its public API, the way its README shows:
 
 * ``Client(base_url, namespace="default")`` — the bare origin; the SDK adds ``/api`` itself. No token: the
   server runs without auth. The Client does one ``GET /api/cluster/info`` before its first payload-carrying
-  request (SDK-INTEROP.md §3).
+  request (Python SDK 2.12.0, Worker handshake).
 * ``Worker(client, task_queue=…, workflows=[…], activities=[…], poll_timeout=1)`` started with
   ``Worker.run()`` as an asyncio task and stopped with ``Worker.stop()``. ``run()`` first checks
   ``cluster/info`` (control-plane version 2, worker protocol 1.20, the auth composition contract), then
@@ -17,7 +17,7 @@ its public API, the way its README shows:
   key=…)`` (the ``open_condition_wait`` command), ``ctx.sleep(seconds)`` (``start_timer``);
   ``@workflow.signal`` / ``@workflow.query`` methods are replayed from history.
 * Activities are ``@activity.defn`` functions; ``activity.context().info.attempt_number`` is the server's
-  ``attempt_number`` of the leased attempt (retries are server-side, SDK-INTEROP.md §6.3).
+  ``attempt_number`` of the leased attempt (retries are server-side, Python SDK 2.12.0, Replay).
 * Results come from ``WorkflowHandle.result()`` (``Client.get_result``: describe until terminal, then the
   newest terminal history event); ``WorkflowHandle.query`` returns the raw response dict (``["result"]``).
 
@@ -497,7 +497,7 @@ def test_activity_retried_by_the_server(server_url: str, failures: int, outcome:
             assert ATTEMPTS[wid] == [1, 2, 3]
             types = event_types(await history_events(handle))
             # Only the final attempt's outcome is in the history: an intermediate attempt leaves no
-            # ActivityFailed (SDK-INTEROP §5), replay would throw it.
+            # ActivityFailed (Python SDK 2.12.0, Replay), replay would throw it.
             assert [t for t in types if t in ("ActivityCompleted", "ActivityFailed")] == [final], types
 
     run(scenario())
@@ -540,9 +540,10 @@ def test_signal_while_activity_pending_is_a_normal_waiting_for_history_finish(se
                 assert await asyncio.to_thread(STARTED[wid].wait, WAIT_DEADLINE), "the activity never started"
                 await handle.signal("note", ["sent while the activity ran"])
                 # Replay of that wake-up yields no new command, so the SDK reports the task as failed with
-                # type WorkflowTaskWaitingForHistory (SDK-INTEROP §4). The server must finish the task and
-                # keep the run waiting for the activity — not fail the run, not lose the signal. (Every other
-                # workflow-task failure path of the SDK logs a warning, which no_sdk_complaints refuses.)
+                # type WorkflowTaskWaitingForHistory (Python SDK 2.12.0, Worker handshake). The server must finish
+                # the task and keep the run waiting for the activity — not fail the run, not lose the signal.
+                # (Every other workflow-task failure path of the SDK logs a warning, which no_sdk_complaints
+                # refuses.)
                 run_id = handle.run_id
                 assert run_id is not None
                 await wait_for_workflow_task_failure(server, run_id, task)

@@ -1,4 +1,4 @@
-"""Lifecycle observers observe and never own transitions (docs/reference.md: Dispatch, seed 003), in process.
+"""Lifecycle observers observe and never own transitions (docs/reference.md: Dispatch), in process.
 
 "Hooks observe and never own transitions. Telemetry fails open": an observer that raises, one that hangs and
 one that scribbles on what it is given change nothing a client can see. The workload — register, start, the

@@ -1,6 +1,6 @@
 """What workflow-task commands do, through the in-process handler: docs/reference.md: Payload shape (resume contexts),
 §8.7 and §8.7.1 (every command type, atomic batches, applied in order), child workflows (parent-close policies, child
-retry), continue-as-new, and SDK-INTEROP §6.1–§6.2 (step sequences; at most one open workflow task per run).
+retry), continue-as-new, and Python SDK 2.12.0, Replay (step sequences; at most one open workflow task per run).
 
 Time is a fake clock and the scheduler runs only when a test calls ``maintain()``: a timer or a child retry is
 due because the clock was moved to its due instant, and not one microsecond earlier.
@@ -114,7 +114,7 @@ def test_every_non_terminal_command_is_applied_in_batch_order(h: Harness) -> Non
         "TimerScheduled",
     ]
     assert [e["sequence"] for e in new] == list(range(start + 1, start + 1 + len(new)))
-    # SDK-INTEROP §6.1: one step sequence per step command, in order, continuing from the first task's timer.
+    # Python SDK 2.12.0, Replay: one step sequence per step command, in order, continuing from the first task's timer.
     steps = [(e["event_type"], e["payload"].get("sequence")) for e in new if "sequence" in e["payload"]]
     assert steps == [
         ("SideEffectRecorded", 2),
@@ -334,7 +334,7 @@ def test_a_condition_wait_the_worker_moves_past_is_satisfied_and_its_timer_cance
     h.completed(h.lease(), wait)
     h.signal("wf-1")
     h.completed(h.lease(), WAIT)  # not re-emitted: the replay got past it
-    # Satisfied first, then the batch's own commands (SDK-INTEROP §6.4).
+    # Satisfied first, then the batch's own commands (Python SDK 2.12.0, Replay).
     assert h.event_types("wf-1")[-3:] == ["SignalReceived", "ConditionWaitSatisfied", "TimerScheduled"]
     h.elapse(5)
     assert h.events("wf-1", "ConditionWaitTimedOut") == []
@@ -737,7 +737,7 @@ def test_upsert_search_attributes_merges_and_null_deletes(h: Harness) -> None:
     assert upserts[-1] == {"Region": None, "Tier": 3, "Gone": None}
 
 
-# -- at most one open workflow task per run (SDK-INTEROP §6.2) ----------------------------------------------
+# -- at most one open workflow task per run (Python SDK 2.12.0, Replay) ----------------------------------------------
 
 
 def test_a_ready_task_absorbs_new_events(h: Harness) -> None:

@@ -1,6 +1,6 @@
 """The workflow-task surface through the in-process handler: docs/reference.md: Long poll (polls), §8.4–§8.9 (history,
-heartbeat, complete, fail and the rejection matrix), §9 (leases and redelivery) and worker deregistration (SDK-INTEROP
-§6.9).
+heartbeat, complete, fail and the rejection matrix), §9 (leases and redelivery) and worker deregistration (Python SDK
+2.12.0).
 
 Time is a fake clock (see ``harness.py``): a lease expires because the test moves the clock to
 ``lease_expires_at``, never because it waited. Every rejection is also checked to leave the database unchanged
@@ -730,7 +730,7 @@ def test_no_compression_below_the_threshold_or_without_opt_in(h: Harness) -> Non
         assert doc["history_events"], body
 
 
-# -- worker deregistration (SDK-INTEROP §6.9) ---------------------------------------------------------------
+# -- worker deregistration (Python SDK 2.12.0) ---------------------------------------------------------------
 
 
 def test_deregistration_recovers_the_workers_leases(h: Harness) -> None:

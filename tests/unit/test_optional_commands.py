@@ -1,5 +1,5 @@
 """Optional command types (§5.2: "[UPP] also lists … `open_condition_wait` … The RS MAY add them only if it
-implements them"): unknown unless the caller opts in, validated when it does (SDK-INTEROP.md §4 shape)."""
+implements them"): unknown unless the caller opts in, validated when it does (Python SDK 2.12.0, Worker handshake)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ MESSAGE_SCHEMAS = [p for p in SCHEMA_PATHS if p.startswith(MESSAGE_DIRS)]
 PACKAGE_DIR = Path(str(resources.files(schemas)))
 OPENAPI_URI = (PACKAGE_DIR / "openapi.yaml").as_uri()
 
-# docs/reference.md: Discovery (SDK-INTEROP.md §3), verbatim, kept as data: spec_documents.json.
+# docs/reference.md: Discovery (Python SDK 2.12.0, Worker handshake), verbatim, kept as data: spec_documents.json.
 SPEC_DOCUMENTS: dict[str, Any] = json.loads((Path(__file__).parent / "spec_documents.json").read_text(encoding="utf-8"))
 CAPABILITIES_A1: dict[str, Any] = SPEC_DOCUMENTS["appendix_a1_server_capabilities"]
 S0_COMMANDS = CAPABILITIES_A1["supported_workflow_task_commands"]
