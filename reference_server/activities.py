@@ -321,8 +321,14 @@ def _match_sql(alias: str) -> str:
     )
 
 
+def registered_activity_types(worker: sqlite3.Row) -> list[str]:
+    """The activity types a worker registered: matching leases it only activity tasks of these types (an empty
+    list: any type)."""
+    return list(loads(worker["activity_types"]) or [])
+
+
 def _match_args(worker: sqlite3.Row, queue: str) -> tuple[Any, ...]:
-    types = loads(worker["activity_types"]) or []
+    types = registered_activity_types(worker)
     return (worker["namespace"], queue, worker["build_id"] or "", len(types), dumps(types))
 
 

@@ -129,6 +129,12 @@ _CANDIDATE_FILTERS = (
 )
 
 
+def registered_workflow_types(worker: sqlite3.Row) -> str:
+    """The workflow types a worker registered, the JSON list as stored: matching leases it only tasks of these
+    types (an empty list: any type)."""
+    return str(worker["workflow_types"] or "[]")
+
+
 @contextmanager
 def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
     """§7.5 matching: the queue's ready tasks and expired leases, compatible with the worker's build id and
@@ -137,7 +143,7 @@ def _candidates(t: T, poll: Poll) -> Iterator[Iterator[sqlite3.Row]]:
     Two queries, each on an index of the queue's open tasks (ready ones by ``wt_ready_by_age``, in the order
     returned; leases by ``wt_leased_by_expiry``), merged here: one query with ``OR`` between the two would sort
     every ready task of the queue before the first could be returned."""
-    types = poll.worker["workflow_types"]  # the registered JSON list, as stored
+    types = registered_workflow_types(poll.worker)
     filters = (poll.worker["build_id"] or "", len(loads(types) or []), types, _CANDIDATE_PAGE)
     ready = t.db.execute(
         "SELECT task_id, status, attempt, available_at FROM workflow_tasks WHERE namespace = ? AND task_queue = ?"

@@ -66,6 +66,14 @@ FAULTS: dict[str, Fault] = {
         " in its test profile.",
         ("LONGPOLL-CLAMP-MAX",),
     ),
+    "match-any-workflow-type": Fault(
+        "A workflow task is leased to any worker polling its queue, also one that registered other workflow types.",
+        ("MATCH-REGISTERED-TYPES",),
+    ),
+    "match-any-activity-type": Fault(
+        "An activity task is leased to any worker polling its queue, also one that registered other activity types.",
+        ("MATCH-REGISTERED-TYPES",),
+    ),
     "drop-poll-status": Fault("Workflow-task poll responses carry no poll_status field.", ("POLL-STATUS-PRESENT",)),
     "throttled-reported-empty": Fault(
         "A workflow poll refused by the admission limit is answered poll_status 'empty', not 'throttled'.",

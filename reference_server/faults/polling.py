@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from .. import polling
+from .. import activities, polling, workflow_tasks
 from ..http import HttpServer
 from ..polling import Poller
 from ..tx import T
@@ -78,3 +78,13 @@ def _forget(connection_id: int) -> None:
             sorted(rows),
         )
     )
+
+
+@wraps("match-any-workflow-type", workflow_tasks, "registered_workflow_types")
+def _any_workflow_type(original: Callable[[sqlite3.Row], str], worker: sqlite3.Row) -> str:
+    return "[]"  # every worker on the queue is offered every workflow task, whatever types it registered
+
+
+@wraps("match-any-activity-type", activities, "registered_activity_types")
+def _any_activity_type(original: Callable[[sqlite3.Row], list[str]], worker: sqlite3.Row) -> list[str]:
+    return []  # every worker on the queue is offered every activity task, whatever types it registered

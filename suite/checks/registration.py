@@ -10,7 +10,7 @@ from typing import Any
 from suite.context import CheckContext
 from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import TASK_KINDS, send_poll
+from suite.worlds import ACTIVITY_TYPE, TASK_KINDS, lease_wf, next_activity, require_no_task, send_poll
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
 AREAS = (Area.REGISTRATION,)
@@ -202,3 +202,30 @@ async def poll_missing_fields(ctx: CheckContext) -> None:
         for what, worker, q in (("worker_id", None, queue), ("task_queue", wid, None), ("both", None, None)):
             reply = await send_poll(ctx, kind, worker, q)
             ctx.expect(reply, 422, "validation_failed", what=f"{kind} poll without {what}")
+
+
+@check("MATCH-REGISTERED-TYPES")
+async def tasks_matched_by_registered_type(ctx: CheckContext) -> None:
+    """On one queue, a worker registered for other types is offered neither the workflow task nor the activity
+    task; the worker registered for their types leases both."""
+    queue = ctx.uid("q")
+    other = await ctx.register(
+        queue, supported_workflow_types=["conformance.Other"], supported_activity_types=["conformance.other"]
+    )
+    owner = await ctx.register(
+        queue, supported_workflow_types=["conformance.Probe"], supported_activity_types=[ACTIVITY_TYPE]
+    )
+    await ctx.start(queue)
+    why = "a task is leased only to a worker that registered its type"
+    reply = await send_poll(ctx, "workflow", other, queue)
+    require_no_task(
+        ctx, reply, what="workflow poll by a worker of other types", requirement="MATCH-REGISTERED-TYPES", why=why
+    )
+    task = await lease_wf(ctx, owner, queue)
+    schedule = {"type": "schedule_activity", "activity_type": ACTIVITY_TYPE, "arguments": ctx.envelope([])}
+    ctx.expect(await ctx.complete(task, [schedule]), 200, what="schedule_activity")
+    reply = await send_poll(ctx, "activity", other, queue)
+    require_no_task(
+        ctx, reply, what="activity poll by a worker of other types", requirement="MATCH-REGISTERED-TYPES", why=why
+    )
+    await next_activity(ctx, owner, queue)

@@ -730,6 +730,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         ),
     ),
     _r(
+        "MATCH-REGISTERED-TYPES",
+        MUST,
+        _A.REGISTRATION,
+        "A poll finds ready tasks by queue and compatibility criteria: a workflow or activity task is leased only "
+        "to a worker that registered its workflow or activity type (or registered no types).",
+        cites=(
+            _wp("Workflow Task Bridge", "poll by queue and compatibility criteria"),
+            _wp("Activity Task Bridge", "poll by queue and compatibility criteria"),
+        ),
+    ),
+    _r(
         "REGISTER-FINGERPRINT-CONFLICT",
         MUST,
         _A.REGISTRATION,
