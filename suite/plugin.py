@@ -45,7 +45,16 @@ from .outcomes import (
     exit_status,
 )
 from .registry import TEST_ID_ROOT, Check, entries
-from .run import MACHINE_COUNT_KEY, RUN_KEY, SETTINGS_KEY, TARGET_KEY, SuiteCollector, records_of
+from .run import (
+    MACHINE_COUNT_KEY,
+    OVERLAP_KEY,
+    RUN_KEY,
+    SETTINGS_KEY,
+    TARGET_KEY,
+    SuiteCollector,
+    check_records,
+    records_of,
+)
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
 from .text import plural
 
@@ -220,6 +229,13 @@ def _add_target_options(group: Any) -> None:
         default=False,
         help="Wait in real time even when the target advertises a test clock (test_profile.clock_advance)",
     )
+    group.addoption(
+        "--concurrency",
+        default=None,
+        metavar="N",
+        help="Checks run at once while they wait in real time (no test clock, or --real-time), within what the "
+        "target admits; 1 runs them one by one (default 8)",
+    )
 
 
 # The budget options: attribute of Budget → (metavar, help); ranges and defaults come from LIMITS and Budget.
@@ -313,6 +329,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 index = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
                 _attach_proxy(config, target, index)
             _attach_clock(config, target, int(workerinput.get("workercount", 1)))
+            _start_overlap(config, target)
         except HarnessError as exc:
             _stop_proxy(config)
             _stop_embedded(config)
@@ -341,6 +358,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 if settings.faults is not None:
                     _attach_proxy(config, target, 0)
                 _attach_clock(config, target, 1)
+                _start_overlap(config, target)
         except HarnessError as exc:
             _stop_proxy(config)
             _stop_embedded(config)
@@ -514,6 +532,28 @@ def _attach_clock(config: pytest.Config, target: TargetInfo, processes: int) -> 
     target.clock = clock
 
 
+def _start_overlap(config: pytest.Config, target: TargetInfo) -> None:
+    """Checks that wait in real time overlap in this process (suite.overlap); with the target's test clock,
+    or ``--concurrency 1``, they run one by one."""
+    from .overlap import Overlap
+
+    limit = config.stash[SETTINGS_KEY].concurrency
+    if target.clock.skips or limit <= 1 or config.getoption("collectonly"):
+        return
+
+    async def start(check: Check) -> list[Record]:
+        return await check_records(check, target)
+
+    config.stash[OVERLAP_KEY] = Overlap(start, limit)
+
+
+def _stop_overlap(config: pytest.Config) -> None:
+    overlap = config.stash.get(OVERLAP_KEY, None)
+    if overlap is not None:
+        del config.stash[OVERLAP_KEY]
+        overlap.close()
+
+
 def _processes(config: pytest.Config) -> int:
     """How many processes run checks: the xdist workers, or this one."""
     if getattr(config.option, "dist", "no") == "no":
@@ -596,6 +636,7 @@ def _stop_embedded(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _enabled(config):
+        _stop_overlap(config)
         _stop_proxy(config)
         _stop_embedded(config)
 

@@ -59,6 +59,7 @@ _VALUED = frozenset(
         "--campaign-worker",
         "--campaign-progress",
         "--max-wait",
+        "--concurrency",
         "--machine-examples",
         "--machine-steps",
         "--fuzz-examples",

@@ -50,6 +50,7 @@ __all__ = [
     "FAULT_ATTEMPTS",
     "FAULT_RERUN_SECONDS",
     "MACHINE_COUNT_KEY",
+    "OVERLAP_KEY",
     "RECORD_KEY",
     "RUNNERS",
     "RUN_KEY",
@@ -68,6 +69,7 @@ SETTINGS_KEY = pytest.StashKey[RunSettings]()
 RUN_KEY = pytest.StashKey[dict[str, Any]]()  # run_id, started_at, seed, command line
 MACHINE_COUNT_KEY = pytest.StashKey[int]()  # the machine items this process runs (a campaign splits its time)
 _CAMPAIGN_KEY = pytest.StashKey[Any]()  # this process's suite.campaign.CampaignClock
+OVERLAP_KEY = pytest.StashKey[Any]()  # this process's suite.overlap.Overlap, when checks overlap
 
 # Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
 # at most FAULT_ATTEMPTS times in all, and after the first few only while its attempts have taken less than
@@ -115,8 +117,14 @@ class EntryItem(pytest.Item):
     def runtest(self) -> None:
         config = self.config
         target, settings = config.stash[TARGET_KEY], config.stash[SETTINGS_KEY]
+        overlap = config.stash.get(OVERLAP_KEY, None)
+        if overlap is not None and self.entry.restarts:
+            overlap.drain()  # a restart runs alone: no check started ahead may be in flight
         with restart_guard(target, exclusive=self.entry.restarts):
-            ran = RUNNERS[self.entry.kind](self.entry, target, settings, config)
+            if overlap is not None and _overlaps(self.entry):
+                ran = overlap.take(self.nodeid, self._ahead())
+            else:
+                ran = RUNNERS[self.entry.kind](self.entry, target, settings, config)
         records = [replace(r, test_id=self.nodeid) for r in ran]
         foreign = foreign_clock(target)
         if foreign is not None:  # whatever the entry saw cannot be held against the target
@@ -129,6 +137,46 @@ class EntryItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid
+
+    def _ahead(self) -> list[tuple[str, Check]]:
+        """This item and the run's items after it that may overlap it: the checks up to the next item that is
+        not one, or that must run alone. Under xdist only the items this worker was handed count (suite.overlap)."""
+        order = _run_order(self)
+        out: list[tuple[str, Check]] = []
+        for item in order[order.index(self) :]:
+            entry = getattr(item, "entry", None)
+            if not isinstance(item, EntryItem) or entry is None or not _overlaps(entry):
+                break
+            out.append((item.nodeid, entry))
+        return out
+
+
+def _overlaps(entry: Check) -> bool:
+    """Whether an entry may run ahead of its turn beside others: a check that does not restart the target."""
+    return entry.kind is Kind.CHECK and not entry.restarts
+
+
+def _run_order(item: pytest.Item) -> list[pytest.Item]:
+    """The items this process will run, in order, from ``item`` on: the session's, or under xdist the ones this
+    worker was handed so far (the worker's queue of item indices, read under its lock without taking from it)."""
+    session = item.session
+    if getattr(item.config, "workerinput", None) is None:
+        return list(session.items)
+    here = session.items.index(item)
+    return [item, *(session.items[i] for i in _worker_queue(item.config) if i != here)]
+
+
+def _worker_queue(config: pytest.Config) -> list[int]:
+    """The item indices an xdist worker holds and has not started, in order ([] when there is no such queue)."""
+    for plugin in config.pluginmanager.get_plugins():
+        queue = getattr(plugin, "torun", None)
+        if queue is None or not hasattr(queue, "lock"):
+            continue
+        head = getattr(plugin, "nextitem_index", None)
+        with queue.lock() as items:
+            rest = [i for i in items if isinstance(i, int)]
+        return ([head] if isinstance(head, int) else []) + rest
+    return []
 
 
 @contextlib.contextmanager
@@ -203,6 +251,11 @@ def _base(entry: Check) -> Record:
 
 def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: pytest.Config) -> list[Record]:
     """Run one check (again in a fresh world while a fault leaves its outcome unknown) and judge it."""
+    return asyncio.run(check_records(check, target))
+
+
+async def check_records(check: Check, target: TargetInfo) -> list[Record]:
+    """:func:`run_check` on the running event loop, where checks overlapped by :mod:`suite.overlap` run."""
     record = _base(check)
     if not any(applicable(REGISTRY[r], target.certified_minor) for r in check.requirements):
         message = f"not applicable when certifying protocol {target.protocol_version}"
@@ -214,7 +267,7 @@ def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: p
     for n in range(attempts):
         if n >= _FAULT_ATTEMPTS_ALWAYS and time.monotonic() - started > FAULT_RERUN_SECONDS:
             break
-        ctx, outcome = _attempt(check, target)
+        ctx, outcome = await _attempt(check, target)
         if not isinstance(outcome, Indeterminate):
             break
         unknown.append(str(outcome))  # a fresh world (new queues and ids) for the next attempt
@@ -233,7 +286,7 @@ def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: p
             exchanges=[ex],
             requirement="SCHEMA-RESPONSES",
         )
-    if isinstance(outcome, KeyboardInterrupt):
+    if isinstance(outcome, KeyboardInterrupt | asyncio.CancelledError):
         raise outcome
     verdict, message, exchanges, failed_req = judge(check, outcome, advertised, target)
     return [
@@ -250,21 +303,18 @@ def run_check(check: Check, target: TargetInfo, settings: RunSettings, config: p
     ]
 
 
-def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
+async def _attempt(check: Check, target: TargetInfo) -> tuple[CheckContext, BaseException | None]:
     """One run of a check in its own world; its outcome (``None``: it passed)."""
     client = target_client(target, validator=_validator())
     ctx = CheckContext(target=target, client=client, check_name=check.name)
     assert check.fn is not None
-    fn = check.fn
-
-    async def go() -> None:
+    try:
         try:
-            await fn(ctx)
+            await check.fn(ctx)
         finally:
             await client.aclose()
-
-    try:
-        asyncio.run(go())
+    except asyncio.CancelledError:
+        raise  # the run stopped (suite.overlap cancels the checks started ahead of it)
     except BaseException as exc:
         return ctx, exc
     return ctx, None

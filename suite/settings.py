@@ -92,6 +92,7 @@ LIMITS: dict[str, Limit] = {
     "machine_steps": Limit("--machine-steps", int, 1, 10_000),
     "fuzz_examples": Limit("--fuzz-examples", int, 0, 10_000),
     "fault_seed": Limit("--fault-seed", int, 0, 2**32 - 1),
+    "concurrency": Limit("--concurrency", int, 1, 64),
     "seed": Limit(SEED_ENV, int, 0, 2**32 - 1),
 }
 
@@ -116,6 +117,7 @@ class RunSettings:
     real_time: bool = False  # --real-time: wait in real time even when the target advertises a test clock
     area_order: bool = False  # --area-order: the registry's order, not failures first (suite.ordering)
     restart_command: str | None = None  # --restart-command: kills the target hard and starts it again
+    concurrency: int = 8  # --concurrency: checks in flight at once while they wait in real time (suite.overlap)
     seed: int = 0
     narrowed_by: tuple[str, ...] = field(default=())
     # --campaign: the machines run round after round until these seconds are spent (None: one round each).
@@ -297,6 +299,7 @@ def parse_settings(config: pytest.Config) -> RunSettings:
         sign_key=_option(config, "--sign-key"),
         real_time=bool(_option(config, "--real-time", False)),
         area_order=bool(_option(config, "--area-order", False)),
+        concurrency=_concurrency(_option(config, "--concurrency")),
         restart_command=_restart_command(_option(config, "--restart-command"), str(_option(config, "--target"))),
         seed=_seed(),
         narrowed_by=tuple(_selection(config, requirements, ids)),
@@ -306,6 +309,13 @@ def parse_settings(config: pytest.Config) -> RunSettings:
     elif settings.sign_key is not None:
         raise pytest.UsageError(f"--sign-key={settings.sign_key}: signing needs --certify (only a bundle is signed)")
     return settings
+
+
+def _concurrency(raw: object) -> int:
+    """--concurrency, or the default of :mod:`suite.overlap`."""
+    from .overlap import DEFAULT_LIMIT
+
+    return DEFAULT_LIMIT if raw is None else int(LIMITS["concurrency"].parse(raw))
 
 
 def _campaign(config: pytest.Config) -> dict[str, Any]:

@@ -75,7 +75,15 @@ def test_bad_options_fail_before_the_first_request(tmp_path: Path, given: str) -
 
 def test_every_budget_and_wait_has_a_range() -> None:
     """Each numeric option of the suite is parsed through a Limit: none is accepted unchecked."""
-    assert set(LIMITS) == {"max_wait", "machine_examples", "machine_steps", "fuzz_examples", "fault_seed", "seed"}
+    assert set(LIMITS) == {
+        "max_wait",
+        "machine_examples",
+        "machine_steps",
+        "fuzz_examples",
+        "fault_seed",
+        "seed",
+        "concurrency",
+    }
     for limit in LIMITS.values():
         with pytest.raises(pytest.UsageError, match=limit.option):
             limit.parse(limit.low - 1)

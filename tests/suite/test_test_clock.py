@@ -202,7 +202,8 @@ def test_both_modes_give_the_same_verdicts(server_factory: Callable[..., ServerP
     assert _time(skipped)["test_clock_used"] is True
     real_server = server_factory(*REAL_TIME_ARGS)
     # Several xdist workers on one URL target: real time (here the target has no test clock at all). The checks
-    # mostly wait out leases and timers, so four workers overlap those waits.
+    # mostly wait out leases and timers; each worker overlaps the waits of the checks it was handed
+    # (suite.overlap), and the four workers overlap theirs.
     real = run_suite(real_server.url, tmp_path / "real", "-k", SELECT, "-n", "4")
     assert _time(real) == {
         "test_clock_advertised": False,
