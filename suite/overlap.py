@@ -48,8 +48,6 @@ class Overlap:
         self._closing = threading.Event()
         self._futures: dict[str, concurrent.futures.Future[list[Record]]] = {}
         self.started = 0  # checks started, in all
-        self.most_in_flight = 0
-        self._in_flight = 0
 
     def take(self, test_id: str, ahead: Sequence[tuple[str, Check]]) -> list[Record]:
         """The records of the check ``test_id``: started now unless it already was, with every check of
@@ -92,9 +90,4 @@ class Overlap:
             if self._closing.is_set():
                 raise asyncio.CancelledError
             self.started += 1
-            self._in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self._in_flight)
-            try:
-                return await self._start(check)
-            finally:
-                self._in_flight -= 1
+            return await self._start(check)

@@ -233,8 +233,8 @@ def _add_target_options(group: Any) -> None:
         "--concurrency",
         default=None,
         metavar="N",
-        help="Checks run at once while they wait in real time (no test clock, or --real-time), within what the "
-        "target admits; 1 runs them one by one (default 8)",
+        help="Checks run at once while they wait in real time (no test clock, or --real-time); 1 runs them one "
+        "by one (default 8)",
     )
 
 

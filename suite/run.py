@@ -286,7 +286,7 @@ async def check_records(check: Check, target: TargetInfo) -> list[Record]:
             exchanges=[ex],
             requirement="SCHEMA-RESPONSES",
         )
-    if isinstance(outcome, KeyboardInterrupt | asyncio.CancelledError):
+    if isinstance(outcome, KeyboardInterrupt):
         raise outcome
     verdict, message, exchanges, failed_req = judge(check, outcome, advertised, target)
     return [
