@@ -35,6 +35,7 @@ import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -272,21 +273,54 @@ def _kill_hard(pid: int, timeout: float = 10.0, sig: int = signal.SIGKILL) -> bo
 
 def restart(spec_path: Path, timeout: float = 60.0) -> str | None:
     """Kill the server a restart spec names with ``SIGKILL``, start its command again (detached: it outlives this
-    process), record the new pid and wait until it serves; ``None`` then, else why not."""
+    process), record the new pid and wait until it serves; ``None`` then, else why not.
+
+    Between the kill and the new start the port is free, and the kernel may hand it to any process as the local
+    port of an outgoing connection (another suite process's client, on a busy machine): the new server then
+    cannot bind it and exits. Such a start is made again once the port can be bound, until ``timeout``."""
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     if not _kill_hard(int(spec["pid"])):
         return f"the server (pid {spec['pid']}) did not die within 10 s of SIGKILL"
-    with open(spec["log"], "a", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            spec["command"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env={**os.environ, **spec["env"]},
-            start_new_session=True,
-        )
-    _write_spec(spec_path, {**spec, "pid": proc.pid})
-    return wait_until_served(spec["url"], proc.pid, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        logged = os.path.getsize(spec["log"]) if os.path.exists(spec["log"]) else 0
+        with open(spec["log"], "a", encoding="utf-8") as log:
+            proc = subprocess.Popen(
+                spec["command"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **spec["env"]},
+                start_new_session=True,
+            )
+        _write_spec(spec_path, {**spec, "pid": proc.pid})
+        why = wait_until_served(spec["url"], proc.pid, max(0.0, deadline - time.monotonic()))
+        if why is None or not _lost_its_port(spec["log"], logged):
+            return why
+        parts = urllib.parse.urlsplit(spec["url"])
+        if parts.port is None or not _wait_bindable(parts.hostname or "127.0.0.1", parts.port, deadline):
+            return f"{why}: port {parts.port} stayed taken by another process for {timeout:g} s after the kill"
+
+
+def _lost_its_port(log_path: str, offset: int) -> bool:
+    """Whether the server started last wrote, after ``offset`` of its log, that its port was in use."""
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        return "address already in use" in log.read().lower()
+
+
+def _wait_bindable(host: str, port: int, deadline: float) -> bool:
+    """Poll until a listening socket could bind ``host:port`` again, or ``deadline``."""
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                time.sleep(0.1)
+                continue
+            return True
+    return False
 
 
 def stop_restarted(spec_path: Path, *, unless: int | None = None, grace: float = 10.0) -> None:

@@ -163,3 +163,44 @@ def test_a_server_restarted_from_its_spec_is_killed_and_serves_again_on_its_port
         assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie
     finally:
         stop_process(first)
+
+
+def test_a_restart_whose_port_another_process_took_meanwhile_starts_again_once_it_is_free(tmp_path: Path) -> None:
+    """Between the kill and the new start the kernel may hand the port to another process (the local port of an
+    outgoing connection): the first new server cannot bind it and exits, and ``restart`` starts it again once
+    the port is free, instead of failing the restart."""
+    import json
+    import time
+    import urllib.request
+
+    from suite.processes import stop_restarted
+
+    holder = socket.socket()  # the other process's socket: bound, never listening, no SO_REUSEADDR
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    victim = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    spec, log = tmp_path / "restart.json", tmp_path / "server.log"
+    command = [sys.executable, "-m", "reference_server", "--port", str(port), "--db", str(tmp_path / "dw.sqlite")]
+    url = f"http://127.0.0.1:{port}"
+    cli = [sys.executable, "-m", "suite.processes", "spec", str(spec), "--url", url, "--pid", str(victim.pid)]
+    subprocess.run([*cli, "--log", str(log), "--", *command], check=True, capture_output=True)
+    again = subprocess.Popen([sys.executable, "-m", "suite.processes", "restart", str(spec)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while "address already in use" not in (log.read_text() if log.exists() else "").lower():
+            assert time.monotonic() < deadline, "the first new server never met the taken port"
+            time.sleep(0.05)
+        holder.close()  # the other process lets the port go
+        assert again.wait(timeout=60) == 0, again.stderr.read() if again.stderr else ""
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        with urllib.request.urlopen(url + "/api/health", timeout=10) as r:
+            assert r.status == 200
+        assert json.loads(spec.read_text())["pid"] != victim.pid
+    finally:
+        holder.close()
+        stop_restarted(spec)
+        for proc in (again, victim):
+            proc.kill()
+            proc.wait(timeout=10)
+        if again.stderr:
+            again.stderr.close()
