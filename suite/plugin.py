@@ -506,6 +506,9 @@ def _own_embedded(config: pytest.Config, target: TargetInfo) -> None:
     target.worker_token, target.operator_token, target.full_token = _tokens(config, server)
     target.url = url
     target.cluster_info = probe_cluster_info(url, target.operator_token or target.worker_token)
+    # A restart check restarts the server this worker talks to, never the controller's (which another worker's
+    # restart would kill at the same moment, and whose restart proves nothing about this worker's server).
+    target.restart_command = server.restart_command
 
 
 def _attach_clock(config: pytest.Config, target: TargetInfo, processes: int) -> None:

@@ -40,6 +40,15 @@ def test_a_scripted_restart_passes_the_restart_requirements(tmp_path: Path) -> N
         assert run.results["options"]["restart_command"] == "<set>"
 
 
+def test_under_xdist_each_worker_restarts_its_own_embedded_server(tmp_path: Path) -> None:
+    """With ``--target=embedded -n 2`` each worker runs its checks on a server of its own, so its restart checks
+    restart that server: restarting the controller's instead, from both workers at once, killed one worker's fresh
+    start (a harness error) and judged a server the checks never restarted."""
+    run = run_suite("embedded", tmp_path / "reports", *_selection(), "-n", "2")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert {r: run.verdict(r) for r in RESTART} == dict.fromkeys(RESTART, "passed")
+
+
 def test_a_server_that_loses_an_acknowledged_completion_across_a_restart_is_not_conformant(tmp_path: Path) -> None:
     with scripted(tmp_path / "srv", *EMBEDDED_ARGS, "--fault", "completion-commit-deferred", env=ROLES) as server:
         run = run_suite(
