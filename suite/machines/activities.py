@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -49,7 +50,7 @@ from suite.protocol.oracle import Applied, Kind
 from suite.worlds import lease_wf
 
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
-from .base import EXPIRY_STEP, MachineBase, Polled, note
+from .base import MachineBase, Polled, note
 
 __all__ = ["ActivityMachine"]
 
@@ -540,11 +541,7 @@ class ActivityMachine(MachineBase):
             return
         self.lease_waits += 1
         taker = next(w for w in self.workers if w != a.owner)
-        deadline = max(a.expires, self.now()) + timedelta(seconds=self.lease_seconds + 5)
-        while self.now() < deadline:
-            hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
-            # With a test clock the poll's hold ends at the expiry: just as much time passes as in real time.
-            polled = self.poll_activity(taker, hold, max(a.expires, self.now()) + EXPIRY_STEP)
+        for polled in self.polls_past_expiry(a.expires, self.lease_seconds, partial(self.poll_activity, taker)):
             if polled.reply is None:
                 return
             got = self.adopt(polled, taker)

@@ -220,6 +220,17 @@ class MachineBase(RuleBasedStateMachine):
         """The target's clock (``ctx.now()``): the local clock, or the target's test clock as moved so far."""
         return self.ctx.now()
 
+    def polls_past_expiry(
+        self, expires: datetime, lease_seconds: float, poll: Callable[[int, datetime], Polled]
+    ) -> Iterator[Polled]:
+        """The polls of a worker waiting to be handed a lease that ends at ``expires``: ``poll(hold, until)``
+        again and again until a redelivery is overdue (a whole lease plus 5 s past the expiry). Each holds at
+        most 10 s; with a test clock its hold ends at the expiry, so just as much time passes as in real time."""
+        deadline = max(expires, self.now()) + timedelta(seconds=lease_seconds + 5)
+        while self.now() < deadline:
+            hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
+            yield poll(hold, max(expires, self.now()) + EXPIRY_STEP)
+
     def register_workers(self, n: int) -> None:
         """Register ``n`` workers on the example's queue."""
         self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(n)]

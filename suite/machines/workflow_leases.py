@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -26,7 +27,7 @@ from suite.protocol.history import check_sequences
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
 
-from .base import EXPIRY_STEP, MachineBase, Polled
+from .base import MachineBase, Polled
 from .cells import run_state, task_actor, task_state
 from .workflow_sweep import sweep_cold_cells
 from .world import RunShadow, TaskShadow, workflow_view
@@ -501,12 +502,8 @@ class WorkflowLeaseMachine(MachineBase):
         self.signal(task.run)  # news the redelivery must show (the first task that follows its acceptance)
         old_owner, old_attempt = task.owner, task.attempt
         taker = next(w for w in self.workers if w != old_owner)
-        deadline = max(task.expires, self.now()) + timedelta(seconds=self.lease_seconds + 5)
         started_before_expiry = self.now() < task.expires
-        while self.now() < deadline:
-            hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
-            # With a test clock the poll's hold ends at the expiry: just as much time passes as in real time.
-            polled = self.poll_wf(taker, hold, max(task.expires, self.now()) + EXPIRY_STEP)
+        for polled in self.polls_past_expiry(task.expires, self.lease_seconds, partial(self.poll_wf, taker)):
             if polled.reply is None:
                 task.uncertain = True
                 return multiple()
