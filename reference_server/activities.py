@@ -66,7 +66,7 @@ from suite.protocol.lifecycles import (
 from suite.protocol.sessions import Admission
 
 from . import sessions
-from .engine import TERMINAL_RUN_STATUSES, append_event, empty_resume, open_workflow_task, ts, wake_run
+from .engine import TERMINAL_RUN_STATUSES, append_event, open_workflow_task, record_wake, ts
 from .polling import Poll, forget_polls, lease_taken, replayed_task
 from .store import dumps, from_us, loads, new_id
 from .transitions import ACTIVITY_ATTEMPTS, ACTIVITY_EXECUTIONS, ACTIVITY_TASKS, claim, initial, move
@@ -181,23 +181,20 @@ def _resolve(
     """Record the execution's one terminal event and resume the workflow (§11.3, §11.6 "Final failure");
     returns the workflow task that will see it. §14.2: "The workflow is resumed … **only** for the final
     outcome"."""
-    seq = append_event(t, execution["run_id"], event_type, payload)
     eid = execution["execution_id"]
     # §8.3 plus §15: upstream emits workflow_wait_kind "activity" with open_wait_id "activity:{id}".
-    wake_run(
+    record_wake(
         t,
         execution["run_id"],
-        empty_resume(
-            workflow_wait_kind="activity",
-            open_wait_id=f"activity:{eid}",
-            resume_source_kind="activity_execution",
-            resume_source_id=eid,
-            activity_execution_id=eid,
-            activity_attempt_id=attempt_id,
-            activity_type=execution["activity_type"],
-            workflow_sequence=seq,
-            workflow_event_type=event_type,
-        ),
+        event_type,
+        payload,
+        workflow_wait_kind="activity",
+        open_wait_id=f"activity:{eid}",
+        resume_source_kind="activity_execution",
+        resume_source_id=eid,
+        activity_execution_id=eid,
+        activity_attempt_id=attempt_id,
+        activity_type=execution["activity_type"],
     )
     task = open_workflow_task(t, execution["run_id"])
     # Decided rule (README, "Decided rules"): next_task_id names the task that will see the result. A task
