@@ -865,6 +865,7 @@ def campaign_statistics(records: list[Record], settings: RunSettings) -> dict[st
         "replayed": sum(int(m.get("replayed", 0)) for m in machines.values()),
         "still_failing": sum(int(m.get("still_failing", 0)) for m in machines.values()),
         "fixed": sum(len(m.get("fixed", [])) for m in machines.values()),
+        "unreplayable": sum(len(m.get("unreplayable", [])) for m in machines.values()),
         "machines": machines,
     }
 
@@ -888,7 +889,8 @@ def campaign_lines(doc: dict[str, Any] | None) -> list[str]:
         mode = "read only" if doc.get("readonly") else "read and written"
         lines.append(
             f"example database {doc['example_db']} ({mode}): {plural(doc['replayed'], 'stored failure')} replayed, "
-            f"{doc['still_failing']} still failing, {doc['fixed']} fixed"
+            f"{doc['still_failing']} still failing, {doc['fixed']} fixed, "
+            f"{doc.get('unreplayable', 0)} could not be replayed (kept)"
         )
     return lines
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
 import sys
 from collections import Counter
@@ -61,6 +62,7 @@ __all__ = [
     "EXPIRY_STEP",
     "FOUND",
     "LEDGER",
+    "PRINTED",
     "STATS",
     "UNKNOWN",
     "MachineBase",
@@ -68,6 +70,7 @@ __all__ = [
     "event",
     "note",
     "race",
+    "record_step",
 ]
 
 R = TypeVar("R")
@@ -94,6 +97,12 @@ UNKNOWN: list[Indeterminate] = []
 ESCAPED: list[BaseException] = []
 # Examples begun and requests sent by the machines in this process (a campaign's statistics).
 STATS: Counter[str] = Counter()
+# The step lines Hypothesis printed for the example running now, when the runner records programs (a run given
+# --example-db or --campaign): what a failure is stored as when no shrunk program comes back (a timing-dependent
+# target: Hypothesis' replay of the failure went another way). See :func:`record_step`.
+PRINTED: list[str] = []
+# A step line as Hypothesis prints it: the machine built, a rule called, its results assigned.
+STEP_LINE = re.compile(r"^(state = \w+\(\)$|state\.\w+\(|\(?[\w, ]+,?\)? = state\.\w+\()")
 
 # The protocol outcomes a coverage-guided fuzzer may steer by, as Hypothesis events: a reason of an answer.
 OUTCOME_EVENTS = {
@@ -113,6 +122,22 @@ def note(text: str) -> None:
         _hypothesis_note(text)
     except InvalidArgument:
         print(text, file=sys.stderr)
+
+
+def record_step(text: object) -> bool:
+    """Keep ``text`` when it is a step line of the example running now (a new example's first line starts a new
+    program); whether it was one. The salt step of a run under --faults sends nothing, and a replay ends with
+    teardown of its own: both are left out."""
+    line = str(text)
+    if "\n" in line:
+        kept = [record_step(part) for part in line.splitlines()]  # every part, not up to the first step
+        return any(kept)
+    if not STEP_LINE.match(line) or line.startswith(("state._fault_salt(", "state.teardown(")):
+        return False
+    if line.startswith("state = "):
+        PRINTED.clear()
+    PRINTED.append(line)
+    return True
 
 
 def event(text: str) -> None:
@@ -206,6 +231,9 @@ class MachineBase(RuleBasedStateMachine):
         self.ledger = LEDGER.setdefault(self.name, Counter())
         self.cells = CELLS.setdefault(self.name, Counter())
         self.touched: set[str] = set()  # run ids whose history changed since the last history check
+        # The path this example took, as the coverage model sees it: every cell hit and every hard state reached,
+        # in order. A stored failure keeps it; its replay took the same path only if it went this way again.
+        self.path: list[str] = []
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
         self.acks: dict[str, list[Accepted]] = {}
         self.reads = 0
@@ -275,6 +303,7 @@ class MachineBase(RuleBasedStateMachine):
     # -- verdicts ------------------------------------------------------------------------------------
 
     def reached(self, state: str) -> None:
+        self.path.append(state)
         if not self.ledger[state]:
             event(f"cell reached: {self.name}.{state}")
         self.ledger[state] += 1
@@ -287,6 +316,7 @@ class MachineBase(RuleBasedStateMachine):
         if not known_cell(key):
             raise ValueError(f"{type(self).__name__} hit {key}, which is not a cell of the coverage model")
         self.cells[key] += 1
+        self.path.append(key)
 
     def sweep(self) -> None:
         """A deterministic phase over the cells the examples left cold; machines with ``SWEEPS`` define it."""
@@ -603,6 +633,10 @@ class MachineBase(RuleBasedStateMachine):
         # are its control flow, not what the example raised.
         ending = sys.exc_info()[1]
         if isinstance(ending, Exception) and not isinstance(ending, HypothesisException) and self._raised_here(ending):
+            # What ended the example keeps the program that led to it and the path it took (Hypothesis printed
+            # the failing step before it called teardown).
+            ending.dw_steps = "\n".join(PRINTED)  # type: ignore[attr-defined]
+            ending.dw_path = list(self.path)  # type: ignore[attr-defined]
             ESCAPED.append(ending)
         STATS["requests"] += len(self.client.exchanges)
         try:

@@ -35,7 +35,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import CELLS, ESCAPED, FOUND, LEDGER, STATS, UNKNOWN, MachineBase
+from .base import CELLS, ESCAPED, FOUND, LEDGER, PRINTED, STATS, UNKNOWN, MachineBase, record_step
 
 __all__ = ["Campaign", "MachineBudget", "MachineResult", "run_machine"]
 
@@ -87,6 +87,7 @@ def run_machine(
     CELLS[cls.name] = Counter()
     FOUND.clear()
     ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
+    PRINTED.clear()
     started = time.monotonic()
     stats: dict[str, Any] = {}
     replayed: dict[str, Any] | None = None
@@ -117,14 +118,21 @@ def run_machine(
     elif swept and outcome is not None:  # a deterministic phase, not a Hypothesis program: no replay bundle
         message = _message(outcome, failure, "").replace("Minimal failing step program:", "Found by the sweep")
     elif outcome is not None:
-        steps = replayed["steps"] if replayed is not None else _steps(outcome, reported)
+        # The shrunk program Hypothesis reported, when it reported one for this failure; else the program of the
+        # execution that raised it, as recorded (Hypothesis' replay of it went another way: a target whose timing
+        # differs between two runs of one sequence).
+        shrunk = _steps(outcome, reported) if failure is None or _failure_of(outcome) is failure else ""
+        steps = replayed["steps"] if replayed is not None else shrunk or _recorded(failure, outcome)
         if replay_dir is not None:
             bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
         message = _message(outcome, failure, steps)
         if replayed is not None:
-            message = f"{_stored_origin(replayed)} still fails on replay:\n{message}"
+            was = replayed.get("requirement")
+            other = failure is not None and was and was != failure.requirement
+            now = f" (stored as a failure of {was})" if other else ""
+            message = f"{_stored_origin(replayed)} still fails on replay{now}:\n{message}"
         elif failure is not None and campaign is not None and campaign.store is not None and steps:
-            _keep_failure(cls, campaign, budget, failure, steps, stats)
+            _keep_failure(cls, campaign, budget, failure, steps, bool(shrunk), stats)
     ledger = dict(LEDGER.get(cls.name, Counter()))
     hits = dict(sorted(CELLS.get(cls.name, Counter()).items()))
     seconds = round(time.monotonic() - started, 3)
@@ -163,45 +171,95 @@ def _replay_stored(
     cls: type[MachineBase], target: TargetInfo, campaign: Campaign, stats: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, tuple[BaseException, list[str]] | None]:
     """Replay every failure the database holds for this target and machine: the first that still fails, with
-    what it raised; the ones that no longer fail are reported as fixed (and, when the database is written,
-    removed from it)."""
+    what it raised. One that no longer fails is reported as fixed (and, when the database is written, removed
+    from it) only when its replay went the way the failure went up to its failing step; a replay that could not
+    run through, or that took another path (a target whose timing differs), is reported as not replayed and kept:
+    it says nothing of the failure either way."""
     assert campaign.store is not None
     entries = campaign.store.replays.entries(campaign.target, cls.name)
-    stats.update(replayed=len(entries), still_failing=0, fixed=[], unreadable=0)
+    stats.update(replayed=len(entries), still_failing=0, fixed=[], unreplayable=[], unreadable=0)
     for entry in entries:
         try:
             program = check_program(entry["steps"], cls.__name__)
         except (SyntaxError, ValueError):
             stats["unreadable"] += 1  # not a step program: never executed
             continue
-        campaign.say(f"[dw] replaying {_stored_origin(entry)} of machine {cls.name}")
+        origin = _stored_origin(entry)
+        campaign.say(f"[dw] replaying {origin} of machine {cls.name}")
         FOUND.clear()
-        exc = _replay(cls.bound(target), program)
-        if _failure_of(exc) is not None:
+        exc, path = _replay(cls.bound(target), program)
+        outcome, reason = replay_outcome(exc, _failure_of(exc), entry.get("path"), path)
+        if outcome == "failing":
             stats["still_failing"] += 1
             assert exc is not None
             return entry, (exc, [])
-        if exc is not None:  # the replay could not run through (an answer lost, the harness): no verdict either way
+        if outcome == "unreplayable":
+            stats["unreplayable"].append({"id": entry.get("id"), "reason": reason})
+            campaign.say(
+                f"[dw] {origin} of machine {cls.name} could not be replayed: {reason}; kept, neither failing nor fixed"
+            )
             continue
         stats["fixed"].append(entry.get("id"))
-        campaign.say(f"[dw] {_stored_origin(entry)} of machine {cls.name} no longer fails: fixed")
+        campaign.say(f"[dw] {origin} of machine {cls.name} no longer fails: fixed{reason}")
         if not campaign.store.readonly:
             campaign.store.replays.remove(campaign.target, cls.name, str(entry.get("id")))
     return None, None
 
 
-def _replay(bound: type[MachineBase], program: Any) -> BaseException | None:
+def replay_outcome(
+    exc: BaseException | None, failure: CheckFailure | None, stored: Any, taken: list[str]
+) -> tuple[str, str]:
+    """How a stored failure's replay came out: ``failing`` (it raised a violation, whatever path led there),
+    ``unreplayable`` (it raised something else, or ran through another way than the failure went: the path
+    stored is not where the replay's path began) or ``fixed`` (it ran through the failure's path and on); with a
+    reason to show (for ``fixed``: empty, or that the stored failure has no path to compare)."""
+    if failure is not None:
+        return "failing", ""
+    if exc is not None:
+        first = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+        return "unreplayable", f"the replay stopped at {first[0] if first else type(exc).__name__}"
+    if not isinstance(stored, list):
+        return "fixed", " (stored without its path: not compared)"
+    for i, (was, now) in enumerate(zip(stored, taken, strict=False)):
+        if was != now:
+            return "unreplayable", f"the replay took another path at its {_ordinal(i + 1)} cell ({now}, stored: {was})"
+    if len(taken) < len(stored):
+        return (
+            "unreplayable",
+            f"the replay ended after {len(taken)} of the {len(stored)} cells the failure went through",
+        )
+    return "fixed", ""
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _replay(bound: type[MachineBase], program: Any) -> tuple[BaseException | None, list[str]]:
+    """Run a stored program; what it raised (``None``: nothing) and the path it took."""
     namespace: dict[str, Any] = {bound.__name__: bound}
+    path: list[str] = []
     try:
         try:
             exec(compile(program, "<stored replay>", "exec"), namespace)
         finally:
             state = namespace.get("state")
             if isinstance(state, MachineBase):
+                path = list(state.path)
                 state.teardown()
     except Exception as exc:
-        return exc
-    return None
+        return exc, path
+    return None, path
+
+
+def _recorded(failure: CheckFailure | None, outcome: BaseException) -> str:
+    """The program of the execution that raised ``failure`` (or ``outcome``), as recorded while it ran."""
+    for exc in (failure, outcome):
+        steps = getattr(exc, "dw_steps", "")
+        if isinstance(steps, str) and steps.startswith("state = "):
+            return steps
+    return ""
 
 
 def _keep_failure(
@@ -210,13 +268,15 @@ def _keep_failure(
     budget: MachineBudget,
     failure: CheckFailure,
     steps: str,
+    shrunk: bool,
     stats: dict[str, Any],
 ) -> None:
-    """A failure found here, kept as its step program (a later build replays it too), unless read-only."""
+    """A failure found here, kept as its step program (a later build replays it too) with the path it took,
+    unless read-only. ``shrunk``: Hypothesis' minimal program, else the failing execution's own."""
     assert campaign.store is not None
     if campaign.store.readonly:
         return
-    entry = {
+    entry: dict[str, Any] = {
         "machine": cls.name,
         "steps": steps,
         "requirement": failure.requirement,
@@ -225,7 +285,11 @@ def _keep_failure(
         "build": campaign.build,
         "seed": budget.seed,
         "worker": campaign.worker,
+        "shrunk": shrunk,
     }
+    path = getattr(failure, "dw_path", None)
+    if isinstance(path, list):
+        entry["path"] = path
     stats["stored"] = campaign.store.replays.save(campaign.target, cls.name, entry)
 
 
@@ -246,7 +310,7 @@ def _campaign(
     reported: list[str] = []
     while True:
         seed = worker_seed(budget.seed, campaign.worker, rounds) if clock is not None else budget.seed
-        outcome, reported = _explore(bound, target, replace(budget, seed=seed), cls.name, database)
+        outcome, reported = _explore(bound, target, replace(budget, seed=seed), cls.name, database, record=True)
         rounds += 1
         stats["rounds"] = rounds
         if clock is not None and clock.due():
@@ -288,7 +352,9 @@ def _sweep(bound: type[MachineBase], name: str) -> BaseException | None:
     return None
 
 
-def _settings(budget: MachineBudget, database: ExampleDatabase | None = None) -> hypothesis_settings:
+def _settings(
+    budget: MachineBudget, database: ExampleDatabase | None = None, record: bool = False
+) -> hypothesis_settings:
     phases = (Phase.generate, Phase.shrink) if budget.shrink else (Phase.generate,)
     return hypothesis_settings(
         max_examples=budget.examples,
@@ -298,7 +364,9 @@ def _settings(budget: MachineBudget, database: ExampleDatabase | None = None) ->
         suppress_health_check=list(HealthCheck),
         # Given a database, the examples it holds for this build, target and machine run first.
         phases=(Phase.reuse, *phases) if database is not None else phases,
-        verbosity=Verbosity.normal,
+        # Recording: Hypothesis prints every example's steps (kept by record_step, the rest dropped), so a
+        # failure whose replay went another way still has the program that raised it.
+        verbosity=Verbosity.debug if record else Verbosity.normal,
         report_multiple_bugs=False,
     )
 
@@ -309,13 +377,22 @@ def _explore(
     budget: MachineBudget,
     name: str,
     database: ExampleDatabase | None = None,
+    record: bool = False,
 ) -> tuple[BaseException | None, list[str]]:
-    """Run the examples; what the run raised (``None``: no violation) and what Hypothesis reported."""
+    """Run the examples; what the run raised (``None``: no violation) and what Hypothesis reported (with
+    ``record``, every example's steps are recorded and only the rest of the normal report is kept)."""
     reported: list[str] = []
     faulty = target.fault_ledger is not None
-    with with_reporter(lambda text: reported.append(str(text))):
+
+    def report(text: object) -> None:
+        if record:
+            record_step(text)  # the rest is Hypothesis' debugging output, the notes of every example
+        else:
+            reported.append(str(text))
+
+    with with_reporter(report):
         if not faulty:
-            outcome = _run(bound, budget.seed, _settings(budget, database))
+            outcome = _run(bound, budget.seed, _settings(budget, database, record))
             # A precondition reads the model, which the target's answers shape; when the target's timing makes
             # one choice sequence take two paths, Hypothesis' data tree raises Flaky* although nothing was
             # violated. That is neither a verdict nor a harness fault: the examples run again one by one —
@@ -326,7 +403,7 @@ def _explore(
             if violation is not None:
                 return violation, reported
             LEDGER.setdefault(name, Counter())["examples_rerun_one_by_one"] += 1
-        outcome = _one_by_one(bound, budget, name, faulty)
+        outcome = _one_by_one(bound, budget, name, faulty, record)
     return outcome, reported
 
 
@@ -340,7 +417,9 @@ def _run(bound: type[MachineBase], seed: int, settings: hypothesis_settings) -> 
     return None
 
 
-def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faulty: bool) -> BaseException | None:
+def _one_by_one(
+    bound: type[MachineBase], budget: MachineBudget, name: str, faulty: bool, record: bool = False
+) -> BaseException | None:
     """Each example as its own Hypothesis run, with its own seed, so no data tree spans two examples.
 
     Under --faults the same choices do not meet the same faults twice, so one run's data tree would see one
@@ -350,7 +429,7 @@ def _one_by_one(bound: type[MachineBase], budget: MachineBudget, name: str, faul
     went another way without a violation is discarded the same way. When the replay went another way, the example
     is judged by what its first execution raised (``ESCAPED``), never by Hypothesis' Flaky* in its place.
     """
-    settings = _settings(budget)
+    settings = _settings(budget, record=record)
     one = hypothesis_settings(settings, max_examples=1, phases=(Phase.generate,) if faulty else settings.phases)
     bound = _salted(bound)
     completed = discarded = 0

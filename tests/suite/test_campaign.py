@@ -220,3 +220,75 @@ def test_a_failure_one_worker_found_is_replayed_by_a_read_only_run(
     assert "no longer fails: fixed" in fixed.stdout
     assert ReplayStore(redis=redis.Redis.from_url(redis_url)).entries("acme", "workflow_leases") == []
     assert json.dumps(fixed.results["campaign"])  # the statistics are part of results.json
+
+
+def test_a_replay_is_fixed_only_when_it_went_the_failures_way() -> None:
+    from suite.machines.runner import replay_outcome
+    from suite.outcomes import CheckFailure
+
+    stored = ["a", "b"]
+    violation = CheckFailure("x", requirement="FENCE-ATTEMPT")
+    assert replay_outcome(violation, violation, stored, ["z"]) == ("failing", "")  # a violation, whatever the path
+    assert replay_outcome(None, None, stored, ["a", "b", "c"]) == ("fixed", "")
+    outcome, reason = replay_outcome(None, None, stored, ["a", "c", "b"])
+    assert outcome == "unreplayable"
+    assert reason == "the replay took another path at its 2nd cell (c, stored: b)"
+    outcome, reason = replay_outcome(None, None, stored, ["a"])
+    assert (outcome, reason) == ("unreplayable", "the replay ended after 1 of the 2 cells the failure went through")
+    outcome, reason = replay_outcome(ValueError("not enough values to unpack"), None, stored, ["a"])
+    assert outcome == "unreplayable"
+    assert "ValueError: not enough values to unpack" in reason
+
+
+@pytest.mark.slow
+def test_a_replay_that_went_another_way_is_kept_and_never_reported_fixed(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Two stored failures whose replays do not go the way they went when found: one's poll leases nothing (its
+    program cannot go on), the other runs through along another path than the one stored. Neither is fixed."""
+    db = tmp_path / "db"
+    store = ReplayStore(directory=db)
+    prefix = "state = WorkflowLeaseMachine()\nstate.setup()\n"
+    nothing = store.save("acme", "workflow_leases", {"steps": prefix + "(tasks_0,) = state.poll(worker=0)\n"})
+    steps = prefix + "runs_0 = state.start()\n(tasks_0,) = state.poll(worker=0)\n"
+    elsewhere = store.save("acme", "workflow_leases", {"steps": steps, "path": ["a cell this server never reaches"]})
+    server = server_factory(*EMBEDDED_ARGS)
+    report = tmp_path / "r"
+    report.mkdir()
+    run = run_suite(
+        server.url, report, MACHINE, "--machine-examples", "1", "--machine-steps", "5",
+        "--example-db", str(db), "--example-db-target", "acme", timeout=300,
+    )  # fmt: skip
+    assert run.results is not None, run.stdout[-3000:]
+    campaign = run.results["campaign"]
+    assert (campaign["fixed"], campaign["still_failing"], campaign["unreplayable"]) == (0, 0, 2), campaign
+    assert "could not be replayed: the replay stopped at ValueError" in run.stdout
+    assert "could not be replayed: the replay took another path at its 1st cell" in run.stdout
+    assert "no longer fails" not in run.stdout
+    assert sorted(e["id"] for e in store.entries("acme", "workflow_leases")) == sorted([nothing, elsewhere])
+
+
+@pytest.mark.slow
+def test_a_failure_whose_replay_met_other_faults_is_stored_as_it_ran(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Through network faults Hypothesis' replay of a failing example meets other faults and reports no minimal
+    program; the program that raised the failure, recorded while it ran, is stored in its place. (This is also
+    the accept-wrong-lease-owner case of tests/suite/test_machine_mutants.py's network-fault test.)"""
+    server = server_factory(*EMBEDDED_ARGS, "--fault", "accept-wrong-lease-owner")
+    db = tmp_path / "db"
+    report = tmp_path / "r"
+    report.mkdir()
+    run = run_suite(
+        server.url, report, MACHINE, "--machine-examples", "64", "--faults", "standard", "--fault-seed", "1",
+        "--example-db", str(db), "--example-db-target", "acme", timeout=300,
+        env={"DW_CONFORMANCE_SEED": "20261129"},
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert run.verdict("FENCE-OWNER") == "failed"  # the machine still finds the bug through the faults
+    [entry] = ReplayStore(directory=db).entries("acme", "workflow_leases")
+    assert entry["shrunk"] is False, entry
+    check_program(entry["steps"], "WorkflowLeaseMachine")
+    assert entry["steps"].count("\nstate.") + entry["steps"].count(" = state.") >= 3
+    assert "teardown" not in entry["steps"]  # a replay tears its machine down itself
+    assert entry["path"], entry

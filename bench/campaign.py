@@ -1,0 +1,182 @@
+"""A campaign of N identical workers sharing one Redis, then (optionally) a CI-style read-only run replaying
+what it stored: the figures of docs/campaigns.md.
+
+    python bench/campaign.py --workers 2 --duration 10m                       # each worker its embedded server
+    python bench/campaign.py --workers 2 --duration 10m --servers per-worker \\
+        --fault third-attempt-takes-previous --ci                             # find, store, replay read-only
+    python bench/campaign.py --workers 2 --duration 10m --servers shared      # one server in real time
+
+Servers: ``embedded`` (each worker ``--target=embedded``: the reference server on its test clock, the default),
+``per-worker`` (a reference server per worker, with the embedded target's options and ``--fault``; test clock),
+``shared`` (one reference server for all workers, in real time: two workers cannot share a test clock).
+A redis-server of its own runs on a Unix socket in a temporary directory unless ``--redis URL`` names one.
+Prints one JSON line per worker (exit code, verdict, the campaign's statistics) and, with ``--ci``, one for the
+read-only run (its seconds to the end and to its first replay line); ``--out FILE`` writes them all as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from suite.processes import read_url, stop_process  # noqa: E402
+from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS  # noqa: E402
+
+
+def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    sock = folder / "redis.sock"
+    proc = subprocess.Popen(
+        [binary, "--port", "0", "--unixsocket", str(sock), "--dir", str(folder), "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    url = f"unix://{sock}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return proc, url
+        except redis.RedisError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("redis-server did not start") from None
+            time.sleep(0.05)
+
+
+def start_server(
+    folder: Path, name: str, args: tuple[str, ...], fault: str | None
+) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(folder / f"{name}.sqlite"), *args]
+    if fault:
+        cmd += ["--fault", fault]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    url = read_url(proc, 30)
+    if url is None:
+        proc.kill()
+        raise SystemExit(f"the reference server did not start: {' '.join(cmd)}")
+    return proc, url
+
+
+def suite_cmd(target: str, report: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", f"--target={target}", f"--report-dir={report}", "-p", "no:cacheprovider"]
+
+
+def summary(name: str, rc: int, report: Path, seconds: float, first_replay: float | None) -> dict[str, Any]:
+    found = sorted(report.glob("*/results.json"))
+    doc: dict[str, Any] = {"run": name, "exit": rc, "seconds": round(seconds, 1)}
+    if first_replay is not None:
+        doc["first_replay_line_seconds"] = round(first_replay, 1)
+    if found:
+        results = json.loads(found[-1].read_text(encoding="utf-8"))
+        doc["verdict"] = results["summary"]["verdict"]
+        doc["failed"] = sorted({r for c in results["checks"] if c["verdict"] == "failed" for r in c["requirements"]})
+        campaign = results.get("campaign") or {}
+        doc["campaign"] = {k: v for k, v in campaign.items() if k != "machines"}
+        doc["machines"] = {
+            m: {k: s.get(k) for k in ("rounds", "examples", "requests", "seconds", "stored", "still_failing")}
+            for m, s in campaign.get("machines", {}).items()
+        }
+    return doc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--duration", default="10m")
+    parser.add_argument("--servers", choices=["embedded", "per-worker", "shared"], default="embedded")
+    parser.add_argument("--fault", default=None)
+    parser.add_argument("--redis", default=None, help="a Redis of your own (default: one started here)")
+    parser.add_argument("--name", default="bench-target", help="--example-db-target of every run")
+    parser.add_argument("--ci", action="store_true", help="then a read-only run with the default budget")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("selection", nargs="*", help="pytest selection (e.g. dw::machine::workflow_leases)")
+    opts = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="dw-campaign-"))
+    procs: list[subprocess.Popen[Any]] = []
+    redis_proc = None
+    rows: list[dict[str, Any]] = []
+    try:
+        url = opts.redis
+        if url is None:
+            redis_proc, url = start_redis(folder)
+        targets: list[str] = []
+        if opts.servers == "embedded":
+            if opts.fault:
+                raise SystemExit("--fault needs --servers per-worker or shared")
+            targets = ["embedded"] * opts.workers
+        elif opts.servers == "per-worker":
+            for i in range(opts.workers):
+                proc, target = start_server(folder, f"server{i}", EMBEDDED_ARGS, opts.fault)
+                procs.append(proc)
+                targets.append(target)
+        else:
+            proc, target = start_server(folder, "shared", REAL_TIME_ARGS, opts.fault)
+            procs.append(proc)
+            targets = [target] * opts.workers
+        db = ["--example-db", url, "--example-db-target", opts.name]
+        runs = []
+        started = time.monotonic()
+        for i, target in enumerate(targets):
+            report = folder / f"worker{i}"
+            cmd = [
+                *suite_cmd(target, report),
+                "--campaign",
+                opts.duration,
+                "--campaign-worker",
+                f"{i}/{opts.workers}",
+                *db,
+                *opts.selection,
+            ]
+            log = (folder / f"worker{i}.log").open("w")
+            runs.append((i, report, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder), log))
+        for i, report, proc, log in runs:
+            rc = proc.wait()
+            log.close()
+            rows.append(summary(f"worker {i}", rc, report, time.monotonic() - started, None))
+            print(json.dumps(rows[-1]), flush=True)
+        if opts.ci:
+            report = folder / "ci"
+            cmd = [*suite_cmd(targets[0], report), *db, "--example-db-readonly", *opts.selection]
+            began = time.monotonic()
+            first = None
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder) as proc:
+                assert proc.stdout is not None
+                with (folder / "ci.log").open("w") as log:
+                    for line in proc.stdout:
+                        log.write(line)
+                        if first is None and "replaying a stored failure" in line:
+                            first = time.monotonic() - began
+                rc = proc.wait()
+            rows.append(summary("ci (read only)", rc, report, time.monotonic() - began, first))
+            print(json.dumps(rows[-1]), flush=True)
+        print(f"logs and reports: {folder}", flush=True)
+    finally:
+        for proc in procs:
+            stop_process(proc)
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(10)
+    if opts.out:
+        Path(opts.out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("PYTEST_XDIST_WORKER", None)
+    sys.exit(main())
