@@ -41,7 +41,7 @@ from suite.protocol.requirements import REGISTRY
 from .build import describe, install_hint, same_build, sha256_file, suite_build, suite_digest
 from .keys import keygen, load_private_key, load_public_key
 from .outcomes import Record, RunVerdict
-from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, summarize
+from .results import CHECKED, Completeness, aggregate, capability_ledger, decide, document_matrix, summarize
 from .settings import DEFAULT_BUDGET, Budget
 from .text import plural
 
@@ -337,7 +337,7 @@ def _check_run(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
         if declared[row["id"]] != row["verdict"]:
             raise Rejected(f"{row['id']} is declared {declared[row['id']]} but its records say {row['verdict']}")
     capabilities = capability_ledger(results["target"].get("capabilities") or {}, records, int(certified.split(".")[1]))
-    summary = summarize(rows, records, capabilities)
+    summary = summarize(rows, records, capabilities, document_matrix(results))
     verdict, _ = decide(summary, completeness, strict=bool(options.get("strict")))
     if verdict.value != results["summary"]["verdict"] or verdict.value != manifest["verdict"]:
         raise Rejected(

@@ -27,7 +27,7 @@ from typing import Any
 
 import suite
 from suite.build import suite_build
-from suite.protocol.coverage import EntityRow, matrix
+from suite.protocol.coverage import EntityRow, matrix, not_reached
 from suite.protocol.promises import CapabilityRow, ledger, unexercised
 from suite.protocol.requirements import REGISTRY, Level, applicable
 
@@ -44,6 +44,7 @@ __all__ = [
     "capability_ledger",
     "coverage_matrix",
     "decide",
+    "document_matrix",
     "headline",
     "summarize",
     "target_doc",
@@ -180,6 +181,15 @@ def coverage_matrix(capabilities: Mapping[str, Any], records: Iterable[Record]) 
     return matrix(hits, capabilities)
 
 
+def document_matrix(results: Mapping[str, Any]) -> tuple[EntityRow, ...]:
+    """The coverage matrix a results document's own hit counts make, re-derived from the model and the target's
+    capabilities (what verification trusts: the document's not-reached lists are not read)."""
+    hits: Counter[str] = Counter()
+    for row in results.get("coverage_matrix") or ():
+        hits.update({str(k): int(v) for k, v in (row.get("reached") or {}).items()})
+    return matrix(hits, results["target"].get("capabilities") or {})
+
+
 def _unexercised_lines(rows: Iterable[CapabilityRow]) -> list[str]:
     """``capability (behaviour, …)`` for every advertised capability with a behaviour no record exercised."""
     missing: dict[str, list[str]] = defaultdict(list)
@@ -189,7 +199,10 @@ def _unexercised_lines(rows: Iterable[CapabilityRow]) -> list[str]:
 
 
 def summarize(
-    rows: list[dict[str, Any]], records: list[Record], capabilities: Iterable[CapabilityRow] = ()
+    rows: list[dict[str, Any]],
+    records: list[Record],
+    capabilities: Iterable[CapabilityRow] = (),
+    cells: Iterable[EntityRow] = (),
 ) -> dict[str, Any]:
     counts = Counter(r["verdict"] for r in rows)
     applicable_rows = [r for r in rows if r["verdict"] != Verdict.NOT_APPLICABLE.value]
@@ -215,6 +228,8 @@ def summarize(
         "requests": sum(r.requests for r in records),
         # Advertised capabilities with behaviours no record exercised, as "capability (behaviour, …)".
         "unexercised_capabilities": _unexercised_lines(capabilities),
+        # Reachable coverage cells of the entities the target's capabilities bring in that no machine reached.
+        "cells_not_reached": len(not_reached(cells)),
     }
 
 
@@ -316,7 +331,8 @@ def build_results(
     completeness = completeness or Completeness()
     rows = aggregate(records, target.certified_minor)
     capabilities = capability_ledger(target.server_capabilities, records, target.certified_minor)
-    summary = summarize(rows, records, capabilities)
+    cells = coverage_matrix(target.server_capabilities, records)
+    summary = summarize(rows, records, capabilities, cells)
     verdict, gaps = decide(summary, completeness, strict=target.strict)
     summary.update(verdict=verdict.value, conformant=verdict is RunVerdict.CONFORMANT, gaps=gaps)
     results: dict[str, Any] = {
@@ -336,7 +352,7 @@ def build_results(
         "checks": [{k: v for k, v in r.to_json().items() if k not in ("exchanges", "cells")} for r in records],
         "capability_ledger": [row.to_json() for row in capabilities],
         "coverage_ledger": _ledgers(records),
-        "coverage_matrix": [row.to_json() for row in coverage_matrix(target.server_capabilities, records)],
+        "coverage_matrix": [row.to_json() for row in cells],
         "fuzz_statistics": [r.fuzz.__dict__ | {"statuses": dict(r.fuzz.statuses)} for r in records if r.fuzz],
     }
     summary["headline"] = headline(results)
