@@ -1,17 +1,22 @@
-"""A campaign of N identical workers sharing one Redis, then (optionally) a CI-style read-only run replaying
-what it stored: the figures of docs/campaigns.md.
+"""A campaign of N identical workers sharing one Redis, then (optionally) CI-style read-only runs replaying what
+it stored: the figures of docs/campaigns.md.
 
     python bench/campaign.py --workers 2 --duration 10m                       # each worker its embedded server
     python bench/campaign.py --workers 2 --duration 10m --servers per-worker \\
-        --fault third-attempt-takes-previous --ci                             # find, store, replay read-only
+        --fault third-attempt-takes-previous --ci --fixed                     # find, store, replay read-only
     python bench/campaign.py --workers 2 --duration 10m --servers shared      # one server in real time
 
 Servers: ``embedded`` (each worker ``--target=embedded``: the reference server on its test clock, the default),
-``per-worker`` (a reference server per worker, with the embedded target's options and ``--fault``; test clock),
-``shared`` (one reference server for all workers, in real time: two workers cannot share a test clock).
+``per-worker`` (a reference server per worker, with the embedded target's options and ``--fault``; test clock:
+as a CI matrix whose jobs each start the server under test), ``shared`` (one reference server for all workers,
+in real time: two workers cannot share a test clock, and no worker may restart a server another one uses, so
+the restart checks are not covered).
 A redis-server of its own runs on a Unix socket in a temporary directory unless ``--redis URL`` names one.
-Prints one JSON line per worker (exit code, verdict, the campaign's statistics) and, with ``--ci``, one for the
-read-only run (its seconds to the end and to its first replay line); ``--out FILE`` writes them all as JSON.
+``--ci``: then a default run (the whole suite, whatever the campaign selected) with ``--example-db-readonly``
+against a server of the same kind (a fresh one, with ``--fault``); ``--fixed``: the same against a server
+without the fault. Prints one JSON line per run (exit code, verdict, the campaign's statistics; for the
+read-only runs, the seconds to their first replay line and to their first failed machine); ``--out FILE``
+writes them all as JSON.
 """
 
 from __future__ import annotations
@@ -77,11 +82,10 @@ def suite_cmd(target: str, report: Path) -> list[str]:
     return [sys.executable, "-m", "pytest", f"--target={target}", f"--report-dir={report}", "-p", "no:cacheprovider"]
 
 
-def summary(name: str, rc: int, report: Path, seconds: float, first_replay: float | None) -> dict[str, Any]:
+def summary(name: str, rc: int, report: Path, seconds: float, marks: dict[str, float] | None = None) -> dict[str, Any]:
     found = sorted(report.glob("*/results.json"))
     doc: dict[str, Any] = {"run": name, "exit": rc, "seconds": round(seconds, 1)}
-    if first_replay is not None:
-        doc["first_replay_line_seconds"] = round(first_replay, 1)
+    doc.update({k: round(v, 1) for k, v in (marks or {}).items()})
     if found:
         results = json.loads(found[-1].read_text(encoding="utf-8"))
         doc["verdict"] = results["summary"]["verdict"]
@@ -95,6 +99,26 @@ def summary(name: str, rc: int, report: Path, seconds: float, first_replay: floa
     return doc
 
 
+def read_only(run: str, target: str, folder: Path, db: list[str]) -> dict[str, Any]:
+    """A default run against ``target`` replaying the database read-only; when its first replay line and its
+    first failed machine came, in seconds from its start."""
+    report = folder / run
+    cmd = [*suite_cmd(target, report), *db, "--example-db-readonly"]
+    began = time.monotonic()
+    marks: dict[str, float] = {}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder) as proc:
+        assert proc.stdout is not None
+        with (folder / f"{run}.log").open("w") as log:
+            for line in proc.stdout:
+                log.write(line)
+                if "replaying a stored failure" in line:
+                    marks.setdefault("first_replay_line_seconds", time.monotonic() - began)
+                if line.startswith("[dw] machine ") and " failed" in line:
+                    marks.setdefault("first_failed_machine_seconds", time.monotonic() - began)
+        rc = proc.wait()
+    return summary(f"{run} (read only)", rc, report, time.monotonic() - began, marks)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
@@ -103,7 +127,8 @@ def main() -> int:
     parser.add_argument("--fault", default=None)
     parser.add_argument("--redis", default=None, help="a Redis of your own (default: one started here)")
     parser.add_argument("--name", default="bench-target", help="--example-db-target of every run")
-    parser.add_argument("--ci", action="store_true", help="then a read-only run with the default budget")
+    parser.add_argument("--ci", action="store_true", help="then a read-only default run (a server with --fault)")
+    parser.add_argument("--fixed", action="store_true", help="then a read-only default run, a server without it")
     parser.add_argument("--out", default=None)
     parser.add_argument("selection", nargs="*", help="pytest selection (e.g. dw::machine::workflow_leases)")
     opts = parser.parse_args()
@@ -145,25 +170,22 @@ def main() -> int:
             ]
             log = (folder / f"worker{i}.log").open("w")
             runs.append((i, report, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder), log))
-        for i, report, proc, log in runs:
-            rc = proc.wait()
+        for i, report, worker, log in runs:
+            rc = worker.wait()
             log.close()
-            rows.append(summary(f"worker {i}", rc, report, time.monotonic() - started, None))
+            rows.append(summary(f"worker {i}", rc, report, time.monotonic() - started))
             print(json.dumps(rows[-1]), flush=True)
-        if opts.ci:
-            report = folder / "ci"
-            cmd = [*suite_cmd(targets[0], report), *db, "--example-db-readonly", *opts.selection]
-            began = time.monotonic()
-            first = None
-            with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder) as proc:
-                assert proc.stdout is not None
-                with (folder / "ci.log").open("w") as log:
-                    for line in proc.stdout:
-                        log.write(line)
-                        if first is None and "replaying a stored failure" in line:
-                            first = time.monotonic() - began
-                rc = proc.wait()
-            rows.append(summary("ci (read only)", rc, report, time.monotonic() - began, first))
+        for run, fault in (("ci", opts.fault), ("fixed", None)):
+            if not getattr(opts, run):
+                continue
+            if opts.servers == "embedded":
+                target = "embedded"
+            else:
+                server, target = start_server(
+                    folder, run, EMBEDDED_ARGS if opts.servers == "per-worker" else REAL_TIME_ARGS, fault
+                )
+                procs.append(server)
+            rows.append(read_only(run, target, folder, db))
             print(json.dumps(rows[-1]), flush=True)
         print(f"logs and reports: {folder}", flush=True)
     finally:

@@ -50,10 +50,13 @@ from .run import (
     OVERLAP_KEY,
     RUN_KEY,
     SETTINGS_KEY,
+    STORED_KEY,
     TARGET_KEY,
     SuiteCollector,
     check_records,
     records_of,
+    stored_failure_machines,
+    stored_failures_first,
 )
 from .settings import DEFAULT_BUDGET, LIMITS, RunSettings, parse_settings, probe_report_dir
 from .text import plural
@@ -321,6 +324,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SETTINGS_KEY] = RunSettings.from_json(json.loads(workerinput["dw_settings"]))
         config.stash[TARGET_KEY] = TargetInfo(**json.loads(workerinput["dw_target"]))
         config.stash[RUN_KEY] = json.loads(workerinput["dw_run"])
+        config.stash[STORED_KEY] = json.loads(workerinput.get("dw_stored", "[]"))
         target = config.stash[TARGET_KEY]
         try:
             if target.embedded:  # each worker its own server, so its clock moves for its checks alone
@@ -353,6 +357,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             target = config.stash[TARGET_KEY] = _resolve_target(config, settings)
             target.time = time_plan(config, target)
+            config.stash[STORED_KEY] = stored_failure_machines(target, settings)
             # Under xdist the workers run the checks, each behind its own proxy; otherwise this process does.
             if getattr(config.option, "dist", "no") == "no":
                 if settings.faults is not None:
@@ -601,6 +606,7 @@ def pytest_configure_node(node: Any) -> None:
         node.workerinput["dw_target"] = json.dumps(target.shareable())
         node.workerinput["dw_settings"] = json.dumps(node.config.stash[SETTINGS_KEY].to_json())
         node.workerinput["dw_run"] = json.dumps(node.config.stash[RUN_KEY])
+        node.workerinput["dw_stored"] = json.dumps(node.config.stash.get(STORED_KEY, []))
 
 
 def _attach_proxy(config: pytest.Config, target: TargetInfo, index: int) -> None:
@@ -676,6 +682,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         target = config.stash.get(TARGET_KEY, None)
         timed = target is not None and target.time is not None and not target.time["test_clock_used"]
         items[:] = failures_first(items, "real-time" if timed else "test-clock")
+        # Given an example database, the machines it holds failures of go before everything else: their replays.
+        items[:] = stored_failures_first(items, config.stash.get(STORED_KEY, []))
 
 
 # -- the records, the progress lines, the verdict --------------------------------------------------------------

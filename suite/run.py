@@ -69,6 +69,9 @@ SETTINGS_KEY = pytest.StashKey[RunSettings]()
 RUN_KEY = pytest.StashKey[dict[str, Any]]()  # run_id, started_at, seed, command line
 MACHINE_COUNT_KEY = pytest.StashKey[int]()  # the machine items this process runs (a campaign splits its time)
 _CAMPAIGN_KEY = pytest.StashKey[Any]()  # this process's suite.campaign.CampaignClock
+# The machines the example database holds failures of for this target, read once by the controller (its workers
+# get the list, so every process orders its items alike): they run first.
+STORED_KEY = pytest.StashKey[list[str]]()
 OVERLAP_KEY = pytest.StashKey[Any]()  # this process's suite.overlap.Overlap, when checks overlap
 
 # Under --faults a check whose request met a fault that left its outcome unknown runs again in a fresh world:
@@ -371,6 +374,36 @@ def run_machine_entry(entry: Check, target: TargetInfo, settings: RunSettings, c
     campaign = _campaign_of(target, settings, config)
     result = run_machine(entry.subject, target, budget, replay_dir, campaign)
     return [replace(r, doc=entry.doc) for r in result.records]
+
+
+def stored_failure_machines(target: TargetInfo, settings: RunSettings) -> list[str]:
+    """The machines whose stored failures the example database holds for this target (none without one, or when
+    it cannot be read now: the machine says so when it runs)."""
+    if settings.example_db is None:
+        return []
+    from .campaign import open_store, target_identity
+    from .machines import MACHINES
+
+    try:
+        store = open_store(settings.example_db, readonly=True)
+    except ValueError:
+        return []
+    identity = target_identity(
+        target.cluster_info, target.upstream_url or target.url, target.embedded, settings.example_db_target
+    )
+    return [cls.name for cls in MACHINES if store.replays.entries(identity, cls.name)]
+
+
+def stored_failures_first(items: list[pytest.Item], machines: list[str]) -> list[pytest.Item]:
+    """The items of ``machines`` first, in their order, then the rest in theirs: a run replaying what campaigns
+    found (a CI job) fails on it in its first seconds, not after the checks that take minutes."""
+
+    def stored(item: pytest.Item) -> bool:
+        entry: Check | None = getattr(item, "entry", None)
+        return entry is not None and entry.kind is Kind.MACHINE and getattr(entry.subject, "name", None) in machines
+
+    first = [item for item in items if stored(item)]
+    return first + [item for item in items if not stored(item)]
 
 
 def _campaign_of(target: TargetInfo, settings: RunSettings, config: pytest.Config) -> Any:

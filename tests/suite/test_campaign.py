@@ -126,6 +126,32 @@ def test_replays_live_in_redis_and_in_a_directory(redis_url: str, tmp_path: Path
         assert store.entries("t", "m") == []
 
 
+def test_the_machines_a_database_holds_failures_of_run_first(redis_url: str, tmp_path: Path) -> None:
+    """A run given a database runs the machines it holds failures of before everything else, so a CI job
+    replaying what campaigns found fails in its first seconds; the other items keep their order."""
+    from types import SimpleNamespace
+
+    from suite.context import TargetInfo
+    from suite.registry import entries
+    from suite.run import stored_failure_machines, stored_failures_first
+    from suite.settings import DEFAULT_BUDGET, RunSettings
+
+    settings = RunSettings(
+        "http://server", "default", "1.20", str(tmp_path), DEFAULT_BUDGET, True, False, False,
+        example_db=redis_url, example_db_target="acme",
+    )  # fmt: skip
+    target = TargetInfo(url="http://server", cluster_info={})
+    assert stored_failure_machines(target, settings) == []
+    ReplayStore(redis=redis.Redis.from_url(redis_url)).save("acme", "activities", {"steps": "state = M()\n"})
+    ReplayStore(redis=redis.Redis.from_url(redis_url)).save("other", "workflow_leases", {"steps": "state = M()\n"})
+    assert stored_failure_machines(target, settings) == ["activities"]
+    items: list[Any] = [SimpleNamespace(entry=e) for e in entries()]
+    ordered = stored_failures_first(items, ["activities"])
+    assert ordered[0].entry.test_id == "dw::machine::activities"
+    assert ordered[1:] == [i for i in items if i is not ordered[0]]
+    assert stored_failures_first(items, []) == items
+
+
 def test_unreachable_redis_is_a_usage_error_before_the_first_request(tmp_path: Path) -> None:
     cli = pytest_cli(tmp_path, f"--target={UNREACHABLE}", "--example-db", f"unix://{tmp_path}/no-such.sock")
     assert cli.returncode == 4, cli.output
