@@ -75,3 +75,45 @@ def _first_attempt(
     original: Callable[..., None], t: T, execution: sqlite3.Row, attempt: Mapping[str, Any], *args: Any
 ) -> None:
     original(t, execution, {**dict(attempt), "attempt_number": 1}, *args)
+
+
+def _held_before(t: T, task_id: str, worker: str, attempt_id: str) -> bool:
+    """Whether ``worker`` held an earlier attempt of ``task_id`` than ``attempt_id`` (a lease it lost)."""
+    return (
+        t.one(
+            "SELECT 1 FROM activity_attempts a JOIN activity_attempts b ON b.task_id = a.task_id"
+            " AND b.attempt_number < a.attempt_number WHERE a.attempt_id = ? AND b.lease_owner = ?",
+            attempt_id,
+            worker,
+        )
+        is not None
+    )
+
+
+@wraps("activity-former-holder-reports", activities, "_reported")
+def _former_holder_owns(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, verb: Any
+) -> Any:
+    """The worker whose lease of a task lapsed and was redelivered still passes the ownership guard when it
+    reports with the new attempt's id: its complete or fail is recorded for the new holder's attempt."""
+    row = t.one("SELECT lease_owner FROM activity_attempts WHERE attempt_id = ?", fence.activity_attempt_id)
+    lost = row is not None and row["lease_owner"] != fence.lease_owner
+    if lost and row is not None and _held_before(t, task_id, fence.lease_owner, fence.activity_attempt_id):
+        fence = replace(fence, lease_owner=row["lease_owner"])
+    return original(t, namespace, task_id, fence, verb)
+
+
+@wraps("activity-closed-run-skips-owner-check", activities, "guarded")
+def _closed_run_unfenced(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, **how: Any
+) -> Any:
+    """Once an attempt's run is closed, any worker naming the attempt passes the ownership guard: it is told of
+    the cancellation (a heartbeat's stop, a report's run_cancelled) instead of lease_owner_mismatch."""
+    row = t.one(
+        "SELECT a.lease_owner FROM activity_attempts a JOIN activity_executions e ON e.execution_id = a.execution_id"
+        " JOIN runs r ON r.run_id = e.run_id WHERE a.attempt_id = ? AND r.status IN ('cancelled', 'terminated')",
+        fence.activity_attempt_id,
+    )
+    if row is not None and row["lease_owner"] != fence.lease_owner:
+        fence = replace(fence, lease_owner=row["lease_owner"])
+    return original(t, namespace, task_id, fence, **how)

@@ -290,6 +290,18 @@ FAULTS: dict[str, Fault] = {
         ("RETRY-ATTEMPTS-CONTIGUOUS",),
         machine="activities",
     ),
+    "activity-former-holder-reports": Fault(
+        "A worker whose activity lease lapsed and was redelivered still reports for the task: its complete or fail"
+        " with the new attempt's id is recorded for the new holder.",
+        ("ACTIVITY-FENCE-OWNER",),
+        machine="activities",
+    ),
+    "activity-closed-run-skips-owner-check": Fault(
+        "Once a run is cancelled or terminated, any worker naming one of its activity attempts passes the ownership"
+        " guard: a worker that never held the attempt is told of the cancellation instead of lease_owner_mismatch.",
+        ("ACTIVITY-FENCE-OWNER",),
+        machine="activities",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

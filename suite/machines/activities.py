@@ -44,13 +44,16 @@ import suite.machines.activity_oracle as oracle
 from suite.client import Reply
 from suite.outcomes import CheckFailure
 from suite.protocol.commands import DEFAULT_RETRY_POLICY, validate_retry_policy
+from suite.protocol.coverage import Actor
 from suite.protocol.errors import Violation
 from suite.protocol.lifecycles import AttemptStatus
 from suite.protocol.oracle import Applied, Kind
 from suite.worlds import lease_wf
 
 from .activity_oracle import ActivityRun, ActivityWorld, Attempt, Execution
+from .activity_sweep import sweep_cold_cells
 from .base import MachineBase, Polled, note
+from .cells import attempt_actor, attempt_state, redelivered
 
 __all__ = ["ActivityMachine"]
 
@@ -67,6 +70,8 @@ MAX_CLOSES = 1  # run cancels/terminates per example: a closed run's activities 
 START_TO_CLOSE = 2  # seconds: the "short timeout"; used only when it ends before the lease does
 ACTIVITY_TYPE = "conformance.act"
 NON_RETRYABLE = oracle.NON_RETRYABLE
+# Reports whose worker the coverage model can name: the holder, a worker that held the task before, another.
+ACTORS = ("owner", "former", "other")
 
 POLICY = st.fixed_dictionaries(
     {
@@ -86,6 +91,7 @@ class ActivityMachine(MachineBase):
     foreign reports, timeouts and cancellation, judged by the activity model."""
 
     name = "activities"
+    SWEEPS = True
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "RETRY-ATTEMPT-NUMBERS": "retry_leased",
@@ -178,6 +184,9 @@ class ActivityMachine(MachineBase):
         for state in states:
             self.reached(state)
         e = attempt.execution
+        if "lease_expired_redelivered" in states and e.certain and len(e.attempts) > 1:
+            lost = e.attempts[-2]  # the attempt whose lease the clock ended: the redelivery shows it
+            self.hit("activity_attempt", "redelivered" if redelivered(lost) else "running", "expire", Actor.CLOCK)
         self.ack(e.run.run_id, Kind.ATTEMPT, attempt.attempt_id, scope=e.activity_type, number=attempt.number)
         if "lease_expired_redelivered" in states and not attempt.execution.certain:
             note(f"{attempt.execution.activity_type}: redelivered, not judged (its start_to_close may have won)")
@@ -188,8 +197,14 @@ class ActivityMachine(MachineBase):
 
     def actor(self, a: Attempt, who: str) -> tuple[str, str, str, Attempt | None]:
         """(task_id in the URL, activity_attempt_id, lease_owner, the attempt that id names)."""
-        if who == "other":
-            return a.task_id, a.attempt_id, next(w for w in self.workers if w != a.owner), a
+        if who in ("other", "former"):
+            earlier = [b.owner for b in a.execution.attempts if b.task_id == a.task_id and b.number < a.number]
+            if who == "former" and earlier:
+                return a.task_id, a.attempt_id, earlier[-1], a
+            # A worker that never held the task when there is one, else any worker but the holder.
+            others = [w for w in self.workers if w != a.owner]
+            never = [w for w in others if w not in earlier]
+            return a.task_id, a.attempt_id, (never or others)[0], a
         if who == "other_task":
             other = next(
                 (b for e in self.world.all_execs() for b in reversed(e.attempts) if b.task_id != a.task_id), None
@@ -232,6 +247,9 @@ class ActivityMachine(MachineBase):
         certain = e.certain and target.certain
         before = self.run_status(e.run) if check_resume else None
         was = a.status
+        # The cell: the attempt the id names, as the model holds it when the call leaves (a call naming another
+        # task's attempt, or no attempt at all, is about no attempt's lifecycle: no cell).
+        cell = attempt_state(named, at, self.MARGIN) if named is not None and who in ACTORS else None
         reply = self.call(self.client.worker(f"/activity-tasks/{task_id}/{verb}", body))
         if reply is None:
             target.uncertain = True
@@ -258,7 +276,13 @@ class ActivityMachine(MachineBase):
             if not second:
                 oracle.check_body(reply.status, reply_body, verb, got, matched, named, self.now())
         self.touched.add(target.run.run_id)
+        if cell is not None and named is not None:
+            self.hit("activity_attempt", cell, verb, attempt_actor(named, owner, cell))
+        live = named is not None and named.status is AttemptStatus.RUNNING
         oracle.follow(matched, verb, got, reply_body, named, label=label, sent=at, details=body.get("failure"))
+        if live and named is not None and named.status is AttemptStatus.EXPIRED:
+            # The answer showed the clock had ended the attempt (its lease or its start_to_close).
+            self.hit("activity_attempt", "redelivered" if redelivered(named) else "running", "expire", Actor.CLOCK)
         for state in oracle.mark(verb, got, named, was, self.now()):
             self.reached(state)
         if check_resume and got == "ok" and before == "waiting":
@@ -494,7 +518,7 @@ class ActivityMachine(MachineBase):
         closable = [r for r in self.world.runs if self.world.closable(r)]
         run = e.run if e.run in closable else closable[0]
         was_open = run.open
-        if self.close_by_control(run, kind) is None or not was_open:
+        if not self.close_attempts_run(run, kind) or not was_open:
             return
         self.closes += 1
         now = self.now()
@@ -513,6 +537,18 @@ class ActivityMachine(MachineBase):
             if then == "heartbeat":
                 self.report(held[0], "owner", "heartbeat")
             self.report(held[0], "owner", "fail" if then == "fail" else "complete")
+
+    def close_attempts_run(self, run: ActivityRun, kind: str) -> bool:
+        """Cancel or terminate ``run`` (judged by ``close_by_control``), counting the call in the cell of each of
+        its activities' newest attempt; whether the model could judge the answer."""
+        at = self.now()
+        cells = [attempt_state(a, at, self.MARGIN) for x in run.execs if (a := x.current) is not None]
+        if self.close_by_control(run, kind) is None:
+            return False
+        for cell in cells:
+            if cell is not None:
+                self.hit("activity_attempt", cell, "close_run", Actor.OPERATOR)
+        return True
 
     def can_wait_lease(self) -> bool:
         return self.lease_wait_fits and self.lease_waits < MAX_LEASE_WAITS and bool(self.world.running(timeouts=False))
@@ -636,6 +672,13 @@ class ActivityMachine(MachineBase):
                 replies=[reply],
             )
         self.reached("resume_leased")
+
+    # -- the sweep over cold cells -------------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """After the examples: every activity-attempt cell they left cold, made deterministically
+        (:mod:`suite.machines.activity_sweep`)."""
+        sweep_cold_cells(self)
 
     # -- invariants ----------------------------------------------------------------------------------------
 

@@ -9,13 +9,17 @@ on and the answer does not settle it: such an exchange is judged but counted in 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from suite.protocol.coverage import Actor
-from suite.protocol.lifecycles import RunStatus, TaskStatus
+from suite.protocol.lifecycles import AttemptStatus, RunStatus, TaskStatus
 
 from .world import RunShadow, TaskShadow
 
-__all__ = ["run_state", "task_actor", "task_state"]
+if TYPE_CHECKING:
+    from .activity_oracle import Attempt
+
+__all__ = ["attempt_actor", "attempt_state", "run_state", "task_actor", "task_state"]
 
 _CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
 
@@ -59,3 +63,47 @@ def run_state(run: RunShadow, generation: int = 1) -> str | None:
     if generation > 1 and run.status is RunStatus.PENDING:
         return "continued"  # the new run resuming, before its first workflow task completed
     return run.status.value
+
+
+_CLOSED_ATTEMPT = {
+    AttemptStatus.COMPLETED: "completed",
+    AttemptStatus.FAILED: "failed",
+    AttemptStatus.CANCELLED: "cancelled",
+    AttemptStatus.EXPIRED: "expired",
+}
+
+
+def redelivered(a: Attempt) -> bool:
+    """Whether ``a`` is a new attempt of a task whose earlier attempt lost its lease (not a retry: a retry is
+    a task of its own)."""
+    return any(b.task_id == a.task_id and b.number < a.number for b in a.execution.attempts)
+
+
+def attempt_state(a: Attempt, now: datetime, margin: float) -> str | None:
+    """The activity attempt's cover state when a call about it left at ``now``. The model learns of an expiry
+    from answers; the clock alone says an attempt's lease or start_to_close has run out when it ran out more
+    than ``margin`` ago (within it, either side: no cell)."""
+    e = a.execution
+    if not e.certain:
+        return None
+    if a.status in _CLOSED_ATTEMPT:
+        return _CLOSED_ATTEMPT[a.status]
+    ends = [a.expires, *([a.deadline] if a.deadline is not None else [])]
+    if any(abs((t - now).total_seconds()) < margin for t in ends):
+        return None
+    lapsed = any(t <= now for t in ends)
+    if not e.run.open:
+        # §11.5: closing the run closed the running attempt as cancelled (unless it had run out before).
+        return None if lapsed or a.maybe_timed_out else "cancelled"
+    if lapsed:
+        return "expired"
+    return "redelivered" if redelivered(a) else "running"
+
+
+def attempt_actor(a: Attempt, worker: str, state: str) -> Actor:
+    """Who ``worker`` is to attempt ``a``: its holder, the holder of the earlier attempt of its task (while the
+    redelivered attempt runs: the one state where the model tells a former holder apart), or another worker."""
+    if worker == a.owner:
+        return Actor.HOLDER
+    earlier = {b.owner for b in a.execution.attempts if b.task_id == a.task_id and b.number < a.number}
+    return Actor.FORMER_HOLDER if state == "redelivered" and worker in earlier else Actor.OTHER_WORKER

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from suite.machines.cells import run_state, task_actor, task_state
 from suite.machines.world import RunShadow, TaskShadow
@@ -72,3 +73,51 @@ def test_the_sweep_plans_only_cold_reachable_cells_and_ends_each_instance_with_i
     # Nobody can name a task never leased: only a poll, a signal and a close reach it.
     assert {op for inst in plan["ready"] for op, _ in inst} == {"poll", "signal", "close_run"}
     assert "requeued" not in plan  # needs a deregistration, which the sweep does not make
+
+
+def _attempt(number: int = 1, task_id: str = "at1", owner: str = "w1") -> Any:
+    from suite.machines.activity_oracle import ActivityRun, Attempt, Execution
+    from suite.protocol.commands import DEFAULT_RETRY_POLICY
+
+    run = ActivityRun(workflow_id="wf", run_id="r", queue="q", worker="ww")
+    e = Execution("act.1", run, None, DEFAULT_RETRY_POLICY, None)
+    a = Attempt(e, f"att{number}", task_id, number, owner, T0 + timedelta(seconds=10), None)
+    e.attempts.append(a)
+    return a
+
+
+def test_an_attempt_live_then_lapsed_then_redelivered_with_its_former_holder() -> None:
+    from suite.machines.activity_oracle import Attempt
+    from suite.machines.cells import attempt_actor, attempt_state
+
+    a = _attempt()
+    assert attempt_state(a, T0, 1.0) == "running"
+    assert attempt_state(a, a.expires - timedelta(milliseconds=300), 1.0) is None  # either side of the expiry
+    assert attempt_state(a, T0 + timedelta(seconds=20), 1.0) == "expired"
+    b = Attempt(a.execution, "att2", a.task_id, 2, "w2", T0 + timedelta(seconds=40), None)
+    a.execution.attempts.append(b)
+    assert attempt_state(b, T0 + timedelta(seconds=20), 1.0) == "redelivered"
+    assert attempt_actor(b, "w1", "redelivered") is Actor.FORMER_HOLDER
+    assert attempt_actor(b, "w2", "redelivered") is Actor.HOLDER
+    assert attempt_actor(b, "w3", "redelivered") is Actor.OTHER_WORKER
+    assert attempt_actor(b, "w1", "completed") is Actor.OTHER_WORKER  # a former holder only while it runs
+    b.execution.run.step(RunEvent.CANCEL)
+    assert attempt_state(b, T0 + timedelta(seconds=20), 1.0) == "cancelled"
+
+
+def test_the_activity_sweep_plans_every_cold_cell_once_and_a_former_holder_only_after_a_redelivery() -> None:
+    from suite.machines.activity_sweep import cold_plan
+    from suite.protocol.coverage import cell_key, cells
+
+    plan = cold_plan({})
+    planned = {(state, op, actor) for state, insts in plan.items() for calls in insts for op, actor in calls}
+    entity = next(e for e in ENTITIES if e.name == "activity_attempt")
+    reachable = {(c.state, c.operation, c.actor) for c in cells(entity) if c.ruled_out is None}
+    clock = {k for k in reachable if k[2] is Actor.CLOCK}  # observed as the calls meet it, never made
+    assert planned == reachable - clock
+    assert all(actor is not Actor.FORMER_HOLDER for s, _, actor in planned if s != "redelivered")
+    first, *further = plan["running"]
+    assert first[-1] in (("fail", Actor.HOLDER), ("complete", Actor.HOLDER), ("close_run", Actor.OPERATOR))
+    assert all(len(calls) == 1 for calls in further)  # each further change on an attempt of its own
+    warm = cell_key("activity_attempt", "running", "heartbeat", Actor.HOLDER)
+    assert ("heartbeat", Actor.HOLDER) not in [c for inst in cold_plan({warm: 1})["running"] for c in inst]
