@@ -586,11 +586,9 @@ class ActivityMachine(MachineBase):
                 return
             if not a.execution.certain or a.end is not None:
                 return
-        raise self.violation(
-            "ACTIVITY-REDELIVERY-NEW-ATTEMPT",
-            f"activity task {a.task_id} was never redelivered after its lease expired at {a.expires.isoformat()}",
-            expected=f"a lease of {a.task_id} with attempt_number {a.number + 1}",
-            received="none",
+        attempt = f"attempt_number {a.number + 1}"
+        raise self.redelivery_overdue(
+            "ACTIVITY-REDELIVERY-NEW-ATTEMPT", f"activity task {a.task_id}", a.expires, attempt
         )
 
     def wait_out_timeout(self, then: str) -> None:

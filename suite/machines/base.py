@@ -259,6 +259,16 @@ class MachineBase(RuleBasedStateMachine):
             hold = max(1, min(10, int((deadline - self.now()).total_seconds())))
             yield poll(hold, max(expires, self.now()) + EXPIRY_STEP)
 
+    def redelivery_overdue(self, requirement: str, task: str, expires: datetime, attempt: str) -> CheckFailure:
+        """The violation of ``requirement`` when :meth:`polls_past_expiry` ran out: ``task`` was not handed
+        out again (as ``attempt``) after its lease expired."""
+        return self.violation(
+            requirement,
+            f"{task} was never redelivered after its lease expired at {expires.isoformat()}",
+            expected=f"a lease of {task} with {attempt}",
+            received="none",
+        )
+
     def register_workers(self, n: int) -> None:
         """Register ``n`` workers on the example's queue."""
         self.workers = [self.run(self.ctx.register(self.queue)) for _ in range(n)]

@@ -511,11 +511,9 @@ class WorkflowLeaseMachine(MachineBase):
                 if started_before_expiry:
                     self.reached("long_poll_woken_by_expiry")
                 return multiple(Stale(task, old_owner, old_attempt))
-        raise self.violation(
-            "EXPIRY-REDELIVER-SAME-TASK",
-            f"task {task.task_id} was never redelivered after its lease expired",
-            expected=f"a lease of {task.task_id} with attempt {old_attempt + 1}",
-            received="none",
+        attempt = f"workflow_task_attempt {old_attempt + 1}"
+        raise self.redelivery_overdue(
+            "EXPIRY-REDELIVER-SAME-TASK", f"workflow task {task.task_id}", task.expires, attempt
         )
 
     def signal(self, run: RunShadow) -> None:
