@@ -61,23 +61,33 @@ def test_transient_states_are_told_apart() -> None:
     }
 
 
-def test_a_clock_event_the_table_has_no_row_for_is_ruled_out_with_its_reason() -> None:
-    lapse = _cell("workflow_task", "lease_expired", "lapse", Actor.CLOCK)
-    assert lapse.ruled_out is not None
-    assert "no row for lapse in expired" in lapse.ruled_out
-    assert _cell("workflow_task", "leased", "lapse", Actor.CLOCK).ruled_out is None
-    assert _cell("workflow_task", "lease_expired", "recover", Actor.CLOCK).ruled_out is None
-    assert _cell("workflow_task", "leased", "recover", Actor.CLOCK).ruled_out is not None
-    assert _cell("worker_session", "closed", "lease_expire", Actor.CLOCK).ruled_out is not None
-
-
-def test_an_actor_that_cannot_exist_is_ruled_out_and_worker_calls_in_closed_states_are_not() -> None:
-    former = _cell("workflow_task", "leased", "complete", Actor.FORMER_HOLDER)
-    assert former.ruled_out is not None
-    assert "no former holder" in former.ruled_out
+# (entity, state, operation, actor) -> None where the cell is reachable, else a phrase its ruled_out reason holds
+# ("" where any reason will do).
+RULED_OUT: list[tuple[tuple[str, str, str, Actor], str | None]] = [
+    # A clock event the table has no row for is ruled out, with its reason.
+    (("workflow_task", "lease_expired", "lapse", Actor.CLOCK), "no row for lapse in expired"),
+    (("workflow_task", "leased", "lapse", Actor.CLOCK), None),
+    (("workflow_task", "lease_expired", "recover", Actor.CLOCK), None),
+    (("workflow_task", "leased", "recover", Actor.CLOCK), ""),
+    (("worker_session", "closed", "lease_expire", Actor.CLOCK), ""),
+    # An actor that cannot exist is ruled out.
+    (("workflow_task", "leased", "complete", Actor.FORMER_HOLDER), "no former holder"),
     # A call in a closed state is answered (fenced), and that answer is judged: a reachable cell.
-    assert _cell("workflow_task", "run_closed", "complete", Actor.HOLDER).ruled_out is None
-    assert _cell("worker_session", "reacquired", "heartbeat", Actor.FORMER_HOLDER).ruled_out is None
+    (("workflow_task", "run_closed", "complete", Actor.HOLDER), None),
+    (("worker_session", "reacquired", "heartbeat", Actor.FORMER_HOLDER), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("cell", "reason"), RULED_OUT, ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else None
+)
+def test_a_cell_is_ruled_out_only_with_its_reason(cell: tuple[str, str, str, Actor], reason: str | None) -> None:
+    ruled_out = _cell(*cell).ruled_out
+    if reason is None:
+        assert ruled_out is None
+    else:
+        assert ruled_out is not None
+        assert reason in ruled_out
 
 
 def test_operations_only_their_actors_make() -> None:
