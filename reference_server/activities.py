@@ -75,6 +75,7 @@ from .tx import T, Watch
 __all__ = [
     "TIMEOUT_WATCHES",
     "activity_due_in",
+    "activity_wake_context",
     "claim_activity_task",
     "complete_activity_task",
     "enforce_activity_timeouts",
@@ -181,21 +182,7 @@ def _resolve(
     """Record the execution's one terminal event and resume the workflow (§11.3, §11.6 "Final failure");
     returns the workflow task that will see it. §14.2: "The workflow is resumed … **only** for the final
     outcome"."""
-    eid = execution["execution_id"]
-    # §8.3 plus §15: upstream emits workflow_wait_kind "activity" with open_wait_id "activity:{id}".
-    record_wake(
-        t,
-        execution["run_id"],
-        event_type,
-        payload,
-        workflow_wait_kind="activity",
-        open_wait_id=f"activity:{eid}",
-        resume_source_kind="activity_execution",
-        resume_source_id=eid,
-        activity_execution_id=eid,
-        activity_attempt_id=attempt_id,
-        activity_type=execution["activity_type"],
-    )
+    record_wake(t, execution["run_id"], event_type, payload, **activity_wake_context(execution, attempt_id))
     task = open_workflow_task(t, execution["run_id"])
     # Decided rule (README, "Decided rules"): next_task_id names the task that will see the result. A task
     # leased at this moment was shown a history without it; the follow-up its completion creates will see
@@ -203,6 +190,21 @@ def _resolve(
     if task is None or task["status"] == "leased":
         return None
     return str(task["task_id"])
+
+
+def activity_wake_context(execution: sqlite3.Row, attempt_id: str | None) -> dict[str, Any]:
+    """The resume context of the task an activity's final outcome wakes: the execution and the attempt that
+    reported it (§8.3; with §15, upstream's workflow_wait_kind "activity" and open_wait_id "activity:{id}")."""
+    eid = execution["execution_id"]
+    return {
+        "workflow_wait_kind": "activity",
+        "open_wait_id": f"activity:{eid}",
+        "resume_source_kind": "activity_execution",
+        "resume_source_id": eid,
+        "activity_execution_id": eid,
+        "activity_attempt_id": attempt_id,
+        "activity_type": execution["activity_type"],
+    }
 
 
 def retry_ready_at(t: T, backoff: int) -> int:

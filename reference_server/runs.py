@@ -27,9 +27,11 @@ __all__ = [
     "live_run",
     "receive_signal",
     "resolve_run",
+    "signal_wake_context",
     "start_body",
     "start_workflow",
     "update_outcome",
+    "update_wake_context",
 ]
 
 
@@ -153,14 +155,21 @@ def receive_signal(t: T, run_id: str, name: str, input_blob: str | None, request
         current["run_id"],
         "SignalReceived",
         {**payload, "value": input_blob, "payload_codec": "avro", "request_id": request_id},
-        workflow_wait_kind="signal",
-        open_wait_id=f"signal-application:{signal_id}",
-        resume_source_kind="workflow_signal",
-        resume_source_id=signal_id,
-        workflow_signal_id=signal_id,
-        signal_name=name,
+        **signal_wake_context(signal_id, name),
     )
     return {"signal_id": signal_id}
+
+
+def signal_wake_context(signal_id: str, name: str) -> dict[str, Any]:
+    """The resume context of the task an accepted signal wakes: the signal it applies (§8.3)."""
+    return {
+        "workflow_wait_kind": "signal",
+        "open_wait_id": f"signal-application:{signal_id}",
+        "resume_source_kind": "workflow_signal",
+        "resume_source_id": signal_id,
+        "workflow_signal_id": signal_id,
+        "signal_name": name,
+    }
 
 
 def accept_update(t: T, run_id: str, name: str, input_blob: str | None, request_id: str | None) -> str:
@@ -182,13 +191,20 @@ def accept_update(t: T, run_id: str, name: str, input_blob: str | None, request_
         current["run_id"],
         "UpdateAccepted",
         {**payload, "request_id": request_id},
-        workflow_wait_kind="update",
-        open_wait_id=f"update:{update_id}",
-        resume_source_kind="workflow_update",
-        resume_source_id=update_id,
-        workflow_update_id=update_id,
+        **update_wake_context(update_id),
     )
     return update_id
+
+
+def update_wake_context(update_id: str) -> dict[str, Any]:
+    """The resume context of the task an accepted update wakes: the update it applies (§8.3)."""
+    return {
+        "workflow_wait_kind": "update",
+        "open_wait_id": f"update:{update_id}",
+        "resume_source_kind": "workflow_update",
+        "resume_source_id": update_id,
+        "workflow_update_id": update_id,
+    }
 
 
 _CLOSE_EVENTS = {

@@ -229,6 +229,19 @@ FAULTS: dict[str, Fault] = {
         "A start_child_workflow without parent_close_policy is recorded as terminate, not abandon.",
         ("CHILD-PARENT-CLOSE-DEFAULT",),
     ),
+    # -- the resume context ---------------------------------------------------------------------------------
+    "signal-wake-without-name": Fault(
+        "The task an accepted signal wakes names no signal (signal_name and workflow_signal_id null).",
+        ("PAYLOAD-RESUME-CONTEXT-SIGNAL",),
+    ),
+    "update-wake-without-id": Fault(
+        "The task an accepted update wakes says wait kind update but names no update (workflow_update_id null).",
+        ("PAYLOAD-RESUME-CONTEXT-UPDATE",),
+    ),
+    "activity-wake-without-attempt": Fault(
+        "The task an activity's final outcome wakes names the execution but not the attempt that reported it.",
+        ("PAYLOAD-RESUME-CONTEXT-ACTIVITY",),
+    ),
     "child-wake-without-context": Fault(
         "The parent task a child's result wakes carries no child resume context (workflow_wait_kind, child_call_id"
         " and child_workflow_run_id null).",

@@ -22,13 +22,17 @@ from suite.protocol.payloads import RESUME_CONTEXT_KEYS
 from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
+    ACTIVITY_TYPE,
     READY_WITHIN,
     LeasedRun,
+    activity_call,
+    activity_cmd,
     complete_bodies,
     judge_task_history,
     lease_wf,
     leased_activity,
     leased_run,
+    next_activity,
     refused_without_effect,
     require_same_state,
     run_state,
@@ -603,6 +607,114 @@ async def resumed_task_payload_shape(ctx: CheckContext) -> None:
         "a resumed workflow task has payload_codec 'avro'",
         requirement="PAYLOAD-CODEC-AVRO",
     )
+
+
+# -- what woke a task: the resume context of a signal, an update and an activity's outcome ------------------
+
+
+def _context(task: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: task.get(k) for k in keys}
+
+
+def _named(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+@check("PAYLOAD-RESUME-CONTEXT-SIGNAL")
+async def signal_wake_resume_context(ctx: CheckContext) -> None:
+    """The task a signal wakes names the signal it applies: wait kind signal, the signal_name, a workflow_signal_id."""
+    run = await leased_run(ctx)
+    parked = [{"type": "start_timer", "delay_seconds": 3600}]
+    ctx.expect(await ctx.complete(run.task, parked), 200, what="a batch that parks the run on a long timer")
+    name = "conformance-wake"
+    reply = await ctx.client.control("POST", f"/workflows/{run.workflow_id}/signal/{name}", {"input": ["x"]})
+    ctx.expect(reply, 202, what="signal")
+    task = await lease_wf(ctx, run.worker, run.queue)
+    got = _context(task, "run_id", "workflow_wait_kind", "signal_name", "workflow_signal_id")
+    ctx.require(
+        got["run_id"] == run.run_id
+        and got["workflow_wait_kind"] == "signal"
+        and got["signal_name"] == name
+        and _named(got["workflow_signal_id"]),
+        "the task the signal woke carries workflow_wait_kind 'signal', its signal_name and its workflow_signal_id",
+        expected={
+            "run_id": run.run_id,
+            "workflow_wait_kind": "signal",
+            "signal_name": name,
+            "workflow_signal_id": "<id>",
+        },
+        received=got,
+        replies=[reply],
+    )
+
+
+@check("PAYLOAD-RESUME-CONTEXT-UPDATE")
+async def update_wake_resume_context(ctx: CheckContext) -> None:
+    """The task an accepted update wakes names the update: wait kind update, source workflow_update, its id twice."""
+    run = await leased_run(ctx)
+    parked = [{"type": "start_timer", "delay_seconds": 3600}]
+    ctx.expect(await ctx.complete(run.task, parked), 200, what="a batch that parks the run on a long timer")
+    reply = await ctx.client.control(
+        "POST", f"/workflows/{run.workflow_id}/update/bump", {"input": [1], "wait_for": "accepted"}
+    )
+    answered = ctx.expect(reply, 202, what="update accepted")
+    update_id = answered.get("update_id")
+    if not _named(update_id):  # the answer may omit it; UpdateAccepted names it
+        events = await ctx.history(run.workflow_id, run.run_id)
+        accepted = [e.get("payload") or {} for e in events if e.get("event_type") == "UpdateAccepted"]
+        update_id = next((p.get("update_id") for p in accepted if isinstance(p, dict)), None)
+    task = await lease_wf(ctx, run.worker, run.queue)
+    got = _context(task, "workflow_wait_kind", "resume_source_kind", "workflow_update_id", "open_wait_id")
+    wanted_id = update_id if _named(update_id) else got["workflow_update_id"]
+    expected = {
+        "workflow_wait_kind": "update",
+        "resume_source_kind": "workflow_update",
+        "workflow_update_id": wanted_id,
+        "open_wait_id": f"update:{wanted_id}",
+    }
+    ctx.require(
+        got == expected and _named(wanted_id),
+        "the task the update woke carries workflow_wait_kind 'update', resume_source_kind 'workflow_update', "
+        "the update's workflow_update_id and open_wait_id 'update:' + that id",
+        expected=expected,
+        received=got,
+        replies=[reply],
+    )
+
+
+@check("PAYLOAD-RESUME-CONTEXT-ACTIVITY")
+async def activity_wake_resume_context(ctx: CheckContext) -> None:
+    """The tasks an activity's completion and its final failure wake name the activity, its attempt and the event."""
+    run = await leased_run(ctx)
+    task = await leased_activity(ctx, run)
+    outcomes: list[tuple[str, dict[str, Any]]] = [
+        ("ActivityCompleted", {"result": ctx.envelope("done")}),
+        ("ActivityFailed", {"failure": {"message": "final", "non_retryable": True}}),
+    ]
+    for event_type, body in outcomes:
+        verb = "complete" if event_type == "ActivityCompleted" else "fail"
+        ctx.expect(await activity_call(ctx, task, verb, body), 200, what=f"the activity's {verb}")
+        woken = await lease_wf(ctx, run.worker, run.queue)
+        got = _context(woken, "activity_attempt_id", "activity_type", "workflow_event_type", "activity_execution_id")
+        sequence = woken.get("workflow_sequence")
+        events = await ctx.history(run.workflow_id, run.run_id)
+        at = [e.get("event_type") for e in events if e.get("sequence") == sequence]
+        expected = {
+            "activity_attempt_id": task.get("activity_attempt_id"),
+            "activity_type": ACTIVITY_TYPE,
+            "workflow_event_type": event_type,
+        }
+        ctx.require(
+            {k: got[k] for k in expected} == expected and _named(got["activity_execution_id"]) and at == [event_type],
+            f"the task the activity's {verb} woke carries its activity_execution_id, activity_attempt_id and "
+            f"activity_type, and workflow_sequence and workflow_event_type naming the {event_type} event",
+            expected={**expected, "activity_execution_id": "<id>", "event at workflow_sequence": [event_type]},
+            received={**got, "workflow_sequence": sequence, "event at workflow_sequence": at},
+        )
+        if verb == "complete":
+            again = {**activity_cmd(ACTIVITY_TYPE), "retry_policy": {"max_attempts": 1}}
+            ctx.expect(await ctx.complete(woken, [again]), 200, what="schedule_activity of a second activity")
+            task, _reply = await next_activity(ctx, run.worker, run.queue)
 
 
 @check("PAYLOAD-ARGUMENTS-ENVELOPE")

@@ -1349,6 +1349,31 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         cites=(_wp("Command types", "resume context"),),
     ),
     _r(
+        "PAYLOAD-RESUME-CONTEXT-SIGNAL",
+        MUST,
+        _A.PAYLOAD_SHAPE,
+        "A workflow task that applies an accepted signal carries workflow_wait_kind signal, the signal_name the "
+        "signal was sent to and a non-null workflow_signal_id (the accepted signal being applied).",
+        cites=(_wp("Command types", "resume context"),),
+    ),
+    _r(
+        "PAYLOAD-RESUME-CONTEXT-UPDATE",
+        MUST,
+        _A.PAYLOAD_SHAPE,
+        "A workflow task that applies an accepted update carries workflow_wait_kind update, resume_source_kind "
+        'workflow_update, workflow_update_id the accepted update\'s id and open_wait_id "update:" + that id.',
+        cites=(_wp("Command types", "resume context"),),
+    ),
+    _r(
+        "PAYLOAD-RESUME-CONTEXT-ACTIVITY",
+        MUST,
+        _A.PAYLOAD_SHAPE,
+        "A workflow task woken by an activity's completion or final failure carries its activity_execution_id, "
+        "the activity_attempt_id that reported it and its activity_type, and workflow_sequence and "
+        "workflow_event_type naming the ActivityCompleted or ActivityFailed event in the run's history.",
+        cites=(_wp("Command types", "resume context"),),
+    ),
+    _r(
         "PAYLOAD-CODEC-AVRO",
         MUST,
         _A.PAYLOAD_SHAPE,
