@@ -315,6 +315,18 @@ FAULTS: dict[str, Fault] = {
         ("ACTIVITY-FENCE-OWNER",),
         machine="activities",
     ),
+    "session-former-holder-closes": Fault(
+        "A worker that held a worker session before another worker reacquired it still closes it: its close is"
+        " accepted as the holder's.",
+        ("SESSION-STALE-HOLDER-FENCED",),
+        machine="worker_sessions",
+    ),
+    "session-reacquire-resets-ttl": Fault(
+        "Reacquiring a worker session starts its absolute TTL again: the session outlives the TTL it was created"
+        " with and still renews.",
+        ("SESSION-TTL-TERMINAL",),
+        machine="worker_sessions",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

@@ -74,3 +74,49 @@ def _stale_holder(original: Callable[..., Admission], view: SessionView | None, 
     if decision.reason == "session_owner_mismatch":
         decision = Admission(admitted=True, outcome="heartbeat_recorded", event=SessionEvent.RENEW)
     return decision
+
+
+# Per session, the workers that held it before a reacquisition (the fault's own memory: the spec's store keeps
+# only the holder).
+_EARLIER: dict[tuple[str, str], set[str]] = {}
+
+
+@wraps("session-former-holder-closes", sessions, "_apply")
+def _remember_holders(
+    original: Callable[..., sqlite3.Row], t: T, namespace: str, options: SessionOptions, worker_id: str, decision: Any
+) -> sqlite3.Row:
+    before = sessions._row(t, namespace, options.session_id)
+    if decision.event is SessionEvent.REACQUIRE and before is not None and before["lease_owner"]:
+        _EARLIER.setdefault((namespace, options.session_id), set()).add(before["lease_owner"])
+    return original(t, namespace, options, worker_id, decision)
+
+
+@wraps("session-former-holder-closes", sessions, "close_session")
+def _former_closes(
+    original: Callable[..., tuple[int, dict[str, Any]]],
+    t: T,
+    namespace: str,
+    session_id: str,
+    worker_id: str,
+    reason: str,
+) -> tuple[int, dict[str, Any]]:
+    """A worker that held the session before another reacquired it still closes it (as if it were the holder)."""
+    row = sessions._row(t, namespace, session_id)
+    if row is not None and worker_id in _EARLIER.get((namespace, session_id), set()) and row["lease_owner"]:
+        worker_id = row["lease_owner"]
+    return original(t, namespace, session_id, worker_id, reason)
+
+
+@wraps("session-reacquire-resets-ttl", sessions, "_apply")
+def _ttl_restarted(
+    original: Callable[..., sqlite3.Row], t: T, namespace: str, options: SessionOptions, worker_id: str, decision: Any
+) -> sqlite3.Row:
+    """A reacquisition starts the session's absolute TTL again, so it outlives the TTL it was created with."""
+    row = original(t, namespace, options, worker_id, decision)
+    if decision.event is SessionEvent.REACQUIRE:
+        t.db.execute(
+            "UPDATE worker_sessions SET ttl_expires_at = ? WHERE namespace = ? AND session_id = ?",
+            (t.now + int(row["ttl_seconds"]) * 1_000_000, namespace, options.session_id),
+        )
+        row = sessions._row(t, namespace, options.session_id) or row
+    return row

@@ -13,13 +13,24 @@ from typing import TYPE_CHECKING
 
 from suite.protocol.coverage import Actor
 from suite.protocol.lifecycles import AttemptStatus, RunStatus, TaskStatus
+from suite.protocol.sessions import SessionEvent, SessionStatus
 
 from .world import RunShadow, TaskShadow
 
 if TYPE_CHECKING:
     from .activity_oracle import Attempt
+    from .sessions import ShadowSession
 
-__all__ = ["attempt_actor", "attempt_state", "run_state", "task_actor", "task_state"]
+__all__ = [
+    "SESSION_CLOCK_OPERATIONS",
+    "attempt_actor",
+    "attempt_state",
+    "run_state",
+    "session_actor",
+    "session_state",
+    "task_actor",
+    "task_state",
+]
 
 _CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
 
@@ -107,3 +118,30 @@ def attempt_actor(a: Attempt, worker: str, state: str) -> Actor:
         return Actor.HOLDER
     earlier = {b.owner for b in a.execution.attempts if b.task_id == a.task_id and b.number < a.number}
     return Actor.FORMER_HOLDER if state == "redelivered" and worker in earlier else Actor.OTHER_WORKER
+
+
+# The worker-session operation that stands for each clock event of the session table.
+SESSION_CLOCK_OPERATIONS = {
+    SessionEvent.LEASE_EXPIRE: "lease_expire",
+    SessionEvent.HOLDER_STALE: "holder_stale",
+    SessionEvent.FAIL: "lost",
+    SessionEvent.TTL_EXPIRE: "ttl_expire",
+}
+
+
+def session_state(session: ShadowSession) -> str | None:
+    """The worker session's cover state as the shadow holds it (settled to the call's moment)."""
+    if session.unsure:
+        return None
+    if session.status is SessionStatus.ACTIVE:
+        return "reacquired" if session.reacquired else "active"
+    return session.status.value
+
+
+def session_actor(session: ShadowSession, worker: str, state: str) -> Actor:
+    """Who ``worker`` is to the session: its (last) holder, a worker that held it before another reacquired it
+    (where the model tells one apart), or a worker that never held it."""
+    if worker == session.owner and state != "none":
+        return Actor.HOLDER
+    former = worker in session.holders and state in ("reacquired", "closed", "failed")
+    return Actor.FORMER_HOLDER if former else Actor.OTHER_WORKER

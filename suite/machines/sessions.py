@@ -14,8 +14,8 @@ the machine stops judging that session.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -24,9 +24,11 @@ from hypothesis.stateful import initialize, precondition, rule
 from suite.client import Reply
 from suite.outcomes import NotCovered
 from suite.protocol import sessions as model
-from suite.protocol.sessions import SESSION, SessionOptions, SessionStatus, SessionView, WorkerFacts
+from suite.protocol.coverage import Actor
+from suite.protocol.sessions import SESSION, SessionEvent, SessionOptions, SessionStatus, SessionView, WorkerFacts
 
 from .base import MachineBase, note, race
+from .cells import SESSION_CLOCK_OPERATIONS, session_actor, session_state
 from .world import advance
 
 __all__ = ["SessionMachine"]
@@ -43,10 +45,27 @@ class ShadowSession:
     owner: str | None = None
     allow_reacquire: bool = True
     unsure: bool = False  # an answer was lost: the machine no longer judges this session
+    lease: int = LEASE  # the lease_seconds it is created with (a reacquisition keeps them)
+    ttl: int | None = None  # the ttl_seconds it is created with (None: the default)
+    lease_until: datetime | None = None  # None: far off (an hour-long lease nobody waits out)
+    ttl_until: datetime | None = None
+    holders: list[str] = field(default_factory=list)  # every worker that held it, in order
+    ttl_closed: bool = False  # its absolute TTL closed it
+
+    @property
+    def reacquired(self) -> bool:
+        return len(self.holders) > 1
 
     def view(self) -> SessionView:
-        far = datetime.now(UTC) + timedelta(seconds=LEASE)
-        return SessionView(self.status, self.owner, far, far, self.allow_reacquire)
+        return SessionView(self.status, self.owner, self.lease_until, self.ttl_until, self.allow_reacquire)
+
+    def leased(self, now: datetime, seconds: int | None = None) -> None:
+        """A lease granted or renewed at ``now`` (never past the absolute TTL); an hour-long one is never due."""
+        seconds = self.lease if seconds is None else seconds
+        if seconds >= LEASE and self.ttl is None:
+            self.lease_until = None
+            return
+        self.lease_until = model.renewed_lease(now, seconds, self.ttl_until)
 
 
 class SessionMachine(MachineBase):
@@ -54,6 +73,7 @@ class SessionMachine(MachineBase):
     session rules."""
 
     name = "worker_sessions"
+    SWEEPS = True
     # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "SESSION-EXPLICIT-LIFECYCLE": "created",
@@ -62,6 +82,9 @@ class SessionMachine(MachineBase):
         "SESSION-STALE-HOLDER-FENCED": "stale_holder_fenced",
         "SESSION-ORPHANED": "reacquired",
         "SESSION-REACQUIRE-DISALLOWED": "reacquire_disallowed",
+        # Reached by the sweep: its sessions lapse and reach their absolute TTL.
+        "SESSION-LEASE-EXPIRY": "expired",
+        "SESSION-TTL-TERMINAL": "ttl",
     }
 
     def __init__(self) -> None:
@@ -88,11 +111,26 @@ class SessionMachine(MachineBase):
         return WorkerFacts(worker, self.queue, frozenset(), held, None)
 
     def settle(self, session: ShadowSession) -> None:
-        """The holder-loss event the target applies before answering (a deregistered holder is stale)."""
-        due = model.due_event(session.view(), datetime.now(UTC), holder_stale=session.owner in self.gone)
+        """The expiry or holder-loss event the target applies before answering (a deregistered holder is stale),
+        counted in its clock cell: the next judged answer shows it."""
+        before = session_state(session)
+        due = model.due_event(session.view(), self.now(), holder_stale=session.owner in self.gone)
         if due is not None:
             session.status = advance(SESSION, session.status, due[0])
-            self.reached("orphaned" if session.status is SessionStatus.ORPHANED else "failed")
+            session.ttl_closed = due[0] is SessionEvent.TTL_EXPIRE
+            if before is not None:
+                self.hit("worker_session", before, SESSION_CLOCK_OPERATIONS[due[0]], Actor.CLOCK)
+            self.reached(
+                {SessionStatus.ORPHANED: "orphaned", SessionStatus.EXPIRED: "expired", SessionStatus.CLOSED: "ttl"}.get(
+                    session.status, "failed"
+                )
+            )
+
+    def hit_session(self, session: ShadowSession, verb: str, worker: str) -> None:
+        """Count a judged session call in its cell (the session as settled before the call)."""
+        state = session_state(session)
+        if state is not None:
+            self.hit("worker_session", state, verb, session_actor(session, worker, state))
 
     def judge(self, session: ShadowSession, reply: Reply | None, decision: model.Admission, verb: str) -> None:
         if reply is None:
@@ -103,8 +141,10 @@ class SessionMachine(MachineBase):
             "session_owned_by_another_worker": "SESSION-SINGLE-OWNER",
             "session_reacquire_disallowed": "SESSION-REACQUIRE-DISALLOWED",
             "session_owner_mismatch": "SESSION-STALE-HOLDER-FENCED",
-            "session_closed": "SESSION-CLOSE-TERMINAL",
+            "session_closed": "SESSION-TTL-TERMINAL" if session.ttl_closed else "SESSION-CLOSE-TERMINAL",
         }.get(decision.reason or "", "SESSION-EXPLICIT-LIFECYCLE")
+        if session.ttl_closed and decision.reason in ("session_not_active", "session_closed"):
+            requirement = "SESSION-TTL-TERMINAL"  # what its TTL closed stays closed
         if decision.admitted:
             ok = reply.status in (200, 201) and body.get("outcome") == decision.outcome
             expected: Any = f"2xx outcome {decision.outcome}"
@@ -140,46 +180,82 @@ class SessionMachine(MachineBase):
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def create(self, w: int, s: int) -> None:
-        session, worker = self.pick(s), self.workers[w]
-        if session is None:
-            return
+        session = self.pick(s)
+        if session is not None:
+            self.do_create(session, self.workers[w])
+
+    def do_create(self, session: ShadowSession, worker: str) -> None:
+        """An explicit create of ``session`` by ``worker``, judged by the admission rules."""
         self.settle(session)
         allow = session.allow_reacquire  # the options of the call that creates it stay with the session
-        options = SessionOptions(session.session_id, lease_seconds=LEASE, allow_reacquire_after_failure=allow)
+        options = SessionOptions(
+            session.session_id,
+            lease_seconds=session.lease,
+            allow_reacquire_after_failure=allow,
+            ttl_seconds=session.ttl if session.ttl is not None else int(model.DEFAULTS["ttl_seconds"]),
+        )
         decision = model.admit(session.view(), options, self.facts(worker, session), explicit=True)
         body = {"worker_id": worker, **options.to_json()}
         body = {k: v for k, v in body.items() if v is not None}
+        at = self.now()
         reply = self.ask(session, decision, "create", self.ctx.client.worker("/sessions", body))
+        if reply is not None:
+            self.hit_session(session, "create", worker)
         if reply is None or not decision.admitted:
             self.reached_refusal(decision)
             return
+        if decision.event is SessionEvent.CREATE:
+            # The default TTL (half an hour) never comes due inside a run: left out of the shadow.
+            session.ttl_until = at + timedelta(seconds=session.ttl) if session.ttl is not None else None
+            session.holders = [worker]
+            session.leased(at)
+        elif decision.event is SessionEvent.REACQUIRE:
+            session.holders.append(worker)
+            session.leased(at)
+        elif session.owner == worker:
+            session.leased(at)  # reused: the holder's lease renewed
         if decision.event is not None:
             session.status, session.owner = advance(SESSION, session.status, decision.event), worker
         self.reached(str(decision.outcome))
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def heartbeat(self, w: int, s: int) -> None:
-        session, worker = self.existing(s), self.workers[w]
-        if session is None:
-            return
+        session = self.existing(s)
+        if session is not None:
+            self.do_heartbeat(session, self.workers[w])
+
+    def do_heartbeat(self, session: ShadowSession, worker: str, lease: int | None = None) -> None:
+        """An explicit session heartbeat by ``worker`` (renewing for ``lease`` seconds, default the session's)."""
+        self.settle(session)
         decision = model.heartbeat_decision(session.view(), worker)
         path = f"/sessions/{session.session_id}/heartbeat"
-        body = {"worker_id": worker, "lease_seconds": LEASE}
+        seconds = session.lease if lease is None else lease
+        body = {"worker_id": worker, "lease_seconds": seconds}
+        at = self.now()
         reply = self.ask(session, decision, "heartbeat", self.ctx.client.worker(path, body))
         if reply is not None:
+            self.hit_session(session, "heartbeat", worker)
             self.reached("heartbeat_recorded" if decision.admitted else str(decision.reason))
             if decision.reason == "session_owner_mismatch":
                 self.reached("stale_holder_fenced")
+            if decision.admitted:
+                session.leased(at, seconds)
 
     @rule(w=st.integers(0, WORKERS - 1), s=st.integers(0, SESSIONS - 1))
     def close(self, w: int, s: int) -> None:
-        session, worker = self.existing(s), self.workers[w]
-        if session is None:
-            return
+        session = self.existing(s)
+        if session is not None:
+            self.do_close(session, self.workers[w])
+
+    def do_close(self, session: ShadowSession, worker: str) -> None:
+        """An explicit close by ``worker``, judged by the close rule."""
+        self.settle(session)
         decision = model.close_decision(session.view(), worker)
         body = {"worker_id": worker, "reason": "worker_shutdown"}
         path = f"/sessions/{session.session_id}"
         reply = self.ask(session, decision, "close", self.ctx.client.worker(path, body, method="DELETE"))
+        if reply is not None:
+            self.hit_session(session, "close", worker)
         if reply is None or not decision.admitted:
             if reply is not None and decision.reason == "session_owner_mismatch":
                 self.reached("stale_holder_fenced")
@@ -224,6 +300,7 @@ class SessionMachine(MachineBase):
             )
         session.status = advance(SESSION, session.status, model.SessionEvent.CREATE)
         session.owner = contenders[replies.index(won[0])]
+        session.holders = [session.owner]
         self.reached("refused_owned")
 
     def held(self) -> list[ShadowSession]:
@@ -242,13 +319,7 @@ class SessionMachine(MachineBase):
             return
         holder = held[s % len(held)].owner
         assert holder is not None
-        reply = self.call(self.ctx.client.worker(f"/registrations/{holder}", method="DELETE"))
-        if reply is None or reply.status != 200:
-            # Maybe deregistered: the holder's sessions may be orphaned or not, and the worker may be gone.
-            for x in self.sessions:
-                if x.owner == holder:
-                    x.unsure = True
-        self.gone.add(holder)
+        self.deregister(holder)
         slot = self.workers.index(holder)
         self.workers[slot] = self.run(self.ctx.register(self.queue))
         # The worker that took its place asks at once for each session the holder left behind: reacquired, or
@@ -256,6 +327,26 @@ class SessionMachine(MachineBase):
         for i, x in enumerate(self.sessions):
             if x.owner == holder and not x.unsure:
                 self.create(slot, i)
+
+    def deregister(self, worker: str) -> None:
+        """``worker`` deregisters: it is stale from then on, and so is its hold on every session it holds."""
+        reply = self.call(self.ctx.client.worker(f"/registrations/{worker}", method="DELETE"))
+        if reply is None or reply.status != 200:
+            # Maybe deregistered: the holder's sessions may be orphaned or not, and the worker may be gone.
+            for x in self.sessions:
+                if x.owner == worker:
+                    x.unsure = True
+        self.gone.add(worker)
+
+    # -- the sweep over cold cells -----------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """After the examples: every explicit-call and clock cell they left cold, made deterministically
+        (:mod:`suite.machines.session_sweep`)."""
+        from .session_sweep import sweep_cold_cells  # it builds on this module's shadow
+
+        self.setup()
+        sweep_cold_cells(self)
 
     def reached_refusal(self, decision: model.Admission) -> None:
         if decision.reason == "session_owned_by_another_worker":

@@ -123,6 +123,9 @@ class CoverState:
     present: frozenset[Actor]
     description: str
     unnamed: bool = False  # no worker has been told the entity's id yet: only a poll can reach it
+    # Operations the protocol's own rules make impossible in this state although the tables allow them in the
+    # lifecycle state it stands for, each with the sentence that says why.
+    impossible: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +187,22 @@ def cell_key(entity: str, state: str, operation: str, actor: Actor | str) -> str
 
 
 def _st(
-    name: str, facets: Mapping[str, StrEnum], present: Iterable[Actor], description: str, *, unnamed: bool = False
+    name: str,
+    facets: Mapping[str, StrEnum],
+    present: Iterable[Actor],
+    description: str,
+    *,
+    unnamed: bool = False,
+    impossible: Mapping[str, str] | None = None,
 ) -> CoverState:
-    return CoverState(name, MappingProxyType(dict(facets)), frozenset(present), description, unnamed)
+    return CoverState(
+        name,
+        MappingProxyType(dict(facets)),
+        frozenset(present),
+        description,
+        unnamed,
+        MappingProxyType(impossible or {}),
+    )
 
 
 _H, _F, _O = Actor.HOLDER, Actor.FORMER_HOLDER, Actor.OTHER_WORKER
@@ -333,11 +349,21 @@ WORKER_SESSION_ENTITY: Final = Entity(
             (_H, _O),
             "held, an in-session activity's run closed",
         ),
-        _st("reacquired", {SESSION.name: _S.ACTIVE}, _ALL_WORKERS, "held by a worker that took it over"),
+        _st(
+            "reacquired",
+            {SESSION.name: _S.ACTIVE},
+            _ALL_WORKERS,
+            "held by a worker that took it over",
+            impossible={
+                "lost": "only a session that allows reacquisition is reacquired, and such a session that loses its "
+                "lease or holder again is expired or orphaned, never failed."
+            },
+        ),
         _st("expired", {SESSION.name: _S.EXPIRED}, (_H, _O), "its lease was not renewed"),
         _st("orphaned", {SESSION.name: _S.ORPHANED}, (_H, _O), "its holder's registration went stale"),
         _st("closed", {SESSION.name: _S.CLOSED}, _ALL_WORKERS, "closed, or past its TTL"),
-        _st("failed", {SESSION.name: _S.FAILED}, _ALL_WORKERS, "lost while reacquisition was not allowed"),
+        # A session that forbids reacquisition is never reacquired: nobody held it before its one holder.
+        _st("failed", {SESSION.name: _S.FAILED}, (_H, _O), "lost while reacquisition was not allowed"),
     ),
     (
         Operation("create", Channel.WORKER, (SessionEvent.CREATE, SessionEvent.REACQUIRE)),
@@ -447,6 +473,8 @@ ENTITIES: Final[tuple[Entity, ...]] = (
 
 
 def _ruled_out(entity: Entity, state: CoverState, op: Operation, actor: Actor) -> str | None:
+    if op.name in state.impossible:
+        return state.impossible[op.name]
     if actor in WORKER_ACTORS and actor not in state.present:
         return f"{_ABSENT[actor]} ({entity.name} {state.name}: {state.description})."
     if state.unnamed and op.channel is Channel.WORKER and op.names_entity:
@@ -551,6 +579,12 @@ def validate() -> None:
         problems += [f"{entity.name}: state {n!r} twice" for n in sorted({n for n in names if names.count(n) > 1})]
         ops = [o.name for o in entity.operations]
         problems += [f"{entity.name}: operation {n!r} twice" for n in sorted({n for n in ops if ops.count(n) > 1})]
+        problems += [
+            f"{entity.name}.{st.name}: ruled out operation {o!r} is not an operation"
+            for st in entity.states
+            for o in st.impossible
+            if o not in ops
+        ]
         for lc in entity.lifecycles:
             covered = {s.facets.get(lc.name) for s in entity.states}
             used = {lc.initial, *(src for src, _ in lc.table), *lc.table.values()}

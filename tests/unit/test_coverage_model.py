@@ -131,3 +131,11 @@ def test_matrix_counts_reached_and_lists_the_rest() -> None:
     assert all(not k.startswith("worker_session/") for k in left)
     assert any(k.startswith("query_task/") for k in left)
     assert wt.to_json()["reached"] == {key: 3}
+
+
+def test_a_state_rules_out_an_operation_its_own_rules_make_impossible_with_the_sentence() -> None:
+    by_key = {c.key: c for e in ENTITIES for c in cells(e)}
+    lost = by_key[cell_key("worker_session", "reacquired", "lost", Actor.CLOCK)]
+    assert lost.ruled_out is not None
+    assert "never failed" in lost.ruled_out
+    assert by_key[cell_key("worker_session", "active", "lost", Actor.CLOCK)].ruled_out is None

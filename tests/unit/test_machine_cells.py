@@ -121,3 +121,40 @@ def test_the_activity_sweep_plans_every_cold_cell_once_and_a_former_holder_only_
     assert all(len(calls) == 1 for calls in further)  # each further change on an attempt of its own
     warm = cell_key("activity_attempt", "running", "heartbeat", Actor.HOLDER)
     assert ("heartbeat", Actor.HOLDER) not in [c for inst in cold_plan({warm: 1})["running"] for c in inst]
+
+
+def test_a_session_held_then_reacquired_names_its_former_holder() -> None:
+    from suite.machines.cells import session_actor, session_state
+    from suite.machines.sessions import ShadowSession
+    from suite.protocol.sessions import SessionStatus
+
+    s = ShadowSession("s1")
+    assert session_state(s) == "none"
+    assert session_actor(s, "w1", "none") is Actor.OTHER_WORKER
+    s.status, s.owner, s.holders = SessionStatus.ACTIVE, "w1", ["w1"]
+    assert session_state(s) == "active"
+    s.owner, s.holders = "w2", ["w1", "w2"]
+    assert session_state(s) == "reacquired"
+    assert session_actor(s, "w1", "reacquired") is Actor.FORMER_HOLDER
+    assert session_actor(s, "w2", "reacquired") is Actor.HOLDER
+    assert session_actor(s, "w3", "reacquired") is Actor.OTHER_WORKER
+    s.status = SessionStatus.EXPIRED
+    assert session_actor(s, "w1", "expired") is Actor.OTHER_WORKER  # the model tells no former holder apart there
+    s.unsure = True
+    assert session_state(s) is None
+
+
+def test_the_session_sweep_plans_every_cold_explicit_and_clock_cell_and_no_impossible_one() -> None:
+    from suite.machines.session_sweep import CLOCK_RECIPES, cold_plan
+    from suite.protocol.coverage import cells
+
+    entity = next(e for e in ENTITIES if e.name == "worker_session")
+    ruled_out = {(c.state, c.operation, c.actor) for c in cells(entity) if c.ruled_out is not None}
+    planned = {(state, op, actor) for _, state, calls in cold_plan({}) if state != "closed" for op, actor in calls}
+    assert not planned & ruled_out
+    assert ("reacquired", "close", Actor.FORMER_HOLDER) in planned
+    assert ("reacquired", "lost", Actor.CLOCK) in ruled_out  # only a reacquirable session is reacquired
+    # Every reachable clock cell has a recipe, its own or that of the state its event leads to.
+    clock = {(c.state, c.operation) for c in cells(entity) if c.actor is Actor.CLOCK and c.ruled_out is None}
+    recipes = set(CLOCK_RECIPES) | {cell for recipe, _, _ in cold_plan({}) for cell in recipe.clock}
+    assert clock - recipes <= {(s, o) for s, o in clock if s == "active_cancelled_activity"}
