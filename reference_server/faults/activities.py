@@ -1,5 +1,5 @@
-"""Faults of activities: retries (their bound, the non-retryable flag, the backoff), attempt numbers, and a
-result recorded for an attempt that is no longer live."""
+"""Faults of activities: retries (their bound, the non-retryable flag, the backoff), attempt numbers, a result
+recorded for an attempt that is no longer live, and timeouts that are validated but not applied."""
 
 from __future__ import annotations
 
@@ -117,3 +117,69 @@ def _closed_run_unfenced(
     if row is not None and row["lease_owner"] != fence.lease_owner:
         fence = replace(fence, lease_owner=row["lease_owner"])
     return original(t, namespace, task_id, fence, **how)
+
+
+def _skipped(kind: str, column: str, table: str, key: str) -> Callable[..., None]:
+    """A wrap of ``activities._time_out`` under which a ``kind`` expiry does nothing but forget its deadline (so the
+    enforcer does not find it due again and again)."""
+
+    def skip(
+        original: Callable[..., None],
+        t: T,
+        execution: sqlite3.Row,
+        task: sqlite3.Row | None,
+        attempt: sqlite3.Row | None,
+        timeout_type: str,
+    ) -> None:
+        if timeout_type != kind:
+            return original(t, execution, task, attempt, timeout_type)
+        row = attempt if table == "activity_attempts" else task
+        assert row is not None
+        t.db.execute(f"UPDATE {table} SET {column} = NULL WHERE {key} = ?", (row[key],))
+        return None
+
+    return skip
+
+
+wraps("heartbeat-timeout-ignored", activities, "_time_out")(
+    _skipped("heartbeat", "heartbeat_deadline", "activity_attempts", "attempt_id")
+)
+wraps("start-to-close-ignored", activities, "_time_out")(
+    _skipped("start_to_close", "start_to_close_deadline", "activity_attempts", "attempt_id")
+)
+wraps("schedule-to-start-ignored", activities, "_time_out")(
+    _skipped("schedule_to_start", "schedule_to_start_deadline", "activity_tasks", "task_id")
+)
+
+
+@wraps("heartbeat-timeout-from-claim", activities, "heartbeat_activity_task")
+def _deadline_kept(
+    original: Callable[..., dict[str, Any]],
+    t: T,
+    namespace: str,
+    task_id: str,
+    fence: ActivityFence,
+    progress: Any,
+    *,
+    renew: bool = True,
+) -> dict[str, Any]:
+    """The heartbeat renews the lease, and the heartbeat deadline is put back where the claim set it."""
+    before = t.one("SELECT heartbeat_deadline FROM activity_attempts WHERE attempt_id = ?", fence.activity_attempt_id)
+    answer = original(t, namespace, task_id, fence, progress, renew=renew)
+    if before is not None:
+        t.db.execute(
+            "UPDATE activity_attempts SET heartbeat_deadline = ? WHERE attempt_id = ?",
+            (before["heartbeat_deadline"], fence.activity_attempt_id),
+        )
+    return answer
+
+
+@wraps("schedule-to-close-restarts-on-retry", activities, "_schedule_retry")
+def _deadline_restarted(original: Callable[..., str], t: T, execution: sqlite3.Row, *args: Any) -> str:
+    task_id = original(t, execution, *args)
+    t.db.execute(
+        "UPDATE activity_executions SET schedule_to_close_deadline = ? + schedule_to_close_timeout * ?"
+        " WHERE execution_id = ? AND schedule_to_close_timeout IS NOT NULL",
+        (t.now, activities.US, execution["execution_id"]),
+    )
+    return task_id

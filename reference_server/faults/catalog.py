@@ -178,6 +178,28 @@ FAULTS: dict[str, Fault] = {
         "An activity complete of an attempt no longer live (done, expired, timed out) is recorded again: 200.",
         ("ACTIVITY-DUPLICATE-COMPLETE-STALE",),
     ),
+    "heartbeat-timeout-ignored": Fault(
+        "An attempt whose heartbeats stop is never timed out by heartbeat_timeout: it runs on until its lease or"
+        " start_to_close_timeout ends it.",
+        ("TIMEOUT-HEARTBEAT-ENFORCED",),
+    ),
+    "heartbeat-timeout-from-claim": Fault(
+        "A heartbeat does not move the heartbeat deadline: an attempt is timed out heartbeat_timeout after its"
+        " claim, heartbeating or not.",
+        ("TIMEOUT-HEARTBEAT-ENFORCED",),
+    ),
+    "schedule-to-start-ignored": Fault(
+        "An activity task nobody claims is never timed out by schedule_to_start_timeout.",
+        ("TIMEOUT-SCHEDULE-TO-START-ENFORCED",),
+    ),
+    "schedule-to-close-restarts-on-retry": Fault(
+        "A retry restarts schedule_to_close_timeout: it bounds each attempt from its retry, not the execution.",
+        ("TIMEOUT-SCHEDULE-TO-CLOSE-WHOLE-EXECUTION",),
+    ),
+    "start-to-close-ignored": Fault(
+        "An attempt is never timed out by start_to_close_timeout: it runs on until its lease ends.",
+        ("TIMEOUT-TIMED-OUT-EVENT", "TIMEOUT-LATE-COMPLETE-STALE"),
+    ),
     # -- queries --------------------------------------------------------------------------------------------
     "query-writes-history": Fault(
         "Completing a query task appends a QueryCompleted event to the run's history.", ("QUERY-READ-ONLY",)

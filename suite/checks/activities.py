@@ -10,7 +10,7 @@ task and completes it with ``schedule_activity`` commands targeting that queue, 
 from __future__ import annotations
 
 import base64
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from suite.client import Reply
@@ -687,6 +687,160 @@ async def timeout_schedule_to_close_terminal(ctx: CheckContext) -> None:
     await lease_resume(
         ctx, run, requirement="TIMEOUT-TIMED-OUT-EVENT", why="a terminal activity timeout wakes the workflow"
     )
+
+
+def _require_timeout_type(ctx: CheckContext, event: dict[str, Any], expected: str, req: str) -> None:
+    """ActivityTimedOut says failure_category timeout, and names the timeout that fired where it names one."""
+    got = _payload(event)
+    ctx.require(
+        got.get("failure_category") == "timeout" and got.get("timeout_type") in (None, expected),
+        f"the {expected} expiry records ActivityTimedOut with failure_category timeout",
+        expected={"failure_category": "timeout", "timeout_type": f"{expected} (or absent)"},
+        received={k: got.get(k) for k in ("failure_category", "timeout_type")},
+        requirement=req,
+    )
+
+
+async def _recorded_timeout(
+    ctx: CheckContext, run: ActivityRun, execution: str | None, within: float
+) -> dict[str, Any]:
+    """The run's ActivityTimedOut, read from history alone (a poll could lease the very task being judged)."""
+
+    async def probe() -> dict[str, Any] | None:
+        found = history_events(await ctx.history(run.workflow_id, run.run_id), "ActivityTimedOut", execution)
+        return found[0] if found else None
+
+    return await ctx.wait_until(probe, timeout=within, what="ActivityTimedOut in history", interval=0.2)
+
+
+HEARTBEAT = "TIMEOUT-HEARTBEAT-ENFORCED"
+
+
+@check(HEARTBEAT)
+async def timeout_heartbeat_enforced(ctx: CheckContext) -> None:
+    """heartbeat_timeout 2 s, two attempts: attempt 1 outlives 2 s while it heartbeats every second, and once its
+    heartbeats stop it is timed out and retried as a new task; attempt 2, never heartbeating, ends in
+    ActivityTimedOut and wakes the workflow."""
+    gap = ctx.needs_short(2, "the heartbeat_timeout this check schedules")
+    run = await schedule_activities(
+        ctx,
+        retry_policy={"max_attempts": 2, "backoff_seconds": [0]},
+        options={"heartbeat_timeout": 2, "start_to_close_timeout": 600},
+        requirement=HEARTBEAT,
+    )
+    first = await lease_activity(ctx, run, requirement=HEARTBEAT)
+    for beat in (1, 2, 3):  # 3 s in all, each gap 1 s: past the timeout measured from the claim, never past a gap
+        await ctx.wait(gap / 2)
+        reply = await activity_call(ctx, first, "heartbeat", {"message": f"beat {beat}"})
+        body = ctx.expect(reply, 200, what=f"heartbeat {beat} of attempt 1", requirement=HEARTBEAT)
+        ctx.require(
+            body.get("can_continue") is True,
+            f"an attempt that heartbeats within heartbeat_timeout ({gap:g} s) keeps running ({beat} s after its claim)",
+            expected="can_continue: true",
+            received={k: body.get(k) for k in ("can_continue", "reason")},
+            replies=[reply],
+            requirement=HEARTBEAT,
+        )
+    # The heartbeats stop: within the gap (and the time a server takes to notice), attempt 2 arrives as a retry,
+    # a new task. A lease expiry would redeliver the same task_id instead.
+    second = await lease_activity(ctx, run, within=gap + READY_WITHIN, requirement=HEARTBEAT)
+    ctx.require(
+        second.get("attempt_number") == 2
+        and second.get("activity_execution_id") == first.get("activity_execution_id")
+        and second.get("task_id") != first.get("task_id"),
+        "an attempt whose heartbeats stopped is timed out and retried as attempt 2 of its execution, a new task",
+        expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
+        received=task_summary(second),
+        requirement=HEARTBEAT,
+    )
+    reply = await activity_call(ctx, first, "heartbeat", {"message": "too late"})
+    ctx.require(
+        reply.json().get("can_continue") is False,
+        "the timed-out attempt 1 can no longer continue",
+        expected="can_continue: false",
+        received={"status": reply.status, "can_continue": reply.json().get("can_continue")},
+        replies=[reply],
+        requirement=HEARTBEAT,
+    )
+    execution = str(first.get("activity_execution_id"))
+    event = await attributed(_recorded_timeout(ctx, run, execution, gap + READY_WITHIN), HEARTBEAT)
+    _require_timeout_type(ctx, event, "heartbeat", HEARTBEAT)
+    ctx.require_equal(
+        _terminal_outcomes(await ctx.history(run.workflow_id, run.run_id), execution),
+        ["ActivityTimedOut"],
+        "the last attempt's heartbeat expiry ends the execution: one ActivityTimedOut",
+        requirement=HEARTBEAT,
+    )
+    await lease_resume(ctx, run, requirement=HEARTBEAT, why="a terminal heartbeat timeout wakes the workflow")
+
+
+START = "TIMEOUT-SCHEDULE-TO-START-ENFORCED"
+
+
+@check(START)
+async def timeout_schedule_to_start_enforced(ctx: CheckContext) -> None:
+    """schedule_to_start_timeout 2 s on two runs: the activity left unclaimed is timed out (ActivityTimedOut, never
+    leased, the workflow woken); the one claimed at once outlives the timeout and completes."""
+    budget = ctx.needs_short(2, "the schedule_to_start_timeout this check schedules")
+    options = {"schedule_to_start_timeout": 2}
+    unclaimed = await schedule_activities(ctx, options=options, requirement=START)
+    claimed = await schedule_activities(ctx, options=options, requirement=START)
+    task = await lease_activity(ctx, claimed, requirement=START)
+    for half in (1, 2):  # heartbeats keep the claimed attempt's lease, which may be shorter than the wait
+        await ctx.wait((budget + 1) / 2)
+        reply = await activity_call(ctx, task, "heartbeat", {"message": f"claimed in time, {half}"})
+        body = ctx.expect(reply, 200, what="heartbeat of the activity claimed at once", requirement=START)
+        ctx.require(
+            body.get("can_continue") is True,
+            "schedule_to_start ends at the claim: a claimed activity is not timed out by it",
+            expected="can_continue: true",
+            received={k: body.get(k) for k in ("can_continue", "reason")},
+            replies=[reply],
+            requirement=START,
+        )
+    event = await attributed(_recorded_timeout(ctx, unclaimed, None, READY_WITHIN), START)
+    _require_timeout_type(ctx, event, "schedule_to_start", START)
+    await expect_no_activity(
+        ctx, unclaimed, requirement=START, why="an activity timed out before its claim is never leased"
+    )
+    await lease_resume(ctx, unclaimed, requirement=START, why="a schedule_to_start timeout wakes the workflow")
+    reply = await activity_call(ctx, task, "complete", {"result": ctx.envelope("claimed in time")})
+    ctx.expect(reply, 200, what=f"complete of an activity claimed at once, {budget + 1:g} s later", requirement=START)
+
+
+WHOLE = "TIMEOUT-SCHEDULE-TO-CLOSE-WHOLE-EXECUTION"
+
+
+@check(WHOLE)
+async def timeout_schedule_to_close_spans_retries(ctx: CheckContext) -> None:
+    """schedule_to_close_timeout 4 s, five attempts: attempt 1 fails 2 s after scheduling and attempt 2 is held;
+    the execution times out 4 s after scheduling (ActivityTimedOut), not 4 s after the retry."""
+    budget = ctx.needs_short(4, "the schedule_to_close_timeout this check schedules")
+    run = await schedule_activities(
+        ctx,
+        retry_policy={"max_attempts": 5, "backoff_seconds": [0]},
+        options={"schedule_to_close_timeout": 4},
+        requirement=WHOLE,
+    )
+    scheduled_at = ctx.now()  # the scheduling answer arrived: the deadline is no later than this + 4 s
+    first = await lease_activity(ctx, run, requirement=WHOLE)
+    await ctx.wait(until=scheduled_at + timedelta(seconds=budget / 2))
+    failed_at = await _fail(ctx, first, WHOLE)
+    second = await lease_activity(ctx, run, requirement=WHOLE)
+    ctx.require_equal(second.get("attempt_number"), 2, "the failure is retried as attempt 2", requirement=WHOLE)
+    execution = str(first.get("activity_execution_id"))
+    event = await attributed(_recorded_timeout(ctx, run, execution, budget + READY_WITHIN), WHOLE)
+    seen = (ctx.now() - failed_at).total_seconds()
+    # Midway between the two readings: the timeout due budget/2 after the fail, and one restarted by the retry,
+    # due a whole budget after it.
+    ctx.require(
+        seen < budget * 3 / 4,
+        "schedule_to_close runs from scheduling: a retry does not restart it",
+        expected=f"ActivityTimedOut within {budget * 3 / 4:g} s of the retry (due {budget / 2:g} s after it)",
+        received=f"seen {seen:.2f} s after the retry",
+        requirement=WHOLE,
+    )
+    _require_timeout_type(ctx, event, "schedule_to_close", WHOLE)
 
 
 ATTEMPTS = "RETRY-ATTEMPTS-CONTIGUOUS"

@@ -87,6 +87,27 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
                 "TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL",
                 "TIMEOUT-TIMED-OUT-EVENT",
             ),
+            _b(
+                "schedule-to-close-whole-execution",
+                "schedule_to_close_timeout runs from scheduling, across retries",
+                "TIMEOUT-SCHEDULE-TO-CLOSE-WHOLE-EXECUTION",
+            ),
+            _b(
+                "start-to-close",
+                "an attempt past start_to_close_timeout is timed out, and its late complete is stale",
+                "TIMEOUT-TIMED-OUT-EVENT",
+                "TIMEOUT-LATE-COMPLETE-STALE",
+            ),
+            _b(
+                "heartbeat",
+                "an attempt whose heartbeats stop for heartbeat_timeout is timed out and retried or ended",
+                "TIMEOUT-HEARTBEAT-ENFORCED",
+            ),
+            _b(
+                "schedule-to-start",
+                "a task not claimed within schedule_to_start_timeout is timed out",
+                "TIMEOUT-SCHEDULE-TO-START-ENFORCED",
+            ),
         ),
         "non_retryable_failures": (
             _b("flag", "a failure with non_retryable true is not retried", "RETRY-NON-RETRYABLE-FLAG"),

@@ -1845,6 +1845,45 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
             _pkg("Activity timeouts"),
         ),
     ),
+    _r(
+        "TIMEOUT-HEARTBEAT-ENFORCED",
+        MUST,  # level: judgement - a timeout the server advertises (activity_timeouts) and never applies is none
+        _A.TIMEOUTS,
+        "heartbeat_timeout is the maximum gap between heartbeats: an attempt that heartbeats within it keeps "
+        "running, and one whose heartbeats stop for longer is timed out (timeout_type heartbeat), retried as a "
+        "new task while its retry policy has attempts left, otherwise ended with ActivityTimedOut.",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _wp("Discovery capabilities", "activity_timeouts"),
+            _pkg("Activity timeouts"),
+        ),
+    ),
+    _r(
+        "TIMEOUT-SCHEDULE-TO-START-ENFORCED",
+        MUST,  # level: judgement - as above
+        _A.TIMEOUTS,
+        "schedule_to_start_timeout runs from scheduling to the claim: a task not claimed within it is timed out "
+        "(ActivityTimedOut, timeout_type schedule_to_start), is never leased afterwards, and the workflow is "
+        "woken; a task claimed in time is not timed out by it.",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _wp("Discovery capabilities", "activity_timeouts"),
+            _pkg("Activity timeouts"),
+        ),
+    ),
+    _r(
+        "TIMEOUT-SCHEDULE-TO-CLOSE-WHOLE-EXECUTION",
+        MUST,  # level: judgement - as above
+        _A.TIMEOUTS,
+        "schedule_to_close_timeout bounds the whole execution including retries: it runs from scheduling, a "
+        "retry does not restart it, and when it passes the execution ends with ActivityTimedOut (timeout_type "
+        "schedule_to_close).",
+        cites=(
+            _wp("Command types", "schedule_activity timeouts"),
+            _wp("Discovery capabilities", "activity_timeouts"),
+            _pkg("Activity timeouts"),
+        ),
+    ),
     # ========================================================================================== queries
     _r(
         "QUERY-TASK-CREATED",

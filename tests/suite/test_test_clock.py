@@ -55,6 +55,9 @@ TIME_CHECKS = (
     "timeout_late_complete_stale",
     "timeout_records_timed_out",
     "timeout_schedule_to_close_terminal",
+    "timeout_heartbeat_enforced",
+    "timeout_schedule_to_start_enforced",
+    "timeout_schedule_to_close_spans_retries",
     "query_timeout_504",
     "query_late_complete_not_leased",
 )
