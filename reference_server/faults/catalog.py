@@ -349,6 +349,18 @@ FAULTS: dict[str, Fault] = {
         ("SESSION-TTL-TERMINAL",),
         machine="worker_sessions",
     ),
+    "update-close-from-any-worker": Fault(
+        "A workflow-task complete that only closes updates (complete_update, fail_update) is accepted from a"
+        " worker that does not hold the task, as if the holder had sent it.",
+        ("FENCE-OWNER",),
+        machine="queries_signals",
+    ),
+    "fail-update-closes-again": Fault(
+        "A fail_update naming an update a workflow task already closed passes validation: the update is closed"
+        " and recorded a second time.",
+        ("UPDATE-CLOSED-AT-MOST-ONCE",),
+        machine="queries_signals",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

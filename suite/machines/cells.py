@@ -19,6 +19,7 @@ from .world import RunShadow, TaskShadow
 
 if TYPE_CHECKING:
     from .activity_oracle import Attempt
+    from .messages import MessageRun
     from .sessions import ShadowSession
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "session_state",
     "task_actor",
     "task_state",
+    "update_state",
 ]
 
 _CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
@@ -145,3 +147,15 @@ def session_actor(session: ShadowSession, worker: str, state: str) -> Actor:
         return Actor.HOLDER
     former = worker in session.holders and state in ("reacquired", "closed", "failed")
     return Actor.FORMER_HOLDER if former else Actor.OTHER_WORKER
+
+
+def update_state(run: MessageRun, update_id: str) -> str | None:
+    """The update's cover state: accepted and open, closed by a workflow task (completed or failed), or left
+    open when its run closed (rejected); None when the model cannot say."""
+    if run.uncertain:
+        return None
+    if update_id in run.closed_updates:
+        return run.update_outcomes.get(update_id)
+    if update_id in run.open_updates:
+        return "accepted" if run.open else "rejected"
+    return None

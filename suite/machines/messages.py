@@ -151,6 +151,7 @@ class MessageRun(RunShadow):
     signal_copies: dict[str, int] = field(default_factory=dict)  # name -> how often it may have been applied
     refused_updates: set[str] = field(default_factory=set)  # names refused on a closed run
     accepted_updates: dict[str, str] = field(default_factory=dict)  # update_id -> name
+    update_outcomes: dict[str, str] = field(default_factory=dict)  # closed update_id -> completed | failed
 
 
 # -- workflow tasks of a run ----------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from hypothesis.stateful import Bundle, initialize, invariant, precondition, rul
 
 from suite.client import Reply
 from suite.outcomes import HarnessError, Indeterminate
+from suite.protocol.coverage import Actor
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
@@ -41,6 +42,7 @@ from suite.protocol.requirements import REGISTRY
 from suite.text import plural
 
 from .base import Polled, note, race
+from .cells import update_state
 from .messages import (
     BATCH_DRAWS,
     PROPOSED,
@@ -59,9 +61,12 @@ from .messages import (
     judge_update_reply,
 )
 from .query_worker import QueryWorker, outcome_of, settle
+from .update_sweep import sweep_cold_cells
 from .world import workflow_view
 
 __all__ = ["PROPOSED", "QuerySignalMachine"]
+
+UPDATE_VERBS = ("complete_update", "fail_update")
 
 WORKERS = 4
 UPDATE_WAIT = 10  # wait_timeout_seconds of a blocking update
@@ -76,6 +81,7 @@ class QuerySignalMachine(QueryWorker):
     """Queries, signals and updates against running and closed runs, judged by the model."""
 
     name = "queries_signals"
+    SWEEPS = True
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "QUERY-TASK-CREATED": "query_leased",
         "QUERY-READ-ONLY": "query_read_only_checked",
@@ -86,6 +92,8 @@ class QuerySignalMachine(QueryWorker):
         "QUERY-FENCE-ATTEMPT": "query_fenced_attempt",
         "QUERY-LATE-COMPLETE-NOT-LEASED": "query_late_report_fenced",
         "CONTROL-CANCEL-CLOSES-RUN": "closed_run_command_refused",
+        # The sweep's worker that does not hold the task closing an update with it.
+        "FENCE-OWNER": "non_holder_complete_fenced",
         "CANCEL-NO-NEW-LEASES": "run_closed_by_control",
         "LEASE-NOT-SHARED-WHILE-LIVE": "poll_while_wake_coalesced",
         "HISTORY-SEQUENCE-CONTIGUOUS": None,
@@ -260,16 +268,25 @@ class QuerySignalMachine(QueryWorker):
     # -- the complete path ---------------------------------------------------------------------------
 
     def complete(
-        self, task: TaskM, commands: list[dict[str, Any]], closes: set[str], invalid: bool, label: str
+        self,
+        task: TaskM,
+        commands: list[dict[str, Any]],
+        closes: set[str],
+        invalid: bool,
+        label: str,
+        owner: str | None = None,
     ) -> str | None:
-        """The holder completes ``task`` with ``commands``; judged, then applied to the model."""
+        """The holder (or ``owner``, a worker that does not hold it) completes ``task`` with ``commands``; judged,
+        then applied to the model."""
         run = task.run
-        allowed = self.wf_outcomes(task, self.now())
+        owner = task.owner if owner is None else owner
+        at = self.now()
+        allowed = self.workflow_outcomes(workflow_view(task, run), owner, task.attempt, at)
         if invalid and "ok" in allowed:
             allowed = (allowed - {"ok"}) | {"invalid_commands", "validation_failed"}
-        reply = self.call(
-            self.ctx.complete({"task_id": task.task_id}, commands, owner=task.owner, attempt=task.attempt)
-        )
+        # The update cells of the commands that name an update, as the model holds them before the call.
+        named = [(c, update_state(run, str(c.get("update_id")))) for c in commands if c.get("type") in UPDATE_VERBS]
+        reply = self.call(self.ctx.complete({"task_id": task.task_id}, commands, owner=owner, attempt=task.attempt))
         if reply is None:
             task.uncertain = run.uncertain = True
             if not invalid:
@@ -287,7 +304,16 @@ class QuerySignalMachine(QueryWorker):
                 req = next((WF_REQUIREMENT_FOR[r] for r in rejections if r in WF_REQUIREMENT_FOR), "FENCE-ORDER")
             raise self.disallowed(req, f"workflow-task complete ({label})", allowed, reply)
         unsure = task.uncertain or run.uncertain
-        if got == "run_closed":
+        if not unsure:
+            actor = Actor.HOLDER if owner == task.owner else Actor.OTHER_WORKER
+            for command, state in named:
+                if state is not None:
+                    self.hit("update", state, str(command["type"]), actor)
+        if owner != task.owner:
+            if got == "lease_owner_mismatch":
+                self.reached("non_holder_complete_fenced")
+            return got  # refused (the model allows nothing else): the task stays as it was
+        if got == "run_closed" and task.status is not TaskStatus.CANCELLED:
             task.step(TaskEvent.CANCEL, unsure=unsure)  # §9.1: the run's close cancelled it; stop offering it
             self.reached("complete_on_closed_run")
         if invalid and got in ("invalid_commands", "validation_failed"):
@@ -311,9 +337,11 @@ class QuerySignalMachine(QueryWorker):
         """An accepted batch moves the run: closed, waiting, or due a follow-up task for the news its lease saw."""
         run = task.run
         self.ack_batch(run, commands)
+        verbs = {str(c.get("update_id")): c.get("type") for c in commands if c.get("type") in UPDATE_VERBS}
         for uid in closes:
             run.open_updates.pop(uid, None)
             run.closed_updates.add(uid)
+            run.update_outcomes[uid] = "completed" if verbs.get(uid) == "complete_update" else "failed"
             self.reached("update_closed_by_task")
         if any(c.get("type") == "complete_workflow" for c in commands):
             self.close(run, RunEvent.BATCH_COMPLETE)
@@ -415,8 +443,12 @@ class QuerySignalMachine(QueryWorker):
     @rule(run=runs, kind=st.sampled_from(["cancel", "terminate"]))
     def close_run(self, run: RunM, kind: str) -> None:
         was_open = run.open
+        updates = [(uid, update_state(run, uid)) for uid in run.accepted_updates]
         if self.close_by_control(run, kind, "x") is None:
             return
+        for _, state in updates:
+            if state is not None:
+                self.hit("update", state, "close_run", Actor.OPERATOR)
         if was_open:
             run.slot, run.pending = Slot.NONE, set()  # §9.1: the close cancelled its open task
             self.reached("run_closed_by_control")
@@ -631,3 +663,15 @@ class QuerySignalMachine(QueryWorker):
     def judge_history(self, run: RunM, events: list[dict[str, Any]]) -> None:
         with self.judged():
             judge_messages(run, events)
+        for uid in run.accepted_updates:  # the operator's read of each update, judged with the run's messages
+            state = update_state(run, uid)
+            if state is not None:
+                self.hit("update", state, "describe", Actor.OPERATOR)
+
+    # -- the sweep over cold cells -------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """After the examples: every update cell they left cold, made deterministically
+        (:mod:`suite.machines.update_sweep`)."""
+        self.setup()
+        sweep_cold_cells(self)

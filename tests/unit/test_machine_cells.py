@@ -158,3 +158,32 @@ def test_the_session_sweep_plans_every_cold_explicit_and_clock_cell_and_no_impos
     clock = {(c.state, c.operation) for c in cells(entity) if c.actor is Actor.CLOCK and c.ruled_out is None}
     recipes = set(CLOCK_RECIPES) | {cell for recipe, _, _ in cold_plan({}) for cell in recipe.clock}
     assert clock - recipes <= {(s, o) for s, o in clock if s == "active_cancelled_activity"}
+
+
+def test_an_update_accepted_then_closed_or_left_open_by_its_runs_close() -> None:
+    from suite.machines.cells import update_state
+    from suite.machines.messages import MessageRun
+
+    run = MessageRun(workflow_id="wf", run_id="r")
+    run.open_updates["u1"] = "upd-1"
+    assert update_state(run, "u1") == "accepted"
+    assert update_state(run, "never") is None
+    run.step(RunEvent.CANCEL)
+    assert update_state(run, "u1") == "rejected"
+    run.open_updates.pop("u1")
+    run.closed_updates.add("u1")
+    run.update_outcomes["u1"] = "failed"
+    assert update_state(run, "u1") == "failed"
+
+
+def test_the_update_sweep_plans_every_cold_cell_and_ends_an_instance_at_its_one_change() -> None:
+    from suite.machines.update_sweep import cold_plan
+    from suite.protocol.coverage import cells
+
+    entity = next(e for e in ENTITIES if e.name == "update")
+    reachable = {(c.state, c.operation, c.actor) for c in cells(entity) if c.ruled_out is None}
+    plan = cold_plan({})
+    assert {(s, op, a) for s, insts in plan.items() for calls in insts for op, a in calls} == reachable
+    first, *further = plan["accepted"]
+    assert first[0] == ("describe", Actor.OPERATOR)  # a read leaves the update as it is: first
+    assert all(len(calls) == 1 for calls in further)
