@@ -361,6 +361,18 @@ FAULTS: dict[str, Fault] = {
         ("UPDATE-CLOSED-AT-MOST-ONCE",),
         machine="queries_signals",
     ),
+    "query-leased-failed-on-run-close": Fault(
+        "Closing a run fails its leased query tasks too (not only the pending ones): the holder's answer is refused"
+        " with 409 and the caller is told the query was rejected.",
+        ("QUERY-RESULT-ROUNDTRIP",),
+        machine="queries_signals",
+    ),
+    "query-failed-task-retried": Fault(
+        "A query task its worker failed is handed to the next worker that polls the queue, as a retry (attempt"
+        " + 1), although query tasks are never retried.",
+        ("QUERY-READ-ONLY",),
+        machine="queries_signals",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

@@ -1,12 +1,14 @@
-"""Faults of query tasks: a report after the terminal one, and a query that writes history."""
+"""Faults of query tasks: a report after the terminal one, a leased task failed by its run's close, a failed one
+retried, and a query that writes history."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from .. import queries
+from .. import closing, queries
 from ..engine import append_event
+from ..polling import Poll
 from ..tx import T
 from .patching import wraps
 
@@ -26,3 +28,40 @@ def _recorded(original: Callable[..., str], t: T, namespace: str, query_task_id:
     assert row is not None
     append_event(t, row["run_id"], "QueryCompleted", {"query_task_id": query_task_id})  # not read-only
     return status
+
+
+@wraps("query-leased-failed-on-run-close", closing, "_close_open_work")
+def _leased_failed_too(original: Callable[..., None], t: T, run_id: str, event: Any) -> None:
+    """Closing a run fails its leased query tasks too, not only its pending ones: the holder's answer is refused
+    and the caller is told the query was rejected."""
+    original(t, run_id, event)
+    for row in t.all("SELECT query_task_id, namespace FROM query_tasks WHERE run_id = ? AND status = 'leased'", run_id):
+        t.db.execute(
+            "UPDATE query_tasks SET status = 'failed', failure = ? WHERE query_task_id = ?",
+            (closing._QUERY_REJECTED, row["query_task_id"]),
+        )
+        t.fx.wake.add(queries.result_key(row["namespace"], row["query_task_id"]))
+
+
+@wraps("query-failed-task-retried", queries, "claim_query_task")
+def _failed_retried(original: Callable[..., dict[str, Any] | None], t: T, poll: Poll) -> dict[str, Any] | None:
+    """A query task its worker failed goes to the next worker that polls its queue, as a retry (attempt + 1)."""
+    leased = original(t, poll)
+    if leased is not None:
+        return leased
+    row = t.one(
+        "SELECT query_task_id FROM query_tasks WHERE namespace = ? AND task_queue = ? AND status = 'failed'"
+        " AND deadline > ? AND lease_owner IS NOT NULL AND lease_owner != ? ORDER BY created_at LIMIT 1",
+        poll.namespace,
+        poll.queue,
+        t.now,
+        poll.worker_id,
+    )
+    if row is None:
+        return None
+    t.db.execute(
+        "UPDATE query_tasks SET status = 'leased', attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?"
+        " WHERE query_task_id = ?",
+        (poll.worker_id, t.now + t.settings.query_lease_seconds * 1_000_000, row["query_task_id"]),
+    )
+    return queries._task_payload(t, row["query_task_id"])

@@ -38,6 +38,7 @@ from suite.protocol.coverage import Actor
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.lifecycles import RunEvent, RunStatus, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
+from suite.protocol.promises import advertised
 from suite.protocol.requirements import REGISTRY
 from suite.text import plural
 
@@ -60,6 +61,7 @@ from .messages import (
     judge_slot,
     judge_update_reply,
 )
+from .query_sweep import sweep_query_cells
 from .query_worker import QueryWorker, outcome_of, settle
 from .update_sweep import sweep_cold_cells
 from .world import workflow_view
@@ -671,7 +673,9 @@ class QuerySignalMachine(QueryWorker):
     # -- the sweep over cold cells -------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """After the examples: every update cell they left cold, made deterministically
-        (:mod:`suite.machines.update_sweep`)."""
+        """After the examples: every update and query-task cell they left cold, made deterministically
+        (:mod:`suite.machines.update_sweep`, :mod:`suite.machines.query_sweep`)."""
         self.setup()
         sweep_cold_cells(self)
+        if self.target is not None and advertised(self.target.server_capabilities.get("query_tasks")):
+            sweep_query_cells(self)

@@ -187,3 +187,23 @@ def test_the_update_sweep_plans_every_cold_cell_and_ends_an_instance_at_its_one_
     first, *further = plan["accepted"]
     assert first[0] == ("describe", Actor.OPERATOR)  # a read leaves the update as it is: first
     assert all(len(calls) == 1 for calls in further)
+
+
+def test_the_query_sweep_plans_the_cold_cells_a_worker_can_name_and_keeps_polls_off_the_answer() -> None:
+    from suite.machines.query_sweep import cold_plan
+    from suite.protocol.coverage import cells
+
+    entity = next(e for e in ENTITIES if e.name == "query_task")
+    reachable = {(c.state, c.operation, c.actor) for c in cells(entity) if c.ruled_out is None}
+    plan = cold_plan({})
+    planned = {(s, op, a) for s, insts in plan.items() for calls in insts for op, a in calls}
+    # Not planned: what only a lease shorter than the query timeout makes (a pending task a worker can name).
+    assert reachable - planned == {
+        ("leased", "expire", Actor.CLOCK),
+        ("pending", "complete", Actor.OTHER_WORKER),
+        ("pending", "fail", Actor.OTHER_WORKER),
+    }
+    answered, *_, waited = plan["leased"]
+    assert answered[-1] == ("fail", Actor.HOLDER)
+    assert all(op != "poll" for op, _ in answered)  # a poll holds the clock: never before the holder's answer
+    assert waited[-1] == ("time_out", Actor.CLOCK)
