@@ -122,6 +122,11 @@ class ActivityMachine(MachineBase):
         "DISPATCH-ONE-LEASE-PER-DELIVERY": "duplicate_claim_raced",
     }
 
+    # A worker that does not hold an attempt is fenced: judged where one reports (heartbeat, complete, fail).
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ACTIVITY-FENCE-OWNER": ("activity_attempt/*/*/other_worker", "activity_attempt/*/*/former_holder"),
+    }
+
     execs = Bundle("execs")
 
     def __init__(self) -> None:

@@ -217,6 +217,9 @@ class MachineBase(RuleBasedStateMachine):
     MARGIN: ClassVar[float] = 1.0
     # Whether the runner runs :meth:`sweep` after the examples (when they found nothing).
     SWEEPS: ClassVar[bool] = False
+    # Requirements judged only in some coverage cells (cell-key patterns, ``*`` for any part): passed only when
+    # the run reached one of them (suite.machines.runner.judged_cells).
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self) -> None:
         super().__init__()

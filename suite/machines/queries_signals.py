@@ -105,6 +105,11 @@ class QuerySignalMachine(QueryWorker):
         **{rid: state for rid, (_, state) in PROPOSED.items() if rid in REGISTRY},
     }
 
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "FENCE-OWNER": ("update/*/*/other_worker",),
+        "UPDATE-CLOSED-AT-MOST-ONCE": ("update/completed/*_update/holder", "update/failed/*_update/holder"),
+    }
+
     runs = Bundle("runs")
 
     def __init__(self) -> None:

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from suite.text import plural
 
 from .base import CELLS, ESCAPED, FOUND, LEDGER, PRINTED, STATS, UNKNOWN, MachineBase, record_step
 
-__all__ = ["Campaign", "MachineBudget", "MachineResult", "run_machine"]
+__all__ = ["Campaign", "MachineBudget", "MachineResult", "judged_cells", "run_machine"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def run_machine(
         )
         base = replace(base, campaign=stats, requests=stats["requests"])
     records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
+    records = judged_cells(records, getattr(cls, "REQUIREMENT_CELLS", {}), hits)
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)
 
 
@@ -542,6 +544,28 @@ def _records(
     if extra is not None and extra not in requirements and extra in REGISTRY:
         records.append(failed(extra))
     return records
+
+
+def judged_cells(records: list[Record], needs: dict[str, tuple[str, ...]], hits: dict[str, int]) -> list[Record]:
+    """A requirement the machine judges only in some coverage cells (``needs``: cell-key patterns, ``*`` for any
+    part) passes only when the run reached one of them: judged only on cells not reached, it is not covered."""
+    out = []
+    for rec in records:
+        req = rec.requirements[0] if rec.requirements else ""
+        patterns = needs.get(req)
+        if (
+            rec.verdict is Verdict.PASSED
+            and patterns
+            and not any(n > 0 and fnmatchcase(key, p) for key, n in hits.items() for p in patterns)
+        ):
+            rec = replace(
+                rec,
+                verdict=Verdict.NOT_COVERED,
+                message=f"judged only in coverage cells the run did not reach ({', '.join(patterns)})",
+                setting="every cell of the coverage matrix reached (see Coverage matrix)",
+            )
+        out.append(rec)
+    return out
 
 
 def _salted(bound: type[MachineBase]) -> type[MachineBase]:

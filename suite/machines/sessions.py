@@ -86,6 +86,11 @@ class SessionMachine(MachineBase):
         "SESSION-LEASE-EXPIRY": "expired",
         "SESSION-TTL-TERMINAL": "ttl",
     }
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "SESSION-TTL-TERMINAL": ("worker_session/*/ttl_expire/clock",),
+        "SESSION-LEASE-EXPIRY": ("worker_session/*/lease_expire/clock",),
+        "SESSION-STALE-HOLDER-FENCED": ("worker_session/*/*/former_holder", "worker_session/*/*/other_worker"),
+    }
 
     def __init__(self) -> None:
         super().__init__()

@@ -207,3 +207,20 @@ def test_the_query_sweep_plans_the_cold_cells_a_worker_can_name_and_keeps_polls_
     assert answered[-1] == ("fail", Actor.HOLDER)
     assert all(op != "poll" for op, _ in answered)  # a poll holds the clock: never before the holder's answer
     assert waited[-1] == ("time_out", Actor.CLOCK)
+
+
+def test_a_requirement_judged_only_in_cells_not_reached_is_not_covered() -> None:
+    from suite.machines.runner import judged_cells
+    from suite.outcomes import Kind, Record, Verdict
+
+    needs = {"ACTIVITY-FENCE-OWNER": ("activity_attempt/*/*/other_worker",)}
+    rec = Record(Kind.MACHINE, "machine:activities", requirements=("ACTIVITY-FENCE-OWNER",), verdict=Verdict.PASSED)
+    other = Record(Kind.MACHINE, "machine:activities", requirements=("RETRY-DEFAULT-NONE",), verdict=Verdict.PASSED)
+    cold = judged_cells([rec, other], needs, {"activity_attempt/running/heartbeat/holder": 3})
+    assert cold[0].verdict is Verdict.NOT_COVERED
+    assert "did not reach" in cold[0].message
+    assert cold[1].verdict is Verdict.PASSED  # a requirement with no cells of its own keeps its verdict
+    warm = judged_cells([rec], needs, {"activity_attempt/redelivered/complete/other_worker": 1})
+    assert warm[0].verdict is Verdict.PASSED
+    failed = Record(Kind.MACHINE, "machine:activities", requirements=("ACTIVITY-FENCE-OWNER",), verdict=Verdict.FAILED)
+    assert judged_cells([failed], needs, {})[0].verdict is Verdict.FAILED  # a failure stands wherever it was found
