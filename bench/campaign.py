@@ -7,10 +7,10 @@ it stored: the figures of docs/campaigns.md.
     python bench/campaign.py --workers 2 --duration 10m --servers shared      # one server in real time
 
 Servers: ``embedded`` (each worker ``--target=embedded``: the reference server on its test clock, the default),
-``per-worker`` (a reference server per worker, with the embedded target's options and ``--fault``; test clock:
-as a CI matrix whose jobs each start the server under test), ``shared`` (one reference server for all workers,
-in real time: two workers cannot share a test clock, and no worker may restart a server another one uses, so
-the restart checks are not covered).
+``per-worker`` (a reference server per worker, with the embedded target's options and ``--fault``, on its test
+clock, restarted by its worker's restart checks: as a CI matrix whose jobs each start the server under test),
+``shared`` (one reference server for all workers, in real time: two workers cannot share a test clock, and no
+worker may restart a server another one uses, so the restart checks are not covered).
 A redis-server of its own runs on a Unix socket in a temporary directory unless ``--redis URL`` names one.
 ``--ci``: then a default run (the whole suite, whatever the campaign selected) with ``--example-db-readonly``
 against a server of the same kind (a fresh one, with ``--fault``); ``--fixed``: the same against a server
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.processes import read_url, stop_process  # noqa: E402
+from suite.processes import read_url, stop_process, stop_restarted, write_restart_spec  # noqa: E402
 from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS  # noqa: E402
 
 
@@ -64,18 +65,32 @@ def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.05)
 
 
+servers: dict[int, str] = {}  # the pid of each server started, to its name
+
+
 def start_server(
     folder: Path, name: str, args: tuple[str, ...], fault: str | None
-) -> tuple[subprocess.Popen[str], str]:
+) -> tuple[subprocess.Popen[str], str, list[str], list[str]]:
+    """A reference server on a port of its own, with auth on (role and full-access tokens, as the embedded target
+    has); its URL, the suite's token options, and the suite's option that restarts it hard (same port and
+    database), for a run that alone uses it."""
+    tokens = {role: secrets.token_urlsafe(18) for role in ("worker", "operator", "admin", "auth")}
     cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--db", str(folder / f"{name}.sqlite"), *args]
+    cmd += [f"--{role}-token={token}" for role, token in tokens.items()]
     if fault:
         cmd += ["--fault", fault]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     url = read_url(proc, 30)
     if url is None:
         proc.kill()
-        raise SystemExit(f"the reference server did not start: {' '.join(cmd)}")
-    return proc, url
+        raise SystemExit(f"the reference server did not start: {' '.join(cmd[:8])} …")
+    servers[proc.pid] = name
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    again = [port if i > 0 and cmd[i - 1] == "--port" else a for i, a in enumerate(cmd)]
+    log = str(folder / f"{name}.server.log")
+    restart = write_restart_spec(folder / f"{name}.restart.json", command=again, url=url, pid=proc.pid, log=log)
+    auth = [f"--{role}-token={tokens[role]}" for role in ("worker", "operator", "auth")]
+    return proc, url, auth, ["--restart-command", restart]
 
 
 def suite_cmd(target: str, report: Path) -> list[str]:
@@ -141,19 +156,22 @@ def main() -> int:
         if url is None:
             redis_proc, url = start_redis(folder)
         targets: list[str] = []
+        options: list[list[str]] = []  # per worker: its server's tokens and, for a server it alone uses, restart
         if opts.servers == "embedded":
             if opts.fault:
                 raise SystemExit("--fault needs --servers per-worker or shared")
             targets = ["embedded"] * opts.workers
         elif opts.servers == "per-worker":
             for i in range(opts.workers):
-                proc, target = start_server(folder, f"server{i}", EMBEDDED_ARGS, opts.fault)
+                proc, target, auth, restart = start_server(folder, f"server{i}", EMBEDDED_ARGS, opts.fault)
                 procs.append(proc)
                 targets.append(target)
+                options.append([*auth, *restart])
         else:
-            proc, target = start_server(folder, "shared", REAL_TIME_ARGS, opts.fault)
+            proc, target, auth, _ = start_server(folder, "shared", REAL_TIME_ARGS, opts.fault)
             procs.append(proc)
             targets = [target] * opts.workers
+            options = [auth] * opts.workers
         db = ["--example-db", url, "--example-db-target", opts.name]
         runs = []
         started = time.monotonic()
@@ -165,6 +183,7 @@ def main() -> int:
                 opts.duration,
                 "--campaign-worker",
                 f"{i}/{opts.workers}",
+                *(options[i] if options else []),
                 *db,
                 *opts.selection,
             ]
@@ -178,19 +197,24 @@ def main() -> int:
         for run, fault in (("ci", opts.fault), ("fixed", None)):
             if not getattr(opts, run):
                 continue
+            extra: list[str] = []
             if opts.servers == "embedded":
                 target = "embedded"
             else:
-                server, target = start_server(
-                    folder, run, EMBEDDED_ARGS if opts.servers == "per-worker" else REAL_TIME_ARGS, fault
+                per_worker = opts.servers == "per-worker"
+                server, target, auth, restart = start_server(
+                    folder, run, EMBEDDED_ARGS if per_worker else REAL_TIME_ARGS, fault
                 )
                 procs.append(server)
-            rows.append(read_only(run, target, folder, db))
+                extra = [*auth, *restart] if per_worker else auth
+            rows.append(read_only(run, target, folder, [*extra, *db]))
             print(json.dumps(rows[-1]), flush=True)
         print(f"logs and reports: {folder}", flush=True)
     finally:
         for proc in procs:
             stop_process(proc)
+        for proc in procs:  # a restart check may have started a server again, detached
+            stop_restarted(folder / f"{servers[proc.pid]}.restart.json", unless=proc.pid)
         if redis_proc is not None:
             redis_proc.terminate()
             redis_proc.wait(10)
