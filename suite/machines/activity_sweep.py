@@ -17,14 +17,17 @@ expiry (their cells stay not reached, and the matrix says so).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
-from suite.protocol.coverage import ENTITIES, Actor, cells
+from suite.protocol.coverage import Actor
 
 from .activity_oracle import Attempt
 from .base import EXPIRY_STEP
+from .cells import Plan, SweepInstance, plan_cold_cells
 
 # The machine is suite.machines.activities', which imports this module: typed loosely so they do not import
 # each other.
@@ -34,7 +37,6 @@ __all__ = ["cold_plan", "sweep_cold_cells"]
 
 ORDER = ("heartbeat", "fail", "complete", "close_run")
 WHO = {Actor.HOLDER: "owner", Actor.FORMER_HOLDER: "former", Actor.OTHER_WORKER: "other"}
-SWEPT_OPERATIONS = frozenset(ORDER)
 # The clock's own event (expire) is observed as the other calls meet it: a redelivery, a stale answer.
 SWEPT_STATES = ("running", "completed", "failed", "cancelled", "expired", "redelivered")
 EXPIRING = ("expired", "redelivered")
@@ -47,34 +49,16 @@ def _changes(state: str, operation: str, actor: Actor) -> bool:
     return operation in ("complete", "fail") and actor is Actor.HOLDER and state in ("running", "redelivered")
 
 
-def cold_plan(hits: dict[str, int] | Any) -> dict[str, list[list[tuple[str, Actor]]]]:
-    """Per swept state, the instances to make: each a list of (operation, actor), the one call that changes the
-    attempt (if any) last. Only the reachable activity-attempt cells ``hits`` has not counted are planned."""
-    entity = next(e for e in ENTITIES if e.name == "activity_attempt")
-    plan: dict[str, list[list[tuple[str, Actor]]]] = {}
-    for state in SWEPT_STATES:
-        cold = [
-            (c.operation, c.actor)
-            for c in cells(entity)
-            if c.state == state and c.ruled_out is None and c.operation in SWEPT_OPERATIONS and not hits.get(c.key)
-        ]
-        cold.sort(key=lambda oa: ORDER.index(oa[0]))
-        keep = [oa for oa in cold if not _changes(state, *oa)]
-        ending = [oa for oa in cold if _changes(state, *oa)]
-        instances = [keep + ending[:1], *([oa] for oa in ending[1:])] if cold else []
-        if instances:
-            plan[state] = instances
-    return plan
+# cold_plan(hits): per swept state, the instances to make for the reachable activity-attempt cells not hit yet.
+cold_plan: Callable[[Mapping[str, int]], Plan] = partial(
+    plan_cold_cells, "activity_attempt", SWEPT_STATES, ORDER, _changes
+)
 
 
 @dataclass(eq=False)
-class Instance:
+class Instance(SweepInstance):
     """One activity attempt brought into one state, on an activity queue of its own."""
 
-    state: str
-    calls: list[tuple[str, Actor]]
-    queue: str
-    workers: list[str]
     attempt: Attempt | None = None
 
 

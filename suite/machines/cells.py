@@ -8,10 +8,12 @@ on and the answer does not settle it: such an exchange is judged but counted in 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from suite.protocol.coverage import Actor
+from suite.protocol.coverage import ENTITIES, Actor, cells
 from suite.protocol.lifecycles import AttemptStatus, RunStatus, TaskStatus
 from suite.protocol.sessions import SessionEvent, SessionStatus
 
@@ -24,8 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SESSION_CLOCK_OPERATIONS",
+    "Plan",
+    "SweepInstance",
     "attempt_actor",
     "attempt_state",
+    "plan_cold_cells",
     "run_state",
     "session_actor",
     "session_state",
@@ -33,6 +38,9 @@ __all__ = [
     "task_state",
     "update_state",
 ]
+
+# Per cover state, the instances a sweep makes: each the (operation, actor) calls made on one entity in that state.
+Plan = dict[str, list[list[tuple[str, Actor]]]]
 
 _CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
 
@@ -159,3 +167,41 @@ def update_state(run: MessageRun, update_id: str) -> str | None:
     if update_id in run.open_updates:
         return "accepted" if run.open else "rejected"
     return None
+
+
+def plan_cold_cells(
+    entity: str,
+    states: Sequence[str],
+    order: Sequence[str],
+    changes: Callable[[str, str, Actor], bool],
+    hits: Mapping[str, int],
+) -> Plan:
+    """The reachable cells of ``entity`` in ``states`` that ``hits`` has not counted, for the operations in
+    ``order``, as the instances a sweep makes: per state, the calls in ``order``, the one call that ``changes``
+    the entity (it ends the instance) last, and every further changing call an instance of its own."""
+    model = next(e for e in ENTITIES if e.name == entity)
+    plan: Plan = {}
+    for state in states:
+        cold = [
+            (c.operation, c.actor)
+            for c in cells(model)
+            if c.state == state and c.ruled_out is None and c.operation in order and not hits.get(c.key)
+        ]
+        if not cold:
+            continue
+        cold.sort(key=lambda oa: order.index(oa[0]))
+        keep = [oa for oa in cold if not changes(state, *oa)]
+        ending = [oa for oa in cold if changes(state, *oa)]
+        plan[state] = [keep + ending[:1], *([oa] for oa in ending[1:])]
+    return plan
+
+
+@dataclass(eq=False)
+class SweepInstance:
+    """One entity a sweep brings into one ``state``, on a queue of its own with its own ``workers``, and the
+    ``calls`` of the plan to make on it there."""
+
+    state: str
+    calls: list[tuple[str, Actor]]
+    queue: str
+    workers: list[str]

@@ -17,18 +17,19 @@ it did not reach say so too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
-from suite.protocol.coverage import ENTITIES, Actor, cells
+from suite.protocol.coverage import Actor
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.lifecycles import RunEvent, TaskEvent
 from suite.protocol.oracle import Kind
 
 from .base import EXPIRY_STEP
-from .cells import task_actor
+from .cells import Plan, SweepInstance, plan_cold_cells, task_actor
 from .world import RunShadow
 
 # The machine and its task shadows are those of suite.machines.workflow_leases, which imports this module: they are
@@ -44,7 +45,6 @@ EXPIRING = ("lease_expired", "redelivered")
 # Not swept: deregistration (no requirement judges it yet), the clock's own events (observed as the other calls
 # meet them: a lapse in a lease_expired answer, a recovery in the poll that takes the task over), and a task ready
 # again after its holder left (deregistration again).
-SWEPT_OPERATIONS = frozenset(ORDER)
 SWEPT_STATES = ("ready", "leased", "completed", "failed", "run_closed", *EXPIRING)
 
 
@@ -57,34 +57,16 @@ def _changes(state: str, operation: str, actor: Actor) -> bool:
     return operation in ("complete", "fail") and actor is Actor.HOLDER and state in ("leased", "redelivered")
 
 
-def cold_plan(hits: dict[str, int] | Any) -> dict[str, list[list[tuple[str, Actor]]]]:
-    """Per swept state, the instances to make: each a list of (operation, actor), the one call that changes the
-    task (if any) last. Only the reachable workflow-task cells ``hits`` has not counted are planned."""
-    entity = next(e for e in ENTITIES if e.name == "workflow_task")
-    plan: dict[str, list[list[tuple[str, Actor]]]] = {}
-    for state in SWEPT_STATES:
-        cold = [
-            (c.operation, c.actor)
-            for c in cells(entity)
-            if c.state == state and c.ruled_out is None and c.operation in SWEPT_OPERATIONS and not hits.get(c.key)
-        ]
-        cold.sort(key=lambda oa: ORDER.index(oa[0]))
-        keep = [oa for oa in cold if not _changes(state, *oa)]
-        ending = [oa for oa in cold if _changes(state, *oa)]
-        instances = [keep + ending[:1], *([oa] for oa in ending[1:])] if cold else []
-        if instances:
-            plan[state] = instances
-    return plan
+# cold_plan(hits): per swept state, the instances to make for the reachable workflow-task cells not hit yet.
+cold_plan: Callable[[Mapping[str, int]], Plan] = partial(
+    plan_cold_cells, "workflow_task", SWEPT_STATES, ORDER, _changes
+)
 
 
 @dataclass(eq=False)
-class Instance:
+class Instance(SweepInstance):
     """One task brought into one state on a queue of its own."""
 
-    state: str
-    calls: list[tuple[str, Actor]]
-    queue: str
-    workers: list[str]
     run: RunShadow
     task: TaskM | None = None
     former: dict[str, int] = field(default_factory=dict)  # former holder -> the attempt it held
