@@ -244,7 +244,7 @@ def _retry_child(t: T, call: sqlite3.Row, child_run: sqlite3.Row, parent: sqlite
     non_retryable = bool(failure.get("non_retryable"))
     if not policy.should_retry(attempt, failure.get("exception_type"), failure.get("exception_class"), non_retryable):
         return False
-    delay = policy.backoff_before(attempt + 1)
+    delay = child_retry_delay(policy, attempt + 1)
     also, retry_at = "retry_at = ?, attempt = attempt + 1", t.now + delay * 1_000_000
     move(t, CHILDREN, call["child_call_id"], call["status"], ChildEvent.RETRY, also=also, args=(retry_at,), quiet=True)
     append_event(
@@ -260,6 +260,12 @@ def _retry_child(t: T, call: sqlite3.Row, child_run: sqlite3.Row, parent: sqlite
         },
     )
     return True
+
+
+def child_retry_delay(policy: RetryPolicy, attempt: int) -> int:
+    """Seconds a child waits before its ``attempt``-th run: the policy's backoff (§8.7.1, "Child retry backoff
+    applies after a failed child run")."""
+    return policy.backoff_before(attempt)
 
 
 # A cooperative-cancellation request's cleanup deadline, as the request is recorded (tx.Watch).

@@ -21,7 +21,7 @@ from suite.protocol.lifecycles import ConditionWaitEvent, RunEvent, TimerEvent, 
 from . import sessions
 from .app import validation_error
 from .closing import close_run
-from .engine import append_event, next_step, start_child_run, start_run, ts
+from .engine import append_event, next_step, open_workflow_task, start_child_run, start_run, ts
 from .store import dumps, loads, new_id
 from .transitions import (
     ACTIVITY_EXECUTIONS,
@@ -365,7 +365,7 @@ def _start_child_workflow(a: Applying, f: Mapping[str, Any]) -> None:
     )
     call = t.one("SELECT * FROM children WHERE child_call_id = ?", call_id)
     assert call is not None
-    a.created.append(start_child_run(t, call, t.run(a.run_id)))
+    a.created.append(first_task_of(t, start_child_run(t, call, t.run(a.run_id))))
 
 
 def _close_update(event: UpdateEvent) -> Handler:
@@ -467,8 +467,7 @@ def _continue_as_new(a: Applying, f: Mapping[str, Any]) -> None:
     """§8.7.1: the run closes as completed (``continued``) and the next run of the workflow starts with
     the same memo, search attributes, business key, timeouts, parent and compatibility marker."""
     t, run = a.t, a.run
-    blob = _blob(f.get("arguments"))
-    workflow_type = f.get("workflow_type") or run["workflow_type"]
+    workflow_type, blob = continued_as(run, f)
     queue = f.get("queue") or run["task_queue"]
     close_run(
         t,
@@ -507,7 +506,22 @@ def _continue_as_new(a: Applying, f: Mapping[str, Any]) -> None:
             (new_run_id, run["parent_child_call_id"]),
         )
     t.db.execute("UPDATE runs SET output_blob = NULL WHERE run_id = ?", (a.run_id,))
-    a.created.append(new_run_id)
+    a.created.append(first_task_of(t, new_run_id))
+
+
+def continued_as(run: sqlite3.Row, f: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The workflow type and arguments of the run a continue_as_new starts: the command's (§8.7.1, "optional
+    arguments, workflow_type"), the type defaulting to the current one."""
+    return f.get("workflow_type") or run["workflow_type"], _blob(f.get("arguments"))
+
+
+def first_task_of(t: T, run_id: str) -> str:
+    """The id ``created_task_ids`` lists for a run the batch started (a child's, or the next run of a
+    continue_as_new): its first workflow task, which a poll leases — a task id, never the run's id (the list names
+    "the activity, timer, child and next tasks that the batch created")."""
+    task = open_workflow_task(t, run_id)
+    assert task is not None, run_id
+    return str(task["task_id"])
 
 
 HANDLERS: Mapping[str, Handler] = {

@@ -44,6 +44,7 @@ __all__ = [
     "RESUME_KEYS",
     "TERMINAL_RUN_STATUSES",
     "append_event",
+    "child_execution_deadline",
     "create_workflow_task",
     "defer_resume",
     "deferred_resume",
@@ -56,6 +57,7 @@ __all__ = [
     "open_workflow_task",
     "record_wake",
     "release_leases",
+    "run_deadline",
     "run_event",
     "start_child_run",
     "start_run",
@@ -321,7 +323,6 @@ def start_run(
     run_id = new_id(t.now)
     if execution_deadline is None and execution_timeout_seconds:
         execution_deadline = t.now + execution_timeout_seconds * 1_000_000
-    run_deadline = t.now + run_timeout_seconds * 1_000_000 if run_timeout_seconds else None
     t.db.execute(
         "UPDATE runs SET is_current = 0 WHERE namespace = ? AND workflow_id = ? AND is_current = 1",
         (namespace, workflow_id),
@@ -346,7 +347,7 @@ def start_run(
             business_key,
             execution_timeout_seconds,
             run_timeout_seconds,
-            run_deadline,
+            run_deadline(t.now, run_timeout_seconds, execution_deadline),
             execution_deadline,
             compatibility,
             t.now,
@@ -376,6 +377,24 @@ def start_run(
     return run_id
 
 
+def run_deadline(now: int, run_timeout_seconds: int | None, execution_deadline: int | None) -> int | None:
+    """When a run started at ``now`` times out: after its own run_timeout_seconds, and never past the deadline
+    of its execution (§8.7.1, §12.1), which the scheduler's one deadline pass then enforces as well."""
+    deadlines = [now + run_timeout_seconds * 1_000_000] if run_timeout_seconds else []
+    if execution_deadline:
+        deadlines.append(execution_deadline)
+    return min(deadlines, default=None)
+
+
+def child_execution_deadline(t: T, call: sqlite3.Row) -> int | None:
+    """The execution deadline of a child's next run: a retry keeps the deadline its first run started
+    (execution_timeout_seconds bounds the whole child, its retries too); a first run starts its own."""
+    if not call["current_run_id"]:
+        return None
+    previous = t.one("SELECT execution_deadline FROM runs WHERE run_id = ?", call["current_run_id"])
+    return int(previous["execution_deadline"]) if previous and previous["execution_deadline"] else None
+
+
 def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
     child_run_id = start_run(
         t,
@@ -387,6 +406,7 @@ def start_child_run(t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
         run_number=int(call["attempt"]),
         execution_timeout_seconds=call["execution_timeout_seconds"],
         run_timeout_seconds=call["run_timeout_seconds"],
+        execution_deadline=child_execution_deadline(t, call),
         parent_run_id=parent["run_id"],
         parent_child_call_id=call["child_call_id"],
         extra_started={"parent_workflow_id": parent["workflow_id"], "parent_run_id": parent["run_id"]},

@@ -42,6 +42,7 @@ __all__ = [
     "Poll",
     "Poller",
     "Polls",
+    "default_hold",
     "forget_polls",
     "lease_taken",
     "poll_response",
@@ -181,6 +182,12 @@ def poll_response(result: Any) -> tuple[int, dict[str, Any]]:
 # -- the poller ---------------------------------------------------------------------------------------------
 
 
+def default_hold(settings: Settings) -> int:
+    """How long a poll sent without timeout_seconds holds (the long-poll table's default, 30 s, clamped at start-up
+    to the server's maximum)."""
+    return settings.long_poll_default_seconds
+
+
 class Polls(Protocol):
     """The poll path as the poll routes see it (:class:`Poller`)."""
 
@@ -310,11 +317,11 @@ class Poller:
         prid = body.get("poll_request_id")
         if prid is not None and (not isinstance(prid, str) or len(prid) > 255):
             errors["poll_request_id"] = ["poll_request_id must be a string of at most 255 characters."]
-        timeout = body.get("timeout_seconds", self.settings.long_poll_default_seconds)
+        timeout = body.get("timeout_seconds", default_hold(self.settings))
         if isinstance(timeout, str) and timeout.strip().lstrip("-").isdigit():
             timeout = int(timeout.strip())  # §7.2: integral strings are coerced
         if timeout is None:
-            timeout = self.settings.long_poll_default_seconds
+            timeout = default_hold(self.settings)
         elif not isinstance(timeout, int) or isinstance(timeout, bool):
             errors["timeout_seconds"] = ["timeout_seconds must be an integer."]
         if errors:

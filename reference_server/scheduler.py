@@ -251,18 +251,27 @@ def retry_children(t: T) -> float | None:
 
 
 def time_out_runs(t: T) -> float | None:
-    """Close every run past its run timeout as failed, closed_reason ``timed_out`` (``WorkflowTimedOut``)."""
+    """Close every run past its run timeout or its execution's as failed, closed_reason ``timed_out``
+    (``WorkflowTimedOut``). A run's deadline is the earlier of the two (:func:`engine.run_deadline`); a run past
+    its execution's deadline is not retried (its failure is non-retryable): the execution is over."""
     for run in t.all(
         "SELECT * FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL AND run_deadline <= ? LIMIT 100",
         t.now,
     ):
+        execution = run["execution_deadline"] is not None and run["execution_deadline"] <= t.now
+        kind, seconds = ("execution", "execution_timeout_seconds") if execution else ("run", "run_timeout_seconds")
         close_run(
             t,
             run["run_id"],
             RunEvent.TIME_OUT,
             event_type="WorkflowTimedOut",
-            payload={"timeout_type": "run", "run_timeout_seconds": run["run_timeout_seconds"]},
-            failure={"message": "Workflow run timed out.", "failure_category": "timeout"},
+            payload={"timeout_type": kind, seconds: run[seconds]},
+            failure={
+                "message": f"Workflow {kind} timed out.",
+                "failure_category": "timeout",
+                "timeout_type": kind,
+                **({"non_retryable": True} if execution else {}),
+            },
         )
     return _seconds_until(
         t, "SELECT MIN(run_deadline) AS at FROM runs WHERE closed_at IS NULL AND run_deadline IS NOT NULL"

@@ -66,6 +66,11 @@ FAULTS: dict[str, Fault] = {
         " in its test profile.",
         ("LONGPOLL-CLAMP-MAX",),
     ),
+    "poll-default-hold-one-second": Fault(
+        "A poll without timeout_seconds answers empty after 1 s instead of holding the default 30 s (clamped to the"
+        " advertised maximum).",
+        ("LONGPOLL-DEFAULT-HOLD",),
+    ),
     "match-any-workflow-type": Fault(
         "A workflow task is leased to any worker polling its queue, also one that registered other workflow types.",
         ("MATCH-REGISTERED-TYPES",),
@@ -136,6 +141,11 @@ FAULTS: dict[str, Fault] = {
         ("COMMANDS-ONE-TERMINAL",),
     ),
     # -- history paging and compression -------------------------------------------------------------------
+    "inline-page-default-unadvertised": Fault(
+        "A history page asked for without a size (the poll's inline page too) holds 100 events, not the default page"
+        " size the server advertises.",
+        ("HISTORY-INLINE-DEFAULT-PAGE",),
+    ),
     "history-page-gap": Fault(
         "Worker history pages after the first skip one event (a gap in the sequence).",
         ("HISTORY-PAGINATION-COMPLETE",),
@@ -251,6 +261,14 @@ FAULTS: dict[str, Fault] = {
         "A start_child_workflow without parent_close_policy is recorded as terminate, not abandon.",
         ("CHILD-PARENT-CLOSE-DEFAULT",),
     ),
+    "continue-as-new-keeps-type-and-arguments": Fault(
+        "continue_as_new drops its workflow_type and arguments: the new run has the old run's type and input.",
+        ("COMMANDS-CONTINUE-AS-NEW-CARRIES",),
+    ),
+    "created-task-ids-name-runs": Fault(
+        "created_task_ids names the run a start_child_workflow or continue_as_new started, not its first task.",
+        ("COMMANDS-CREATED-TASK-IDS",),
+    ),
     # -- the resume context ---------------------------------------------------------------------------------
     "signal-wake-without-name": Fault(
         "The task an accepted signal wakes names no signal (signal_name and workflow_signal_id null).",
@@ -268,6 +286,23 @@ FAULTS: dict[str, Fault] = {
         "The parent task a child's result wakes carries no child resume context (workflow_wait_kind, child_call_id"
         " and child_workflow_run_id null).",
         ("CHILD-RESULT-WAKES-PARENT",),
+    ),
+    "child-retry-without-backoff": Fault(
+        "A failed child run is retried at once, not after the backoff its retry_policy gives.",
+        ("CHILD-RETRY-BACKOFF",),
+    ),
+    "invalid-child-start-spends-attempt": Fault(
+        "A rejected start_child_workflow spends a child retry attempt: the child started validly afterwards has one"
+        " retry fewer.",
+        ("CHILD-INVALID-START-NO-ATTEMPT",),
+    ),
+    "child-run-timeout-ignored": Fault(
+        "run_timeout_seconds is never enforced: a child run stays open past it.",
+        ("CHILD-RUN-TIMEOUT",),
+    ),
+    "child-execution-timeout-per-run": Fault(
+        "Each retry of a child starts execution_timeout_seconds afresh, so the child outlives its execution deadline.",
+        ("CHILD-EXECUTION-TIMEOUT",),
     ),
     "request-cancel-leaves-child-open": Fault(
         "A parent's close leaves its parent_close_policy request_cancel child running instead of cancelling it.",

@@ -1,5 +1,6 @@
 """Faults of closing runs, children and cooperative cancellation: what a closed run leaves open, the parent-close
-policy a child is recorded with, and how a request to cancel is answered, delivered and enforced."""
+policy a child is recorded with, how a request to cancel is answered, delivered and enforced, and a child's
+retries and timeouts."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from suite.protocol.commands import RetryPolicy
+from suite.protocol.errors import Rejection
 from suite.protocol.lifecycles import RunEvent
 
-from .. import cancellation, closing, commands
+from .. import cancellation, closing, commands, engine, workflow_tasks
 from ..store import new_id
 from ..tx import T
 from .patching import wraps
@@ -68,3 +71,54 @@ def _request_cancel_ignored(
     original: Callable[..., None], t: T, child_run_id: str, closing_payload: Mapping[str, Any]
 ) -> None:
     return None  # the parent closes; its request_cancel child runs on
+
+
+# -- a child's retries and timeouts -------------------------------------------------------------------------
+
+
+@wraps("child-retry-without-backoff", closing, "child_retry_delay")
+def _no_backoff(original: Callable[[RetryPolicy, int], int], policy: RetryPolicy, attempt: int) -> int:
+    return 0  # a failed child run is retried at once, whatever backoff its policy gives
+
+
+# Runs whose batches had a start_child_workflow rejected, and how many: the attempts those starts spent.
+_SPENT: dict[str, int] = {}
+
+
+@wraps("invalid-child-start-spends-attempt", workflow_tasks, "validated_batch")
+def _count_rejected_starts(
+    original: Callable[..., list[Any]], t: T, task: sqlite3.Row, commands_sent: Any, open_updates: list[str]
+) -> list[Any]:
+    try:
+        return original(t, task, commands_sent, open_updates)
+    except Rejection:
+        if isinstance(commands_sent, list) and any(
+            isinstance(c, dict) and c.get("type") == "start_child_workflow" for c in commands_sent
+        ):
+            _SPENT[task["run_id"]] = _SPENT.get(task["run_id"], 0) + 1
+        raise
+
+
+@wraps("invalid-child-start-spends-attempt", engine, "start_child_run")
+def _first_run_counts_spent(original: Callable[..., str], t: T, call: sqlite3.Row, parent: sqlite3.Row) -> str:
+    spent = _SPENT.pop(parent["run_id"], 0) if not call["current_run_id"] else 0
+    if spent:  # the child's first run counts the attempts its rejected starts spent
+        t.db.execute(
+            "UPDATE children SET attempt = attempt + ? WHERE child_call_id = ?", (spent, call["child_call_id"])
+        )
+        again = t.one("SELECT * FROM children WHERE child_call_id = ?", call["child_call_id"])
+        assert again is not None
+        call = again
+    return original(t, call, parent)
+
+
+@wraps("child-run-timeout-ignored", engine, "run_deadline")
+def _no_run_timeout(
+    original: Callable[..., int | None], now: int, run_timeout_seconds: int | None, execution_deadline: int | None
+) -> int | None:
+    return original(now, None, execution_deadline)  # run_timeout_seconds never closes a run
+
+
+@wraps("child-execution-timeout-per-run", engine, "child_execution_deadline")
+def _deadline_per_run(original: Callable[[T, sqlite3.Row], int | None], t: T, call: sqlite3.Row) -> int | None:
+    return None  # each retry of a child starts its execution_timeout_seconds afresh

@@ -141,3 +141,8 @@ def _second_update_twice(
         task["run_id"],
     )
     return [copy for r in rows for copy in ([r, r] if second and r["sequence"] == second["sequence"] else [r])]
+
+
+@wraps("inline-page-default-unadvertised", wt, "default_history_page_size")
+def _unadvertised_default(original: Callable[[], int]) -> int:
+    return 100  # a page asked for without a size holds 100 events, not the default this server advertises

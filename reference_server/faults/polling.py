@@ -88,3 +88,8 @@ def _any_workflow_type(original: Callable[[sqlite3.Row], str], worker: sqlite3.R
 @wraps("match-any-activity-type", activities, "registered_activity_types")
 def _any_activity_type(original: Callable[[sqlite3.Row], list[str]], worker: sqlite3.Row) -> list[str]:
     return []  # every worker on the queue is offered every activity task, whatever types it registered
+
+
+@wraps("poll-default-hold-one-second", polling, "default_hold")
+def _short_default(original: Callable[..., int], settings: Any) -> int:
+    return 1  # a poll without timeout_seconds answers empty after 1 s, not the default 30 s

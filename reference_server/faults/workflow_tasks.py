@@ -12,6 +12,7 @@ from suite.protocol.errors import Rejection
 from suite.protocol.fencing import WorkflowTaskView
 from suite.protocol.lifecycles import RunStatus, TaskStatus
 
+from .. import commands
 from .. import workflow_tasks as wt
 from ..commands import apply_command
 from ..polling import Poll
@@ -162,3 +163,18 @@ def _commit_valid_prefix(
                 t.db.execute("BEGIN IMMEDIATE")
             break
     return original(t, task, commands, open_updates)
+
+
+# -- what a batch starts ------------------------------------------------------------------------------------
+
+
+@wraps("continue-as-new-keeps-type-and-arguments", commands, "continued_as")
+def _same_again(
+    original: Callable[..., tuple[str, str | None]], run: sqlite3.Row, f: Mapping[str, Any]
+) -> tuple[str, str | None]:
+    return run["workflow_type"], run["input_blob"]  # the command's workflow_type and arguments are dropped
+
+
+@wraps("created-task-ids-name-runs", commands, "first_task_of")
+def _the_run(original: Callable[[T, str], str], t: T, run_id: str) -> str:
+    return run_id  # a started run is listed by its run id, not by the task a poll leases

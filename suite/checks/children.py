@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from suite.context import CheckContext
@@ -10,7 +12,7 @@ from suite.outcomes import CheckFailure, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import lease_wf, require_run_status
+from suite.worlds import READY_WITHIN, lease_wf, require_run_status
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
 AREAS = (Area.CHILDREN, Area.CANCELLATION)
@@ -398,3 +400,164 @@ async def parent_close_closes_children(ctx: CheckContext) -> None:
 
         got = await ctx.wait_until(closed, timeout=10, what=f"the {policy} child closed")
         ctx.require_equal(got, status, f"the parent's close leaves its {policy} child {status}")
+
+
+# -- a child's retries and timeouts ----------------------------------------------------------------------------
+
+
+@dataclass
+class ChildWorld:
+    """A parent whose first task started one child, and a worker on each side."""
+
+    parent_id: str
+    parent_run: str
+    child_queue: str
+    child_worker: str
+    child: dict[str, Any]  # the child's first workflow task, leased
+    started_at: datetime  # on the target's clock, once the start was acknowledged: the run started before
+
+
+async def parent_and_child(
+    ctx: CheckContext, child_fields: dict[str, Any], *, invalid_first: bool = False
+) -> ChildWorld:
+    """A parent that starts one child under ``child_fields``; with ``invalid_first``, the same start with an
+    invalid parent_close_policy is sent first and must be refused as an invalid batch."""
+    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+    worker, child_worker = await ctx.register(queue), await ctx.register(child_queue)
+    parent_id, parent_run = await ctx.start(queue)
+    task = await lease_wf(ctx, worker, queue)
+    command = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue}
+    command.update(child_fields)
+    if invalid_first:
+        refused = await ctx.complete(task, [{**command, "parent_close_policy": "not-a-policy"}])
+        reason = "invalid_commands" if refused.status == 409 else None
+        ctx.expect(refused, (409, 422), reason, what="a start_child_workflow with an invalid parent_close_policy")
+    ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow")
+    started_at = ctx.now()
+    child = await lease_wf(ctx, child_worker, child_queue)
+    return ChildWorld(parent_id, parent_run, child_queue, child_worker, child, started_at)
+
+
+async def parent_events(ctx: CheckContext, world: ChildWorld, event_type: str) -> list[dict[str, Any]]:
+    return [e for e in await ctx.history(world.parent_id, world.parent_run) if e.get("event_type") == event_type]
+
+
+async def fail_child_run(ctx: CheckContext, task: dict[str, Any]) -> datetime:
+    """Fail the child run of ``task`` with fail_workflow; the target's instant once that was acknowledged."""
+    closing = {"type": "fail_workflow", "message": "child run failed"}
+    ctx.expect(await ctx.complete(task, [closing]), 200, what="the child run's fail_workflow")
+    return ctx.now()
+
+
+@check("CHILD-RETRY-BACKOFF", capability="child_workflow_retry_policy", slow=True)
+async def child_retried_after_backoff(ctx: CheckContext) -> None:
+    """A failed child run under max_attempts 2, backoff 3 s gets a second run no sooner than 3 s later."""
+    backoff, tolerance = 3, 0.5
+    ctx.needs_short(backoff + 10, "a 3-second child retry backoff plus 10 s of slack")
+    world = await parent_and_child(ctx, {"retry_policy": {"max_attempts": 2, "backoff_seconds": [backoff]}})
+    failed_at = await fail_child_run(ctx, world.child)
+    retried = await lease_wf(ctx, world.child_worker, world.child_queue, within=backoff + 10)
+    elapsed = (ctx.now() - failed_at).total_seconds()
+    ctx.require(
+        elapsed >= backoff - tolerance,
+        f"the child's second run must not start before its {backoff} s backoff has passed",
+        expected=f">= {backoff - tolerance:g} s after the failed run",
+        received=f"leased after {elapsed:.2f} s",
+    )
+    ctx.require(
+        retried.get("workflow_id") == world.child.get("workflow_id") and retried.get("run_id") != world.child["run_id"],
+        "the retry is a new run of the same child workflow",
+        expected={"workflow_id": world.child.get("workflow_id"), "run_id": f"not {world.child.get('run_id')}"},
+        received={k: retried.get(k) for k in ("workflow_id", "run_id")},
+    )
+    failed = await parent_events(ctx, world, "ChildRunFailed")
+    ctx.require(not failed, "a child run that is retried records no ChildRunFailed in its parent", received=failed)
+
+
+@check("CHILD-INVALID-START-NO-ATTEMPT", capability="child_workflow_retry_policy")
+async def invalid_child_start_spends_no_attempt(ctx: CheckContext) -> None:
+    """After a refused start, the same child started validly under max_attempts 2 is still retried once."""
+    policy = {"max_attempts": 2, "backoff_seconds": [0]}
+    world = await parent_and_child(ctx, {"retry_policy": policy}, invalid_first=True)
+    await fail_child_run(ctx, world.child)
+
+    async def outcome() -> str | None:
+        reply = await ctx.poll("workflow", world.child_worker, world.child_queue, 1)
+        task = ctx.expect(reply, 200, what="workflow-task poll").get("task")
+        if isinstance(task, dict):
+            return "retried"
+        return "not retried" if await parent_events(ctx, world, "ChildRunFailed") else None
+
+    got = await ctx.wait_until(outcome, timeout=READY_WITHIN, what="the child's second run or its parent's verdict")
+    ctx.require_equal(
+        got,
+        "retried",
+        "the child's first failed run is retried under max_attempts 2: the refused start spent no attempt",
+    )
+
+
+async def closed_child(ctx: CheckContext, child_id: str, within: float) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        found = await ctx.describe(child_id)
+        return found if found.get("status") in ("completed", "failed", "cancelled", "terminated") else None
+
+    return await ctx.wait_until(probe, timeout=within, what=f"child {child_id} closed")
+
+
+def require_timed_out(ctx: CheckContext, described: dict[str, Any], why: str) -> None:
+    got = {k: described.get(k) for k in ("status", "closed_reason")}
+    ctx.require_equal(got, {"status": "failed", "closed_reason": "timed_out"}, why)
+
+
+@check("CHILD-RUN-TIMEOUT", capability="child_workflow_timeouts", slow=True)
+async def child_run_timeout_enforced(ctx: CheckContext) -> None:
+    """A child run of run_timeout_seconds 2, parked on a long timer, is closed as timed out; its parent hears."""
+    limit = 2
+    ctx.needs_short(limit + 10, "a 2-second child run timeout plus 10 s of slack")
+    world = await parent_and_child(ctx, {"run_timeout_seconds": limit})
+    child_id = str(world.child.get("workflow_id"))
+    parked = [{"type": "start_timer", "delay_seconds": 3600}]
+    ctx.expect(await ctx.complete(world.child, parked), 200, what="the child's first task")
+    early = await ctx.describe(child_id)
+    ctx.require(
+        early.get("status") not in ("completed", "failed", "cancelled", "terminated"),
+        "a child run is not timed out before its run_timeout_seconds",
+        expected="an open child",
+        received={k: early.get(k) for k in ("status", "closed_reason")},
+    )
+    require_timed_out(ctx, await closed_child(ctx, child_id, limit + 10), "a child run past its run timeout")
+
+    async def told() -> list[dict[str, Any]] | None:
+        return await parent_events(ctx, world, "ChildRunFailed") or None
+
+    await ctx.wait_until(told, timeout=10, what="ChildRunFailed in the parent's history")
+
+
+@check("CHILD-EXECUTION-TIMEOUT", capability="child_workflow_timeouts", slow=True)
+async def child_execution_timeout_spans_retries(ctx: CheckContext) -> None:
+    """A child of execution_timeout_seconds 5 whose first run failed and was retried after 3 s is closed as timed
+    out 5 s after its first run started (within 1.5 s), not retried again, and its parent records ChildRunFailed."""
+    limit, backoff, slack = 5, 3, 1.5
+    ctx.needs_short(limit + slack + 10, "a 5-second child execution timeout plus slack")
+    policy = {"max_attempts": 5, "backoff_seconds": [backoff]}
+    world = await parent_and_child(ctx, {"execution_timeout_seconds": limit, "retry_policy": policy})
+    child_id = str(world.child.get("workflow_id"))
+    await fail_child_run(ctx, world.child)
+    retried = await lease_wf(ctx, world.child_worker, world.child_queue, within=backoff + 10)
+    parked = [{"type": "start_timer", "delay_seconds": 3600}]
+    ctx.expect(await ctx.complete(retried, parked), 200, what="the retried child run's first task")
+    await ctx.wait(until=world.started_at + timedelta(seconds=limit + slack))
+    described = await ctx.describe(child_id)
+    require_timed_out(ctx, described, f"a child still open {limit} s after its first run started, its retry included")
+
+    async def told() -> list[dict[str, Any]] | None:
+        return await parent_events(ctx, world, "ChildRunFailed") or None
+
+    failed = await ctx.wait_until(told, timeout=10, what="ChildRunFailed in the parent's history")
+    runs = await parent_events(ctx, world, "ChildRunStarted")
+    ctx.require(
+        len(failed) == 1 and len(runs) == 2,
+        "a child past its execution timeout is not retried: two runs started, one ChildRunFailed",
+        expected={"ChildRunStarted": 2, "ChildRunFailed": 1},
+        received={"ChildRunStarted": len(runs), "ChildRunFailed": len(failed)},
+    )

@@ -476,6 +476,50 @@ async def continue_as_new_starts_next_run(ctx: CheckContext) -> None:
     )
 
 
+@check("COMMANDS-CONTINUE-AS-NEW-CARRIES")
+async def continue_as_new_carries_type_and_arguments(ctx: CheckContext) -> None:
+    """continue_as_new with workflow_type and arguments: the new run has that type, its task those arguments."""
+    run = await leased_run(ctx, input=["first"])
+    next_type, args = "conformance.Continued", ["second", 2]
+    command = {"type": "continue_as_new", "workflow_type": next_type, "arguments": ctx.envelope(args)}
+    ctx.expect(await ctx.complete(run.task, [command]), 200, what="continue_as_new with workflow_type and arguments")
+    task = await lease_wf(ctx, run.worker, run.queue)
+    desc = await ctx.describe(run.workflow_id)
+    got = {"task": task.get("workflow_type"), "describe": desc.get("workflow_type")}
+    ctx.require_equal(got, {"task": next_type, "describe": next_type}, "the new run has the workflow_type given")
+    arguments = task.get("arguments")
+    blob = arguments.get("blob") if isinstance(arguments, dict) else arguments
+    ctx.require(
+        task.get("run_id") != run.run_id and _decodes_to(blob, args),
+        "the new run's first task carries the arguments continue_as_new gave",
+        expected=repr(args),
+        received=arguments,
+    )
+
+
+@check("COMMANDS-CREATED-TASK-IDS")
+async def created_task_ids_name_tasks(ctx: CheckContext) -> None:
+    """created_task_ids names the first workflow task of a child run and of a continue_as_new's run, not the run."""
+    run = await leased_run(ctx)
+    child_queue = ctx.uid("cq")
+    child_worker = await ctx.register(child_queue)
+    start = {"type": "start_child_workflow", "workflow_type": "conformance.Child", "queue": child_queue}
+    reply = await ctx.complete(run.task, [start, {"type": "continue_as_new"}])
+    created = ctx.expect(reply, 200, what="a batch of start_child_workflow and continue_as_new").get("created_task_ids")
+    child = await lease_wf(ctx, child_worker, child_queue)
+    following = await lease_wf(ctx, run.worker, run.queue)
+    expected = [child.get("task_id"), following.get("task_id")]
+    ctx.require(
+        isinstance(created, list) and all(t in created for t in expected),
+        "created_task_ids lists the child's first workflow task and the next run's, as the task_ids a poll leases",
+        expected=expected,
+        received={"created_task_ids": created, "runs": [child.get("run_id"), following.get("run_id")]},
+        replies=[reply],
+    )
+    runs = [r for r in (child.get("run_id"), following.get("run_id")) if isinstance(created, list) and r in created]
+    ctx.require(not runs, "created_task_ids lists tasks, never a run id", received=runs, replies=[reply])
+
+
 @check("COMMANDS-NON-TERMINAL-WAITING")
 async def non_terminal_batch_waits(ctx: CheckContext) -> None:
     """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""

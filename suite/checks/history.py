@@ -225,6 +225,27 @@ async def history_inline_page(ctx: CheckContext) -> None:
         )
 
 
+@check("HISTORY-INLINE-DEFAULT-PAGE")
+async def history_inline_default_page(ctx: CheckContext) -> None:
+    """A poll without history_page_size on a run longer than the advertised default page d returns exactly d
+    events (sequences 1..d) and a non-null cursor."""
+    d = ctx.default_history_page_size
+    run = await _long_run(ctx, d + 5)
+    events = run.task.get("history_events")
+    ctx.require_equal(
+        _seqs(events),
+        list(range(1, d + 1)),
+        f"a poll without history_page_size on {plural(_size(run), 'event')} gives the first {plural(d, 'event')}, "
+        "the advertised default page",
+    )
+    ctx.require(
+        _cursor(run.task),
+        "a partial inline page of the default size carries a non-null cursor",
+        expected="next_history_page_token, or has_more true with next_after_sequence",
+        received={k: run.task.get(k) for k in ("next_history_page_token", "has_more", "next_after_sequence")},
+    )
+
+
 async def _follow(ctx: CheckContext, run: LeasedRun, p: int, style: str) -> list[Any]:
     """Follow one cursor style from the inline page to the end; returns every sequence seen, in order."""
     seen = _seqs(run.task.get("history_events"))

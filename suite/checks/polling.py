@@ -181,10 +181,13 @@ def _expect_draining(ctx: CheckContext, reply: Reply, kind: str, requirement: st
 
 
 async def _timed(
-    ctx: CheckContext, kind: str, worker: str, queue: str, timeout: int, *, limit: float, requirement: str
+    ctx: CheckContext, kind: str, worker: str, queue: str, timeout: int | None, *, limit: float, requirement: str
 ) -> tuple[Reply, float]:
-    """A poll and how long the server held it; no answer within ``limit`` seconds breaks ``requirement``."""
-    body = {"worker_id": worker, "task_queue": queue, "timeout_seconds": timeout}
+    """A poll (``timeout`` None: without timeout_seconds) and how long the server held it; no answer within
+    ``limit`` seconds breaks ``requirement``."""
+    body: dict[str, Any] = {"worker_id": worker, "task_queue": queue}
+    if timeout is not None:
+        body["timeout_seconds"] = timeout
     start = time.monotonic()
     try:
         reply = await ctx.client.worker(POLL_PATH[kind], body, timeout=limit)
@@ -260,6 +263,44 @@ async def long_poll_clamps_max(ctx: CheckContext) -> None:
         f"timeout_seconds above the maximum is clamped to {clamp} s",
         expected=f"≤ {clamp + 5} s",
         received=f"{elapsed:.1f} s",
+        replies=[reply],
+    )
+
+
+# The long poll's default hold (the worker protocol's long-poll table: timeout_seconds default 30, 1 … 60).
+DEFAULT_POLL_SECONDS = 30
+
+
+def _declared_clamp(ctx: CheckContext) -> int:
+    """The longest hold: 60 s, or the shorter long_poll_max_seconds a test profile declares."""
+    declared = ctx.target.test_profile.get("long_poll_max_seconds")
+    return declared if isinstance(declared, int) and not isinstance(declared, bool) and 1 <= declared <= 60 else 60
+
+
+@check("LONGPOLL-DEFAULT-HOLD", slow=True)
+async def long_poll_default_hold(ctx: CheckContext) -> None:
+    """An empty queue polled without timeout_seconds holds the default 30 s (or the default and clamp a test profile
+    declares, long_poll_default_seconds and long_poll_max_seconds) before answering empty, judged on the target's
+    clock."""
+    declared = ctx.target.test_profile.get("long_poll_default_seconds")
+    default = declared if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 1 else None
+    hold = min(default or DEFAULT_POLL_SECONDS, _declared_clamp(ctx))
+    ctx.needs_short(hold + 5, f"a poll without timeout_seconds, which holds {hold} s,", "long_poll_max_seconds")
+    queue = ctx.uid("q")
+    wid = await ctx.register(queue)
+    req = "LONGPOLL-DEFAULT-HOLD"
+    started = ctx.now()
+    timed = _timed(ctx, "workflow", wid, queue, None, limit=hold + 20, requirement=req)
+    # With a test clock the clock first stops a second short of the hold's end: a poll answered there held too
+    # short a default (moved straight to the end, a 1-s hold could not be told from the right one).
+    reply, real = await ctx.held(timed, hold, until=started + timedelta(seconds=max(0.0, hold - 1.0)))
+    elapsed = ctx.held_seconds(started, reply) if ctx.target.clock.skips else real
+    body = ctx.expect(reply, 200, what="poll without timeout_seconds")
+    ctx.require(
+        body.get("task") is None and hold - 0.5 <= elapsed <= hold + 5,
+        f"an empty poll without timeout_seconds holds the default {hold} s",
+        expected=f"task null after {hold - 0.5:g} s … {hold + 5:g} s",
+        received={"task": repr(body.get("task"))[:80], "held": f"{elapsed:.2f} s"},
         replies=[reply],
     )
 

@@ -172,6 +172,7 @@ READINGS: Final = _doc(
         "Cooperative cancellation": "",
         "Full-access token": "",
         "Worker sessions": "",
+        "Created task ids": "",
     },
 )
 
@@ -202,6 +203,11 @@ READING_NOTES: Final[Mapping[str, str]] = MappingProxyType(
             "A session that loses its lease or holder while forbidding reacquisition is `failed` and never "
             "admitted again; operators read sessions at `/api/worker-sessions[/{id}]` (the contract names "
             "operator visibility but no path)."
+        ),
+        "Created task ids": (
+            "A completion's `created_task_ids` lists the tasks the batch created (its activity, timer, child and "
+            "next tasks). A run the batch started — a child, or the next run of a `continue_as_new` — is listed by "
+            "its first workflow task, the id a poll then leases, never by the run's id."
         ),
     }
 )

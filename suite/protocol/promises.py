@@ -122,6 +122,22 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
                 "CHILD-PARENT-CLOSE-POLICIES",
             ),
         ),
+        "child_workflow_retry_policy": (
+            _b("backoff", "a failed child run is retried after its backoff", "CHILD-RETRY-BACKOFF"),
+            _b(
+                "invalid-start",
+                "an invalid child start is a protocol error and spends no attempt",
+                "CHILD-INVALID-START-NO-ATTEMPT",
+            ),
+        ),
+        "child_workflow_timeouts": (
+            _b("run-timeout", "a child run past run_timeout_seconds is closed as timed out", "CHILD-RUN-TIMEOUT"),
+            _b(
+                "execution-timeout",
+                "a child past execution_timeout_seconds is closed, its retries included",
+                "CHILD-EXECUTION-TIMEOUT",
+            ),
+        ),
         "cooperative_cancellation": (
             _b("request", "a parent's close asks its child to cancel cooperatively", "CANCEL-COOPERATIVE-REQUEST"),
             _b("cleanup", "the child cleans up and closes itself", "CANCEL-COOPERATIVE-CLEANUP"),

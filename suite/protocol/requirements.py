@@ -801,6 +801,15 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         ),
     ),
     _r(
+        "LONGPOLL-DEFAULT-HOLD",
+        MUST,
+        _A.LONG_POLL,
+        "A poll without timeout_seconds holds the default of 30 s (or the long_poll_default_seconds a test profile "
+        "declares, clamped like any other to its long_poll_max_seconds) before it answers task:null on an empty "
+        "queue.",
+        cites=(_wp("Long-poll semantics"),),
+    ),
+    _r(
         "LONGPOLL-CLAMP-MAX",
         MUST,
         _A.LONG_POLL,
@@ -1306,6 +1315,23 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         cites=(_wp("Command types"),),
     ),
     _r(
+        "COMMANDS-CONTINUE-AS-NEW-CARRIES",
+        MUST,
+        _A.COMMANDS,
+        "continue_as_new with workflow_type and arguments starts the new run with them: describe of the new run "
+        "and its first workflow task show that workflow_type, and the task's arguments decode to those arguments.",
+        cites=(_wp("Command types", "continue_as_new"),),
+    ),
+    _r(
+        "COMMANDS-CREATED-TASK-IDS",
+        MUST,
+        _A.COMMANDS,
+        "created_task_ids lists the tasks the batch created, never a run id: after start_child_workflow the child "
+        "run's first workflow task and after continue_as_new the new run's first workflow task, each by the "
+        "task_id a poll then leases.",
+        cites=(_wp("Completion, heartbeat and fail requests"), _read("Created task ids")),
+    ),
+    _r(
         "COMMANDS-NON-TERMINAL-WAITING",
         MUST,
         _A.COMMANDS,
@@ -1453,6 +1479,15 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
             _wp("Paginated history"),
             _srv("Workflow task history, heartbeat, complete and fail"),
         ),
+    ),
+    _r(
+        "HISTORY-INLINE-DEFAULT-PAGE",
+        MUST,
+        _A.HISTORY,
+        "A poll without history_page_size returns a first page of the advertised default size "
+        "(history_page_size_default or default_history_page_size, else 500): with more events than that, exactly "
+        "that many, and a non-null cursor.",
+        cites=(_wp("Paginated history"),),
     ),
     _r(
         "HISTORY-PAGINATION-COMPLETE",
@@ -2222,6 +2257,41 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "When a parent closes, a child under parent_close_policy terminate is terminated and one under "
         "request_cancel is closed at once as cancelled.",
         cites=(_wp("Command types", "start_child_workflow parent_close_policy"),),
+    ),
+    _r(
+        "CHILD-RETRY-BACKOFF",
+        MUST,
+        _A.CHILDREN,
+        "A failed child run whose retry_policy allows another attempt is retried after its backoff: a new run of "
+        "the same child workflow starts no sooner than backoff_seconds after the failure, and the parent records "
+        "no ChildRunFailed for the failed run.",
+        cites=(_wp("Command types", "start_child_workflow retry_policy"),),
+    ),
+    _r(
+        "CHILD-INVALID-START-NO-ATTEMPT",
+        MUST,
+        _A.CHILDREN,
+        "An invalid start_child_workflow is a protocol error (its batch is rejected as invalid_commands, 409 or 422) "
+        "and spends no child retry attempt: the child started validly afterwards under retry_policy max_attempts 2 "
+        "is still retried once after its first run fails.",
+        cites=(_wp("Command types", "start_child_workflow retry_policy"),),
+    ),
+    _r(
+        "CHILD-RUN-TIMEOUT",
+        MUST,
+        _A.CHILDREN,
+        "A child run still open run_timeout_seconds after it started is closed as failed with closed_reason "
+        "timed_out (WorkflowTimedOut), not before, and its parent's history records ChildRunFailed.",
+        cites=(_wp("Command types", "start_child_workflow run_timeout_seconds"),),
+    ),
+    _r(
+        "CHILD-EXECUTION-TIMEOUT",
+        MUST,
+        _A.CHILDREN,
+        "A child still open execution_timeout_seconds after its first run started is closed as failed with "
+        "closed_reason timed_out, whatever retries it had by then, and is not retried after it: its parent's "
+        "history records ChildRunFailed.",
+        cites=(_wp("Command types", "start_child_workflow execution_timeout_seconds"),),
     ),
     # ========================================================================== cooperative cancellation
     _r(

@@ -200,6 +200,11 @@ class Harness(Clocked):
     def rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in self.server.store.read().execute(sql, args).fetchall()]
 
+    def run_of(self, task_id: str) -> str:
+        """The run of a workflow task (``created_task_ids`` names a started run by its first task)."""
+        [row] = self.rows("SELECT run_id FROM workflow_tasks WHERE task_id = ?", task_id)
+        return str(row["run_id"])
+
     def open_tasks(self, run_id: str) -> list[dict[str, Any]]:
         return self.rows("SELECT * FROM workflow_tasks WHERE run_id = ? AND status IN ('ready', 'leased')", run_id)
 

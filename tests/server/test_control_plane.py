@@ -57,7 +57,7 @@ def continued(h: Harness, workflow_id: str = "wf-1") -> tuple[str, str]:
     """A workflow whose first run continued as new: (old run id, new run id)."""
     old = h.start(workflow_id)
     out = h.completed(h.lease(), {"type": "continue_as_new"})
-    [new] = out["created_task_ids"]
+    new = h.run_of(*out["created_task_ids"])
     assert new != old
     return old, new
 

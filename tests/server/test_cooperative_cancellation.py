@@ -20,7 +20,7 @@ def parent_closes_with_cooperative_child(h: Harness) -> tuple[str, str]:
     h.start("parent")
     kid = {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq"}
     out = h.completed(h.lease(), {**kid, "parent_close_policy": "request_cancellation"}, COMPLETE)
-    child_run = out["created_task_ids"][0]
+    child_run = h.run_of(out["created_task_ids"][0])
     [scheduled] = h.events("parent", "ChildWorkflowScheduled")
     return scheduled["payload"]["child_workflow_id"], child_run
 

@@ -138,12 +138,15 @@ def test_every_non_terminal_command_is_applied_in_batch_order(h: Harness) -> Non
     }
     completions = [e["payload"] for e in new if e["event_type"] == "UpdateCompleted"]
     assert [(c["update_id"], c["outcome"]) for c in completions] == [(ok, "completed"), (bad, "failed")]
-    # created_task_ids: the activity task, the timer, the child run and the condition's timeout timer, in order.
+    # created_task_ids: the activity task, the timer, the child's first workflow task and the condition's timeout
+    # timer, in order.
     activity = h.activity_lease("w1")
     [timer] = h.rows("SELECT timer_id FROM timers WHERE timer_kind = 'sleep' AND delay_seconds = 30")
     child_run = h.describe(by_type["ChildWorkflowScheduled"]["child_workflow_id"])["run_id"]
+    [child_task] = h.rows("SELECT task_id FROM workflow_tasks WHERE run_id = ?", child_run)
     [cond_timer] = h.rows("SELECT timer_id FROM timers WHERE timer_kind = 'condition_timeout'")
-    assert out["created_task_ids"] == [activity["task_id"], timer["timer_id"], child_run, cond_timer["timer_id"]]
+    created = [activity["task_id"], timer["timer_id"], child_task["task_id"], cond_timer["timer_id"]]
+    assert out["created_task_ids"] == created
     assert activity["arguments"] == ARGS
     assert h.describe("wf-1")["search_attributes"] == {"Region": "eu", "Tags": ["a", "b"]}
     statuses = {u["update_id"]: u["status"] for u in h.rows("SELECT update_id, status FROM updates")}
@@ -419,7 +422,7 @@ def start_child(h: Harness, *extra: dict[str, Any], **fields: Any) -> tuple[str,
     out = h.completed(
         h.lease(), {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq", **fields}, *extra
     )
-    child_run = out["created_task_ids"][0]
+    child_run = h.run_of(out["created_task_ids"][0])
     [scheduled] = h.events("parent", "ChildWorkflowScheduled")
     return scheduled["payload"]["child_workflow_id"], child_run, scheduled["payload"]["child_call_id"]
 
@@ -528,7 +531,7 @@ def test_a_child_that_continues_as_new_reports_once_from_its_last_run(h: Harness
     """The parent hears from the last run of a continue-as-new chain only, with that run's result."""
     _child_wid, first_run, call_id = start_child(h)
     out = h.completed(h.lease("cw"), {"type": "continue_as_new"})
-    [second_run] = out["created_task_ids"]
+    second_run = h.run_of(*out["created_task_ids"])
     assert [e for e in h.event_types("parent") if e.startswith("ChildRun")] == ["ChildRunStarted"]
     h.assert_empty("w1")
     h.completed(h.lease("cw"), COMPLETE)
@@ -552,10 +555,10 @@ def test_children_of_successive_parent_runs_do_not_share_a_workflow_id(h: Harnes
     h.start("parent")
     kid = {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq", "parent_close_policy": "abandon"}
     first_parent_run = h.describe("parent")["run_id"]
-    first = h.completed(h.lease(), kid, {"type": "continue_as_new"})["created_task_ids"][0]
+    first = h.run_of(h.completed(h.lease(), kid, {"type": "continue_as_new"})["created_task_ids"][0])
     status, doc = h.complete(h.lease(), kid)
     assert status == 200, doc
-    second = doc["created_task_ids"][0]
+    second = h.run_of(doc["created_task_ids"][0])
     [first_id] = [
         e["payload"]["child_workflow_id"] for e in h.events("parent", "ChildWorkflowScheduled", first_parent_run)
     ]
@@ -660,7 +663,7 @@ def test_no_child_retry_policy_means_one_attempt(h: Harness) -> None:
 def test_continue_as_new_starts_the_next_run(h: Harness) -> None:
     old = h.start("wf-1", input=["a"])
     out = h.completed(h.lease(), {"type": "continue_as_new", "arguments": ARGS})
-    [new] = out["created_task_ids"]
+    new = h.run_of(*out["created_task_ids"])
     assert new != old
     [continued] = h.events("wf-1", "WorkflowContinuedAsNew", old)
     assert continued["payload"]["arguments"] == ARGS["blob"]
