@@ -71,7 +71,8 @@ def sweep_cold_cells(m: ActivityMachine) -> None:
         group = [(s, c) for s, c in specs if (s in EXPIRING) == needs_expiry]
         if not group or (needs_expiry and not expiring):
             continue
-        instances = [_start(m, state, calls) for state, calls in group]
+        started = [m.sweep_start(lambda s=state, c=calls: _start(m, s, c)) for state, calls in group]
+        instances = [i for i in started if i is not None]
         if needs_expiry:
             _wait_expiry(m, [i.attempt for i in instances if i.attempt is not None])
         for inst in instances:
@@ -87,7 +88,9 @@ LAPSE_AFTER_REDELIVERY = "activity_attempt/redelivered/expire/clock"
 
 def _lapse_after_redelivery(m: ActivityMachine) -> None:
     """A redelivered attempt whose lease lapses in turn: its holder's heartbeat then learns the clock ended it."""
-    inst = _start(m, "redelivered", [])
+    inst = m.sweep_start(lambda: _start(m, "redelivered", []))
+    if inst is None:
+        return
     _wait_expiry(m, [inst.attempt] if inst.attempt is not None else [])
     _settle(m, inst)
     if inst.attempt is None:

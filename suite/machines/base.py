@@ -334,6 +334,16 @@ class MachineBase(RuleBasedStateMachine):
     def sweep(self) -> None:
         """A deterministic phase over the cells the examples left cold; machines with ``SWEEPS`` define it."""
 
+    def sweep_start(self, start: Callable[[], R]) -> R | None:
+        """A sweep instance's set-up (registrations, a run started): ``None`` when a fault left an outcome of it
+        unknown. The instance is dropped before any of its answers was judged, and the sweep goes on with the
+        others (each works a queue and runs of its own)."""
+        try:
+            return start()
+        except Indeterminate:
+            self.ledger["sweep_instance_dropped_by_faults"] += 1
+            return None
+
     def run_generation(self, run: RunShadow) -> int:
         """The run's number within its workflow (> 1: it began with a continue-as-new); machines that follow
         continue-as-new chains say more."""

@@ -114,7 +114,7 @@ def state_of(m: QuerySignalMachine, q: Query, at: datetime) -> str | None:
 def sweep_query_cells(m: QuerySignalMachine) -> None:
     for state, instances in cold_plan(m.cells).items():
         for calls in instances:
-            q = _start(m, state, calls)
+            q = m.sweep_start(lambda s=state, c=calls: _start(m, s, c))
             if q is None:
                 continue
             try:

@@ -139,7 +139,10 @@ def sweep_cold_cells(m: SessionMachine) -> None:
     plan = cold_plan(m.cells)
     if not plan:
         return
-    instances = [_start(m, recipe, state, calls) for recipe, state, calls in plan]
+    started = [m.sweep_start(lambda r=r, s=s, c=c: _start(m, r, s, c)) for r, s, c in plan]
+    instances = [i for i in started if i is not None]
+    if not instances:
+        return
     phases = max(len(i.segments) for i in instances)
     for phase in range(phases):
         for inst in instances:

@@ -66,7 +66,7 @@ class Instance:
 def sweep_cold_cells(m: QuerySignalMachine) -> None:
     for state, instances in cold_plan(m.cells).items():
         for calls in instances:
-            inst = _start(m, state, calls)
+            inst = m.sweep_start(lambda s=state, c=calls: _start(m, s, c))
             if inst is not None:
                 _act(m, inst)
             m.histories_are_sound()
