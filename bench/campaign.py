@@ -134,6 +134,52 @@ def read_only(run: str, target: str, folder: Path, db: list[str]) -> dict[str, A
     return summary(f"{run} (read only)", rc, report, time.monotonic() - began, marks)
 
 
+def serve(
+    folder: Path, name: str, args: tuple[str, ...], fault: str | None, procs: list[Any], restart: bool = True
+) -> tuple[str, list[str]]:
+    """A reference server (kept in ``procs`` to stop): its URL and the suite's options for it."""
+    proc, target, auth, again = start_server(folder, name, args, fault)
+    procs.append(proc)
+    return target, [*auth, *(again if restart else [])]
+
+
+def worker_targets(opts: argparse.Namespace, folder: Path, procs: list[Any]) -> list[tuple[str, list[str]]]:
+    """Each worker's target and its options."""
+    if opts.servers == "embedded":
+        if opts.fault:
+            raise SystemExit("--fault needs --servers per-worker or shared")
+        return [("embedded", [])] * opts.workers
+    if opts.servers == "shared":  # nobody may restart a server another worker uses
+        return [serve(folder, "shared", REAL_TIME_ARGS, opts.fault, procs, restart=False)] * opts.workers
+    return [serve(folder, f"server{i}", EMBEDDED_ARGS, opts.fault, procs) for i in range(opts.workers)]
+
+
+def run_workers(
+    opts: argparse.Namespace, folder: Path, targets: list[tuple[str, list[str]]], db: list[str]
+) -> list[dict[str, Any]]:
+    """The campaign: every worker at once, each its own index; their summaries."""
+    runs = []
+    started = time.monotonic()
+    for i, (target, options) in enumerate(targets):
+        report = folder / f"worker{i}"
+        cmd = [
+            *suite_cmd(target, report),
+            *("--campaign", opts.duration, "--campaign-worker", f"{i}/{opts.workers}"),
+            *options,
+            *db,
+            *opts.selection,
+        ]
+        log = (folder / f"worker{i}.log").open("w")
+        runs.append((i, report, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder), log))
+    rows = []
+    for i, report, worker, log in runs:
+        rc = worker.wait()
+        log.close()
+        rows.append(summary(f"worker {i}", rc, report, time.monotonic() - started))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
@@ -155,59 +201,17 @@ def main() -> int:
         url = opts.redis
         if url is None:
             redis_proc, url = start_redis(folder)
-        targets: list[str] = []
-        options: list[list[str]] = []  # per worker: its server's tokens and, for a server it alone uses, restart
-        if opts.servers == "embedded":
-            if opts.fault:
-                raise SystemExit("--fault needs --servers per-worker or shared")
-            targets = ["embedded"] * opts.workers
-        elif opts.servers == "per-worker":
-            for i in range(opts.workers):
-                proc, target, auth, restart = start_server(folder, f"server{i}", EMBEDDED_ARGS, opts.fault)
-                procs.append(proc)
-                targets.append(target)
-                options.append([*auth, *restart])
-        else:
-            proc, target, auth, _ = start_server(folder, "shared", REAL_TIME_ARGS, opts.fault)
-            procs.append(proc)
-            targets = [target] * opts.workers
-            options = [auth] * opts.workers
         db = ["--example-db", url, "--example-db-target", opts.name]
-        runs = []
-        started = time.monotonic()
-        for i, target in enumerate(targets):
-            report = folder / f"worker{i}"
-            cmd = [
-                *suite_cmd(target, report),
-                "--campaign",
-                opts.duration,
-                "--campaign-worker",
-                f"{i}/{opts.workers}",
-                *(options[i] if options else []),
-                *db,
-                *opts.selection,
-            ]
-            log = (folder / f"worker{i}.log").open("w")
-            runs.append((i, report, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=folder), log))
-        for i, report, worker, log in runs:
-            rc = worker.wait()
-            log.close()
-            rows.append(summary(f"worker {i}", rc, report, time.monotonic() - started))
-            print(json.dumps(rows[-1]), flush=True)
+        rows += run_workers(opts, folder, worker_targets(opts, folder, procs), db)
         for run, fault in (("ci", opts.fault), ("fixed", None)):
             if not getattr(opts, run):
                 continue
-            extra: list[str] = []
-            if opts.servers == "embedded":
-                target = "embedded"
-            else:
+            target, options = "embedded", list[str]()
+            if opts.servers != "embedded":
                 per_worker = opts.servers == "per-worker"
-                server, target, auth, restart = start_server(
-                    folder, run, EMBEDDED_ARGS if per_worker else REAL_TIME_ARGS, fault
-                )
-                procs.append(server)
-                extra = [*auth, *restart] if per_worker else auth
-            rows.append(read_only(run, target, folder, [*extra, *db]))
+                args = EMBEDDED_ARGS if per_worker else REAL_TIME_ARGS
+                target, options = serve(folder, run, args, fault, procs, restart=per_worker)
+            rows.append(read_only(run, target, folder, [*options, *db]))
             print(json.dumps(rows[-1]), flush=True)
         print(f"logs and reports: {folder}", flush=True)
     finally:

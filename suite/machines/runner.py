@@ -119,21 +119,9 @@ def run_machine(
     elif swept and outcome is not None:  # a deterministic phase, not a Hypothesis program: no replay bundle
         message = _message(outcome, failure, "").replace("Minimal failing step program:", "Found by the sweep")
     elif outcome is not None:
-        # The shrunk program Hypothesis reported, when it reported one for this failure; else the program of the
-        # execution that raised it, as recorded (Hypothesis' replay of it went another way: a target whose timing
-        # differs between two runs of one sequence).
-        shrunk = _steps(outcome, reported) if failure is None or _failure_of(outcome) is failure else ""
-        steps = replayed["steps"] if replayed is not None else shrunk or _recorded(failure, outcome)
-        if replay_dir is not None:
-            bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
-        message = _message(outcome, failure, steps)
-        if replayed is not None:
-            was = replayed.get("requirement")
-            other = failure is not None and was and was != failure.requirement
-            now = f" (stored as a failure of {was})" if other else ""
-            message = f"{_stored_origin(replayed)} still fails on replay{now}:\n{message}"
-        elif failure is not None and campaign is not None and campaign.store is not None and steps:
-            _keep_failure(cls, campaign, budget, failure, steps, bool(shrunk), stats)
+        message, bundle = _failed(
+            cls, target, budget, replay_dir, campaign, (outcome, failure, reported), replayed, stats
+        )
     ledger = dict(LEDGER.get(cls.name, Counter()))
     hits = dict(sorted(CELLS.get(cls.name, Counter()).items()))
     seconds = round(time.monotonic() - started, 3)
@@ -161,6 +149,38 @@ def run_machine(
     records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
     records = judged_cells(records, getattr(cls, "REQUIREMENT_CELLS", {}), hits)
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)
+
+
+def _failed(
+    cls: type[MachineBase],
+    target: TargetInfo,
+    budget: MachineBudget,
+    replay_dir: Path | None,
+    campaign: Campaign | None,
+    ended: tuple[BaseException, CheckFailure | None, list[str]],
+    replayed: dict[str, Any] | None,
+    stats: dict[str, Any],
+) -> tuple[str, str | None]:
+    """The message and replay bundle of a machine whose examples (or a stored failure's replay) ended in
+    ``ended`` (what was raised, the violation, what Hypothesis reported); a failure found here is stored."""
+    outcome, failure, reported = ended
+    # The shrunk program Hypothesis reported, when it reported one for this failure; else the program of the
+    # execution that raised it, as recorded (Hypothesis' replay of it went another way: a target whose timing
+    # differs between two runs of one sequence).
+    shrunk = _steps(outcome, reported) if failure is None or _failure_of(outcome) is failure else ""
+    steps = replayed["steps"] if replayed is not None else shrunk or _recorded(failure, outcome)
+    bundle = None
+    if replay_dir is not None:
+        bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
+    message = _message(outcome, failure, steps)
+    if replayed is not None:
+        was = replayed.get("requirement")
+        other = failure is not None and was and was != failure.requirement
+        now = f" (stored as a failure of {was})" if other else ""
+        message = f"{_stored_origin(replayed)} still fails on replay{now}:\n{message}"
+    elif failure is not None and campaign is not None and campaign.store is not None and steps:
+        _keep_failure(cls, campaign, budget, failure, steps, bool(shrunk), stats)
+    return message, bundle
 
 
 def _stored_origin(entry: dict[str, Any]) -> str:
