@@ -55,6 +55,7 @@ __all__ = [
     "activity_cmd",
     "advertised_lease",
     "attributed",
+    "carrying",
     "complete_bodies",
     "complete_cmd",
     "contested_lease",
@@ -664,6 +665,18 @@ async def started_with_activities(
 def same_json(got: Any, want: Any) -> bool:
     """Equal and of the same JSON type (``1`` is not ``true``, ``1.0`` not ``1``)."""
     return type(got) is type(want) and got == want
+
+
+def carrying(obj: Any, want: dict[str, Any]) -> dict[str, Any] | None:
+    """The first object in ``obj`` (itself, or nested at any depth) that holds every field of ``want`` with that value
+    and JSON type: where a failure's fields sit in an event or an answer is the server's choice."""
+    if isinstance(obj, dict):
+        if all(k in obj and same_json(obj[k], v) for k, v in want.items()):
+            return obj
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        return next((found for item in obj if (found := carrying(item, want)) is not None), None)
+    return None
 
 
 def require_fields(

@@ -183,3 +183,44 @@ def _deadline_restarted(original: Callable[..., str], t: T, execution: sqlite3.R
         (t.now, activities.US, execution["execution_id"]),
     )
     return task_id
+
+
+@wraps("failure-stack-in-message", activities, "fail_activity_task")
+def _stack_in_message(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
+) -> Any:
+    if failure.stack_trace:
+        failure = replace(failure, message=f"{failure.message}\n{failure.stack_trace}")
+    return original(t, namespace, task_id, fence, failure)
+
+
+@wraps("failure-drops-code", activities, "fail_activity_task")
+def _code_dropped(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
+) -> Any:
+    return original(t, namespace, task_id, fence, replace(failure, code=None))
+
+
+@wraps("failure-non-retryable-as-sent", activities, "fail_activity_task")
+def _flag_as_sent(
+    original: Callable[..., Any], t: T, namespace: str, task_id: str, fence: ActivityFence, failure: ActivityFailure
+) -> Any:
+    """The retry decision is the server's, but the ActivityFailed it wrote is rewritten to the worker's own flag."""
+    answer = original(t, namespace, task_id, fence, failure)
+    t.db.execute(
+        "UPDATE history SET payload = json_set(payload, '$.non_retryable', json(?)) WHERE event_type = 'ActivityFailed'"
+        " AND json_extract(payload, '$.activity_attempt_id') = ?",
+        ("true" if failure.non_retryable else "false", fence.activity_attempt_id),
+    )
+    return answer
+
+
+@wraps("status-renews-lease", activities, "heartbeat_activity_task")
+def _status_renews(original: Callable[..., dict[str, Any]], *args: Any, renew: bool = True) -> dict[str, Any]:
+    return {**original(*args, renew=True), **({} if renew else {"heartbeat_recorded": False})}
+
+
+@wraps("status-hides-cancellation", activities, "heartbeat_activity_task")
+def _status_hides(original: Callable[..., dict[str, Any]], *args: Any, renew: bool = True) -> dict[str, Any]:
+    answer = original(*args, renew=renew)
+    return answer if renew else {**answer, "cancel_requested": False, "can_continue": True}

@@ -140,6 +140,15 @@ FAULTS: dict[str, Fault] = {
         "A batch with two terminal commands is accepted (the later ones dropped) instead of invalid_commands.",
         ("COMMANDS-ONE-TERMINAL",),
     ),
+    "fail-workflow-drops-non-retryable": Fault(
+        "fail_workflow's non_retryable is dropped: WorkflowFailed says false, and a child failed non-retryably is"
+        " retried as its policy allows.",
+        ("COMMANDS-FAIL-WORKFLOW-FAILURE", "CHILD-FAILURE-NON-RETRYABLE"),
+    ),
+    "fail-update-drops-optional-fields": Fault(
+        "fail_update keeps only its message: exception_class, exception_type and non_retryable are dropped.",
+        ("UPDATE-FAIL-FIELDS",),
+    ),
     # -- history paging and compression -------------------------------------------------------------------
     "inline-page-default-unadvertised": Fault(
         "A history page asked for without a size (the poll's inline page too) holds 100 events, not the default page"
@@ -187,6 +196,26 @@ FAULTS: dict[str, Fault] = {
     "record-stale-activity-complete": Fault(
         "An activity complete of an attempt no longer live (done, expired, timed out) is recorded again: 200.",
         ("ACTIVITY-DUPLICATE-COMPLETE-STALE",),
+    ),
+    "failure-stack-in-message": Fault(
+        "A failed activity's stack trace is appended to the message of its ActivityFailed (a contract field).",
+        ("ACTIVITY-FAILURE-CONTRACT",),
+    ),
+    "failure-drops-code": Fault(
+        "A failed activity's failure.code is not recorded in ActivityFailed.", ("ACTIVITY-FAILURE-CONTRACT",)
+    ),
+    "failure-non-retryable-as-sent": Fault(
+        "ActivityFailed records the worker's non_retryable flag, not the effective one: a failure made final by"
+        " non_retryable_error_types says non_retryable false.",
+        ("ACTIVITY-FAILURE-CONTRACT",),
+    ),
+    "status-renews-lease": Fault(
+        "The activity status verb renews the lease and records a heartbeat (while answering heartbeat_recorded false).",
+        ("ACTIVITY-STATUS-VERB",),
+    ),
+    "status-hides-cancellation": Fault(
+        "The activity status verb of a cancelled run's attempt says cancel_requested false, can_continue true.",
+        ("ACTIVITY-STATUS-VERB",),
     ),
     "heartbeat-timeout-ignored": Fault(
         "An attempt whose heartbeats stop is never timed out by heartbeat_timeout: it runs on until its lease or"

@@ -1,4 +1,5 @@
-"""Faults of the workflow-task lease: claiming, replayed polls, redelivery, fencing, renewal and the command batch."""
+"""Faults of the workflow-task lease: claiming, replayed polls, redelivery, fencing, renewal and the command batch
+(its commands' failure fields among them)."""
 
 from __future__ import annotations
 
@@ -178,3 +179,26 @@ def _same_again(
 @wraps("created-task-ids-name-runs", commands, "first_task_of")
 def _the_run(original: Callable[[T, str], str], t: T, run_id: str) -> str:
     return run_id  # a started run is listed by its run id, not by the task a poll leases
+
+
+# -- the failure fields of a command ------------------------------------------------------------------------
+
+
+def _dropping(command_type: str, fields: tuple[str, ...]) -> Callable[..., None]:
+    """A wrap of ``commands.apply_command`` that applies a ``command_type`` command without ``fields``."""
+
+    def drop(
+        original: Callable[..., None], t: T, task: sqlite3.Row, command: cmdmodel.Command, created: list[str]
+    ) -> None:
+        if command.type == command_type:
+            kept = {k: v for k, v in command.fields.items() if k not in fields}
+            command = dataclasses.replace(command, fields=kept)
+        original(t, task, command, created)
+
+    return drop
+
+
+wraps("fail-workflow-drops-non-retryable", commands, "apply_command")(_dropping("fail_workflow", ("non_retryable",)))
+wraps("fail-update-drops-optional-fields", commands, "apply_command")(
+    _dropping("fail_update", ("exception_class", "exception_type", "non_retryable"))
+)

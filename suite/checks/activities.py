@@ -15,12 +15,14 @@ from typing import Any
 
 from suite.client import Reply
 from suite.context import CheckContext
+from suite.outcomes import Unimplemented
 from suite.protocol.codec import encode_value
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.oracle import Accepted, Kind, judge_history
 from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import (
+    ACTIVITY_TYPE,
     READY_WITHIN,
     SCHEDULED,
     ActivityRun,
@@ -224,6 +226,105 @@ async def activity_failure_details_unchanged(ctx: CheckContext) -> None:
     )
 
 
+CONTRACT = "ACTIVITY-FAILURE-CONTRACT"
+# A stack trace as a runtime puts it: diagnostics only, so none of its text belongs in a contract field.
+STACK_MARK = "conformance-frame-7f3a"
+STACK_TRACE = f'Traceback (most recent call last):\n  File "conformance/act.py", line 7, in {STACK_MARK}\nFatal'
+# The failure_category values of the contract.
+CATEGORIES = (
+    "application",
+    "cancelled",
+    "terminated",
+    "timeout",
+    "activity",
+    "child_workflow",
+    "task_failure",
+    "internal",
+    "structural_limit",
+)
+
+
+def _require_contract(
+    ctx: CheckContext, where: str, events: list[dict[str, Any]], expected: dict[str, Any], details: dict[str, str]
+) -> None:
+    """One ActivityFailed in ``events`` whose contract fields are ``expected``, ``details`` unchanged, and no field of
+    the contract carrying the stack trace."""
+    ctx.require(
+        len(events) == 1,
+        f"{where} holds the final failure's ActivityFailed once",
+        expected="one ActivityFailed",
+        received=len(events),
+        requirement=CONTRACT,
+    )
+    got = _payload(events[0])
+    contract = {k: got.get(k) for k in expected}
+    ctx.require(
+        contract == expected and got.get("failure_category") in CATEGORIES,
+        f"ActivityFailed in {where} carries the failure contract as the worker reported it, non_retryable the "
+        "effective flag (the failure's type is listed in non_retryable_error_types)",
+        expected={**expected, "failure_category": f"one of {', '.join(CATEGORIES)}"},
+        received={**contract, "failure_category": got.get("failure_category")},
+        requirement=CONTRACT,
+    )
+    ctx.require(
+        _carries_envelope(got.get("details"), details["blob"]),
+        f"ActivityFailed in {where} carries details with its codec",
+        expected=details,
+        received=got.get("details"),
+        requirement=CONTRACT,
+    )
+    leaked = [k for k in (*expected, "failure_category", "details") if STACK_MARK in str(got.get(k))]
+    ctx.require(
+        not leaked,
+        f"the stack trace is diagnostics only: no contract field of ActivityFailed in {where} carries it",
+        expected="no stack trace in " + ", ".join((*expected, "failure_category", "details")),
+        received={k: got.get(k) for k in leaked},
+        requirement=CONTRACT,
+    )
+
+
+@check(CONTRACT)
+async def activity_failure_contract(ctx: CheckContext) -> None:
+    """A failure made final by its type (the worker's flag false), with a class, a code, details and a stack trace:
+    ActivityFailed, in the control-plane history and in the history of the workflow task it resumes, carries
+    activity_type, exception_type, message and code as given, non_retryable true, the details, and the stack trace
+    in none of them."""
+    details = ctx.envelope({"order": 7, "reason": "declined"})
+    policy = {"max_attempts": 3, "backoff_seconds": [0], "non_retryable_error_types": ["Conformance.Fatal"]}
+    run = await schedule_activities(ctx, retry_policy=policy, requirement=CONTRACT)
+    task = await lease_activity(ctx, run, requirement=CONTRACT)
+    failure = {
+        "message": "conformance contract failure",
+        "type": "Conformance.Fatal",
+        "class": "ConformanceFatalError",
+        "code": 42,
+        "stack_trace": STACK_TRACE,
+        "non_retryable": False,
+        "details": details,
+    }
+    reply = await activity_call(ctx, task, "fail", {"failure": failure})
+    ctx.expect(reply, 200, what="activity fail with the whole failure contract", requirement=CONTRACT)
+    resume = await lease_resume(ctx, run, requirement=CONTRACT, why="a final activity failure resumes the workflow")
+    expected = {
+        "activity_type": ACTIVITY_TYPE,
+        "exception_type": "Conformance.Fatal",
+        "message": failure["message"],
+        "code": 42,
+        "non_retryable": True,
+    }
+    execution = task.get("activity_execution_id")
+    recorded = history_events(await ctx.history(run.workflow_id, run.run_id), "ActivityFailed", execution)
+    _require_contract(ctx, "the control-plane history", recorded, expected, details)
+    shown = [e for e in resume.get("history_events") or [] if isinstance(e, dict)]
+    _require_contract(
+        ctx,
+        "the resumed workflow task's history",
+        history_events(shown, "ActivityFailed", execution),
+        expected,
+        details,
+    )
+
+
 @check("ACTIVITY-HEARTBEAT-RENEWS")
 async def activity_heartbeat_renews(ctx: CheckContext) -> None:
     """A heartbeat by the owner is 200 can_continue:true, and lease_expires_at never moves backwards."""
@@ -274,6 +375,55 @@ async def activity_heartbeat_stop_is_200(ctx: CheckContext) -> None:
 
 
 # -- fencing (invariant 53) ----------------------------------------------------------------------------------
+
+
+STATUS = "ACTIVITY-STATUS-VERB"
+
+
+async def _status(ctx: CheckContext, task: dict[str, Any], what: str) -> tuple[Reply, dict[str, Any]]:
+    reply = await activity_call(ctx, task, "status", {})
+    if reply.status == 404 and reply.json().get("reason") == "route_not_found":
+        raise Unimplemented(
+            "activity status verb",
+            "the target does not serve the optional activity status verb (POST …/activity-tasks/{task_id}/status "
+            "answers 404 route_not_found)",
+        )
+    return reply, ctx.expect(reply, 200, what=what, requirement=STATUS)
+
+
+@check(STATUS)
+async def activity_status_verb(ctx: CheckContext) -> None:
+    """Where the status verb is served: a second after the claim it says the attempt can continue, recorded no
+    heartbeat and left lease_expires_at where the claim put it (no ActivityHeartbeatRecorded); after the run is
+    cancelled it says cancel_requested true, can_continue false."""
+    run = await schedule_activities(ctx, requirement=STATUS)
+    task = await lease_activity(ctx, run, requirement=STATUS)
+    await ctx.wait(1)  # a renewal now would move the lease by a second
+    reply, body = await _status(ctx, task, "activity status of a live attempt")
+    want = {"can_continue": True, "cancel_requested": False, "heartbeat_recorded": False}
+    got = {k: body.get(k) for k in want}
+    ctx.require(got == want, "status of a live attempt", expected=want, received=got, replies=[reply])
+    try:
+        same = parse_rfc3339(body.get("lease_expires_at")) == parse_rfc3339(task.get("lease_expires_at"))
+    except ValueError:
+        same = False
+    ctx.require(
+        same,
+        "the status verb does not renew the lease",
+        expected=f"lease_expires_at {task.get('lease_expires_at')} (as leased)",
+        received=body.get("lease_expires_at"),
+        replies=[reply],
+    )
+    history = await ctx.history(run.workflow_id, run.run_id)
+    beats = history_events(history, "ActivityHeartbeatRecorded", task.get("activity_execution_id"))
+    ctx.require(
+        not beats, "the status verb records no heartbeat", expected="no ActivityHeartbeatRecorded", received=beats
+    )
+    ctx.expect(await ctx.client.control("POST", f"/workflows/{run.workflow_id}/cancel", {}), 200, what="cancel")
+    reply, body = await _status(ctx, task, "activity status after the run was cancelled")
+    want = {"can_continue": False, "cancel_requested": True}
+    got = {k: body.get(k) for k in want}
+    ctx.require(got == want, "status reports the run's cancellation", expected=want, received=got, replies=[reply])
 
 
 @check("ACTIVITY-FENCE-OWNER")

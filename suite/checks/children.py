@@ -12,7 +12,7 @@ from suite.outcomes import CheckFailure, Indeterminate
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import READY_WITHIN, lease_wf, require_run_status
+from suite.worlds import READY_WITHIN, carrying, lease_wf, require_run_status
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
 AREAS = (Area.CHILDREN, Area.CANCELLATION)
@@ -561,3 +561,45 @@ async def child_execution_timeout_spans_retries(ctx: CheckContext) -> None:
         expected={"ChildRunStarted": 2, "ChildRunFailed": 1},
         received={"ChildRunStarted": len(runs), "ChildRunFailed": len(failed)},
     )
+
+
+@check("CHILD-FAILURE-NON-RETRYABLE")
+async def child_non_retryable_failure_not_retried(ctx: CheckContext) -> None:
+    """A child with three attempts that fails non_retryable on its first: the parent is woken by ChildRunFailed with
+    the child's message and exception_type, and no retry is scheduled."""
+    req = "CHILD-FAILURE-NON-RETRYABLE"
+    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
+    worker, child_worker = await ctx.register(queue), await ctx.register(child_queue)
+    workflow_id, run_id = await ctx.start(queue)
+    task = await lease_wf(ctx, worker, queue)
+    command = {
+        "type": "start_child_workflow",
+        "workflow_type": "conformance.Child",
+        "queue": child_queue,
+        "retry_policy": {"max_attempts": 3, "backoff_seconds": [0]},
+    }
+    ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow (3 attempts)")
+    child_task = await lease_wf(ctx, child_worker, child_queue)
+    failure = {"message": "child failed for good", "exception_type": "Conformance.Fatal"}
+    closing = {"type": "fail_workflow", **failure, "exception_class": "ConformanceFatalError", "non_retryable": True}
+    ctx.expect(await ctx.complete(child_task, [closing]), 200, what="the child's non-retryable fail_workflow")
+
+    async def decided() -> list[dict[str, Any]] | None:  # the parent told of the failure, or a retry scheduled
+        events = await ctx.history(workflow_id, run_id)
+        kinds = {e.get("event_type") for e in events}
+        return events if kinds & {"ChildRunFailed", "ChildWorkflowRetryScheduled"} else None
+
+    events = await ctx.wait_until(
+        decided, timeout=READY_WITHIN, what="the parent's history to record the child's failure"
+    )
+    failed = [e for e in events if e.get("event_type") == "ChildRunFailed"]
+    retried = [e for e in events if e.get("event_type") == "ChildWorkflowRetryScheduled"]
+    ctx.require(
+        len(failed) == 1 and not retried and carrying(failed[0].get("payload"), failure) is not None,
+        "a child failed with non_retryable true is not retried: ChildRunFailed carries its message and exception_type",
+        expected={"ChildRunFailed": failure, "ChildWorkflowRetryScheduled": "none"},
+        received={"ChildRunFailed": [e.get("payload") for e in failed], "ChildWorkflowRetryScheduled": len(retried)},
+        requirement=req,
+    )
+    woken = await lease_wf(ctx, worker, queue, within=READY_WITHIN)
+    ctx.require_equal(woken.get("run_id"), run_id, "the child's final failure wakes its parent", requirement=req)

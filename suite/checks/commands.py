@@ -27,6 +27,7 @@ from suite.worlds import (
     LeasedRun,
     activity_call,
     activity_cmd,
+    carrying,
     complete_bodies,
     judge_task_history,
     lease_wf,
@@ -435,6 +436,28 @@ async def fail_workflow_with_exception(ctx: CheckContext) -> None:
         ctx.expect(reply, 200, what=f"fail_workflow with an exception object at protocol {version}")
         desc = await ctx.describe(run.workflow_id)
         ctx.require_equal(desc.get("status"), "failed", "the run is failed")
+
+
+@check("COMMANDS-FAIL-WORKFLOW-FAILURE")
+async def fail_workflow_records_failure(ctx: CheckContext) -> None:
+    """fail_workflow with exception_class, exception_type and non_retryable true: WorkflowFailed records each."""
+    req = "COMMANDS-FAIL-WORKFLOW-FAILURE"
+    run = await leased_run(ctx)
+    failure = {
+        "message": "conformance failure contract",
+        "exception_class": "ConformanceFatalError",
+        "exception_type": "Conformance.Fatal",
+        "non_retryable": True,
+    }
+    ctx.expect(await ctx.complete(run.task, [{"type": "fail_workflow", **failure}]), 200, what="fail_workflow")
+    failed = [e for e in await ctx.history(run.workflow_id, run.run_id) if e.get("event_type") == "WorkflowFailed"]
+    ctx.require(
+        len(failed) == 1 and carrying(failed[0].get("payload"), failure) is not None,
+        "WorkflowFailed records fail_workflow's message, exception_class, exception_type and non_retryable as given",
+        expected=failure,
+        received=[e.get("payload") for e in failed] or "no WorkflowFailed",
+        requirement=req,
+    )
 
 
 @check("COMMANDS-CONTINUE-AS-NEW")

@@ -11,7 +11,7 @@ from suite.context import CheckContext
 from suite.protocol.commands import LEGACY_START_FIELDS
 from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import LIVE_RUN_STATUSES, lease_wf, lease_workflow_task
+from suite.worlds import LIVE_RUN_STATUSES, carrying, lease_wf, lease_workflow_task
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
 AREAS = (Area.CONTROL_PLANE,)
@@ -251,6 +251,37 @@ async def update_wait_completed(ctx: CheckContext) -> None:
     ctx.expect(reply, 422, "update_failed", what="update failed by the workflow")
 
 
+@check("UPDATE-FAIL-FIELDS")
+async def update_failure_keeps_its_fields(ctx: CheckContext) -> None:
+    """fail_update with exception_class, exception_type and non_retryable true: the update's failure in history
+    keeps each with the message, and the 422 update_failed answer, where it carries the failure, too."""
+    req = "UPDATE-FAIL-FIELDS"
+    queue, worker, wid, run_id = await _running_run(ctx)
+    fields = {"exception_class": "ConformanceRefusal", "exception_type": "Conformance.Refused", "non_retryable": True}
+    reply, update_id = await _update_through_worker_on(ctx, queue, worker, wid, run_id, fail=True, failure=fields)
+    body = ctx.expect(reply, 422, "update_failed", what="update failed by the workflow", requirement=req)
+    want = {"message": "refused", **fields}
+    events = [
+        e for e in await ctx.history(wid, run_id) if carrying(e.get("payload"), {"update_id": update_id}) is not None
+    ]
+    ctx.require(
+        any(carrying(e.get("payload"), want) is not None for e in events),
+        "the failed update's history keeps fail_update's message, exception_class, exception_type and non_retryable",
+        expected=want,
+        received=[{"event_type": e.get("event_type"), "payload": e.get("payload")} for e in events],
+        requirement=req,
+    )
+    answered = body.get("failure")
+    ctx.require(
+        answered is None or carrying(answered, want) is not None,
+        "the update_failed answer's failure keeps fail_update's fields as given",
+        expected=want,
+        received=answered,
+        replies=[reply],
+        requirement=req,
+    )
+
+
 @check("UPDATE-CLOSED-AT-MOST-ONCE")
 async def update_closed_at_most_once(ctx: CheckContext) -> None:
     """A second complete_update for an already closed update is an invalid batch, and nothing is applied."""
@@ -267,7 +298,14 @@ async def update_closed_at_most_once(ctx: CheckContext) -> None:
 
 
 async def _update_through_worker_on(
-    ctx: CheckContext, queue: str, worker: str, wid: str, run_id: str, *, fail: bool = False
+    ctx: CheckContext,
+    queue: str,
+    worker: str,
+    wid: str,
+    run_id: str,
+    *,
+    fail: bool = False,
+    failure: dict[str, Any] | None = None,
 ) -> tuple[Any, str]:
     """Send a blocking update and play the worker: lease the update's task, close the update, and return the
     control-plane answer and the update id."""
@@ -294,7 +332,7 @@ async def _update_through_worker_on(
             received=update_id,
         )
         command: dict[str, Any] = (
-            {"type": "fail_update", "update_id": update_id, "message": "refused"}
+            {"type": "fail_update", "update_id": update_id, "message": "refused", **(failure or {})}
             if fail
             else {"type": "complete_update", "update_id": update_id, "result": ctx.envelope("bumped")}
         )

@@ -112,6 +112,15 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
         "non_retryable_failures": (
             _b("flag", "a failure with non_retryable true is not retried", "RETRY-NON-RETRYABLE-FLAG"),
             _b("type", "a failure of a non-retryable error type is not retried", "RETRY-NON-RETRYABLE-TYPE"),
+            _b(
+                "activity-contract",
+                "a final activity failure records the failure contract, the stack trace kept out of it",
+                "ACTIVITY-FAILURE-CONTRACT",
+                "ACTIVITY-FAILURE-DETAILS-UNCHANGED",
+            ),
+            _b("workflow-failure", "fail_workflow's failure fields are recorded", "COMMANDS-FAIL-WORKFLOW-FAILURE"),
+            _b("child-flag", "a child failed with non_retryable true is not retried", "CHILD-FAILURE-NON-RETRYABLE"),
+            _b("update-failure", "fail_update's optional failure fields are kept", "UPDATE-FAIL-FIELDS"),
         ),
         "parent_close_policy": (
             _b("default-abandon", "a child without a policy outlives its parent", "CHILD-PARENT-CLOSE-DEFAULT"),

@@ -654,6 +654,18 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         cites=(_srv("Control-plane workflow routes"),),
     ),
     _r(
+        "UPDATE-FAIL-FIELDS",
+        MUST,
+        _A.CONTROL_PLANE,
+        "fail_update closes an accepted update as failed with a required message and the optional "
+        "exception_class, exception_type and non_retryable: the update's failure, as its history and the "
+        "422 update_failed answer carry it, keeps each as given.",
+        cites=(
+            _wp("Command types", "fail_update"),
+            _wp("Discovery capabilities", "non_retryable_failures"),
+        ),
+    ),
+    _r(
         "UPDATE-CLOSED-AT-MOST-ONCE",
         MUST,
         _A.CONTROL_PLANE,
@@ -1307,6 +1319,17 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         minor=10,
     ),
     _r(
+        "COMMANDS-FAIL-WORKFLOW-FAILURE",
+        MUST,
+        _A.COMMANDS,
+        "fail_workflow takes a required message and the optional exception_class, exception_type and "
+        "non_retryable: WorkflowFailed records each as given, the flag included.",
+        cites=(
+            _wp("Command types", "fail_workflow"),
+            _wp("Discovery capabilities", "non_retryable_failures"),
+        ),
+    ),
+    _r(
         "COMMANDS-CONTINUE-AS-NEW",
         MUST,
         _A.COMMANDS,
@@ -1693,6 +1716,21 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         cites=(_wp("Activity Task Bridge"),),
     ),
     _r(
+        "ACTIVITY-FAILURE-CONTRACT",
+        MUST,
+        _A.ACTIVITIES,
+        "The stable cross-language failure contract includes activity_type, failure_category, exception_type, "
+        "message, code, non_retryable and details with its codec: a final activity failure records them in "
+        "ActivityFailed as the workflow sees it — exception_type from failure.type, the code given, non_retryable "
+        "the effective flag (set by the worker or by a type the policy lists as non-retryable) — and runtime "
+        "fields such as the stack trace are diagnostics only, in none of those fields.",
+        cites=(
+            _wp("Payload codecs", "stable cross-language failure contract"),
+            _wp("Discovery capabilities", "non_retryable_failures"),
+            _wp("Activity Task Bridge"),
+        ),
+    ),
+    _r(
         "ACTIVITY-HEARTBEAT-RENEWS",
         MUST,
         _A.ACTIVITIES,
@@ -1707,6 +1745,16 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "When the attempt cannot continue, the activity heartbeat is still HTTP 200 (only attempt_not_found "
         "gives 404), with can_continue:false, heartbeat_recorded:false and a reason.",
         cites=(_wp("Activity Task Bridge"),),
+    ),
+    _r(
+        "ACTIVITY-STATUS-VERB",
+        MUST,
+        _A.ACTIVITIES,
+        "The activity status verb checks liveness and cancellation state without renewing the lease: where a "
+        "server serves it (POST /api/worker/activity-tasks/{task_id}/status, the heartbeat's body and answer), it "
+        "answers heartbeat_recorded:false, leaves lease_expires_at where it was, records no "
+        "ActivityHeartbeatRecorded, and after the run is cancelled says cancel_requested:true, can_continue:false.",
+        cites=(_wp("Activity Task Bridge", "status"),),
     ),
     # ========================================================================================== retries
     _r(
@@ -2292,6 +2340,19 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "closed_reason timed_out, whatever retries it had by then, and is not retried after it: its parent's "
         "history records ChildRunFailed.",
         cites=(_wp("Command types", "start_child_workflow execution_timeout_seconds"),),
+    ),
+    _r(
+        "CHILD-FAILURE-NON-RETRYABLE",
+        MUST,
+        _A.CHILDREN,
+        "A child run failed by fail_workflow with non_retryable true is not retried, whatever attempts its retry "
+        "policy has left: the parent's history records ChildRunFailed with the child's message and "
+        "exception_type, and no ChildWorkflowRetryScheduled.",
+        cites=(
+            _wp("Command types", "start_child_workflow retry_policy"),
+            _wp("Discovery capabilities", "non_retryable_failures"),
+            _wp("Command types", "fail_workflow"),
+        ),
     ),
     # ========================================================================== cooperative cancellation
     _r(
