@@ -418,14 +418,21 @@ def _record_version_marker(a: Applying, f: Mapping[str, Any]) -> None:
 
 
 def _upsert_search_attributes(a: Applying, f: Mapping[str, Any]) -> None:
-    current = dict(loads(a.run["search_attributes"]) or {})
-    for key, value in dict(f["attributes"]).items():
-        if value is None:
-            current.pop(key, None)  # §8.7.1: a null value deletes the key
-        else:
-            current[key] = value
+    current = merged_search_attributes(loads(a.run["search_attributes"]) or {}, dict(f["attributes"]))
     a.t.db.execute("UPDATE runs SET search_attributes = ? WHERE run_id = ?", (dumps(current), a.run_id))
     a.record("SearchAttributesUpserted", {"attributes": f["attributes"], "attribute_types": f.get("attribute_types")})
+
+
+def merged_search_attributes(current: Mapping[str, Any], upserted: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's search attributes after an upsert, as describe shows them: each key set to its value, and a key
+    upserted null deleted (§8.7.1)."""
+    merged = dict(current)
+    for key, value in upserted.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 # -- terminal commands (applied last, §8.7) ------------------------------------------------------------------

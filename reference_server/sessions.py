@@ -110,7 +110,7 @@ def _view(row: sqlite3.Row | None) -> SessionView | None:
     )
 
 
-def _holder_stale(t: T, namespace: str, owner: str | None) -> bool:
+def holder_stale(t: T, namespace: str, owner: str | None) -> bool:
     """A2 failure_detection "registered_worker_heartbeat_staleness": the holder's registration is gone or
     has not heartbeat (or polled) for ``stale_worker_seconds``."""
     if owner is None:
@@ -120,7 +120,13 @@ def _holder_stale(t: T, namespace: str, owner: str | None) -> bool:
     )
     if worker is None or worker["status"] != "active":
         return True
-    return int(worker["last_heartbeat_at"]) + t.settings.stale_worker_seconds * US <= t.now
+    return heartbeats_stale(t, int(worker["last_heartbeat_at"]))
+
+
+def heartbeats_stale(t: T, last_heartbeat_at: int) -> bool:
+    """Whether a registered worker last heard from at ``last_heartbeat_at`` is stale: no heartbeat or poll for
+    ``stale_worker_seconds``."""
+    return last_heartbeat_at + t.settings.stale_worker_seconds * US <= t.now
 
 
 def _step(t: T, row: sqlite3.Row, event: SessionEvent, **changes: Any) -> None:
@@ -146,7 +152,7 @@ def _settle(t: T, row: sqlite3.Row | None) -> sqlite3.Row | None:
     view = _view(row)
     if row is None or view is None:
         return row
-    due = model.due_event(view, from_us(t.now), holder_stale=_holder_stale(t, row["namespace"], row["lease_owner"]))
+    due = model.due_event(view, from_us(t.now), holder_stale=holder_stale(t, row["namespace"], row["lease_owner"]))
     if due is None:
         return row
     event, failure_reason = due
@@ -168,7 +174,7 @@ def snapshot(t: T, row: sqlite3.Row) -> dict[str, Any]:
             "task_queue": worker["task_queue"] if worker is not None else None,
             "status": worker["status"] if worker is not None else None,
             "last_heartbeat_at": ts(worker["last_heartbeat_at"]) if worker is not None else None,
-            "is_stale": _holder_stale(t, row["namespace"], owner),
+            "is_stale": holder_stale(t, row["namespace"], owner),
         }
     active = t.one(
         "SELECT COUNT(*) AS n FROM activity_sessions s JOIN activity_attempts a ON a.task_id = s.task_id"
@@ -440,7 +446,7 @@ def settle_due(t: T) -> float | None:
         _settle(t, row)
     # Holders that went stale: checked for every active session (bounded; sessions are few).
     for row in t.all("SELECT * FROM worker_sessions WHERE status = 'active' LIMIT 500"):
-        if _holder_stale(t, row["namespace"], row["lease_owner"]):
+        if holder_stale(t, row["namespace"], row["lease_owner"]):
             _settle(t, row)
     nxt = t.one(
         "SELECT MIN(CASE WHEN status = 'active' AND lease_expires_at < ttl_expires_at THEN lease_expires_at"

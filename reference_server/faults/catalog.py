@@ -298,6 +298,15 @@ FAULTS: dict[str, Fault] = {
         "created_task_ids names the run a start_child_workflow or continue_as_new started, not its first task.",
         ("COMMANDS-CREATED-TASK-IDS",),
     ),
+    "upsert-search-attributes-invisible": Fault(
+        "upsert_search_attributes is recorded in history but never reaches the run's search attributes in describe.",
+        ("COMMANDS-UPSERT-SEARCH-ATTRIBUTES",),
+    ),
+    "session-holder-staleness-ignored": Fault(
+        "A session's holder that stopped heartbeating past stale_worker_seconds keeps the session: only a"
+        " deregistration orphans it.",
+        ("SESSION-ORPHANED",),
+    ),
     # -- the resume context ---------------------------------------------------------------------------------
     "signal-wake-without-name": Fault(
         "The task an accepted signal wakes names no signal (signal_name and workflow_signal_id null).",

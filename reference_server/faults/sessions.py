@@ -120,3 +120,8 @@ def _ttl_restarted(
         )
         row = sessions._row(t, namespace, options.session_id) or row
     return row
+
+
+@wraps("session-holder-staleness-ignored", sessions, "heartbeats_stale")
+def _never_stale(original: Callable[[T, int], bool], t: T, last_heartbeat_at: int) -> bool:
+    return False  # a holder that stopped heartbeating keeps its session; only deregistration loses it

@@ -181,6 +181,13 @@ def _the_run(original: Callable[[T, str], str], t: T, run_id: str) -> str:
     return run_id  # a started run is listed by its run id, not by the task a poll leases
 
 
+@wraps("upsert-search-attributes-invisible", commands, "merged_search_attributes")
+def _not_merged(
+    original: Callable[..., dict[str, Any]], current: Mapping[str, Any], upserted: Mapping[str, Any]
+) -> dict[str, Any]:
+    return dict(current)  # SearchAttributesUpserted is recorded, but describe never shows the upsert
+
+
 # -- the failure fields of a command ------------------------------------------------------------------------
 
 

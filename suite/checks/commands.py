@@ -543,6 +543,23 @@ async def created_task_ids_name_tasks(ctx: CheckContext) -> None:
     ctx.require(not runs, "created_task_ids lists tasks, never a run id", received=runs, replies=[reply])
 
 
+@check("COMMANDS-UPSERT-SEARCH-ATTRIBUTES")
+async def upsert_search_attributes_described(ctx: CheckContext) -> None:
+    """A run started with {Region, Old} upserts {Tier, Tags, Old: null}: describe shows Region, Tier, Tags, no Old."""
+    run = await leased_run(ctx, search_attributes={"Region": "eu", "Old": "x"})
+    upsert = {"type": "upsert_search_attributes", "attributes": {"Tier": "gold", "Tags": ["a", "b"], "Old": None}}
+    parked = {"type": "start_timer", "delay_seconds": 3600}
+    ctx.expect(await ctx.complete(run.task, [upsert, parked]), 200, what="a batch with upsert_search_attributes")
+    shown = (await ctx.describe(run.workflow_id)).get("search_attributes")
+    attributes = shown if isinstance(shown, dict) else {}
+    got = {k: attributes.get(k) for k in ("Region", "Tier", "Tags")} | {"Old present": "Old" in attributes}
+    ctx.require_equal(
+        got,
+        {"Region": "eu", "Tier": "gold", "Tags": ["a", "b"], "Old present": False},
+        "describe shows the upserted search attributes, without the key upserted null and with the others kept",
+    )
+
+
 @check("COMMANDS-NON-TERMINAL-WAITING")
 async def non_terminal_batch_waits(ctx: CheckContext) -> None:
     """A batch of only non-terminal commands moves the run to waiting; created_task_ids is a list."""

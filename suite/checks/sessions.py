@@ -373,6 +373,29 @@ async def session_orphaned_by_deregistration(ctx: CheckContext) -> None:
     ctx.require(body.get("outcome") == "reacquired", "the orphaned session is reacquired", received=body)
 
 
+@check("SESSION-ORPHANED", capability=CAP, slow=True)
+async def session_orphaned_by_stale_heartbeats(ctx: CheckContext) -> None:
+    """The holder stays registered but neither polls nor heartbeats past stale_worker_seconds: its session is
+    orphaned, and a capable worker registered afterwards reacquires it."""
+    declared = ctx.target.test_profile.get("stale_worker_seconds")
+    stale = declared if isinstance(declared, int) and not isinstance(declared, bool) and declared > 0 else None
+    what = "a worker's registration to go stale"
+    wait = ctx.needs_short(None if stale is None else stale + 2, what, "stale_worker_seconds")
+    queue, [holder] = await workers(ctx, [])
+    sid = ctx.uid("s")
+    # The session's own lease outlasts the wait: only the holder's silence can lose it.
+    ctx.expect(await create(ctx, holder, sid, lease_seconds=max(600, int(wait) * 4)), 201)
+    await ctx.wait(wait)
+    other = await ctx.register(queue, capabilities=[])
+    body = ctx.expect(await create(ctx, other, sid), 200, what="reacquire the session of a silent holder")
+    ctx.require(
+        body.get("outcome") == "reacquired",
+        f"a session whose holder was silent past stale_worker_seconds ({stale} s) is orphaned and reacquired",
+        expected={"outcome": "reacquired"},
+        received=body,
+    )
+
+
 @check("SESSION-VISIBILITY", capability=CAP)
 async def session_operator_visibility(ctx: CheckContext) -> None:
     """Operators list the namespace's sessions with per-status metrics and read one session."""

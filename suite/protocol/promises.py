@@ -160,6 +160,11 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
             _b("admission", "only a worker meeting the requirements is admitted", "SESSION-REQUIREMENTS"),
             _b("expiry", "an unrenewed session expires and can be reacquired", "SESSION-LEASE-EXPIRY"),
             _b("stale-holder", "an old holder is fenced after reacquisition", "SESSION-STALE-HOLDER-FENCED"),
+            _b(
+                "holder-lost",
+                "a session whose holder deregistered or stopped heartbeating is orphaned and reacquirable",
+                "SESSION-ORPHANED",
+            ),
             _b("activity-limit", "in-session attempts stay within the limit", "SESSION-ACTIVITY-LIMIT"),
         ),
     }

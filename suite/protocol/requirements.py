@@ -1355,6 +1355,14 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         cites=(_wp("Completion, heartbeat and fail requests"), _read("Created task ids")),
     ),
     _r(
+        "COMMANDS-UPSERT-SEARCH-ATTRIBUTES",
+        MUST,
+        _A.COMMANDS,
+        "upsert_search_attributes upserts the run's search attributes as describe shows them: each key given is "
+        "set to its value (a list kept as a list), a key given null is deleted, and the others are kept.",
+        cites=(_wp("Command types", "upsert_search_attributes"),),
+    ),
+    _r(
         "COMMANDS-NON-TERMINAL-WAITING",
         MUST,
         _A.COMMANDS,
