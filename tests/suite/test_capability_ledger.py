@@ -93,7 +93,7 @@ def test_a_complete_run_that_exercised_every_promise_is_conformant_and_shows_its
     assert judging >= 1
     assert single["requirements"] == [{"id": "SESSION-SINGLE-OWNER", "exercised": judging}]
     assert (
-        capability_line(results) == "capabilities: 3 advertised capabilities promise 9 behaviours, every one exercised"
+        capability_line(results) == "capabilities: 3 advertised capabilities promise 10 behaviours, every one exercised"
     )
     page = render_html(results)
     assert "<h2 id='capabilities'>Capability ledger</h2>" in page
@@ -117,7 +117,7 @@ def test_an_advertised_capability_whose_checks_only_found_it_unimplemented_keeps
     ]
     assert summary["unexercised_capabilities"] == [
         "worker_session_verbs (verbs)",
-        "worker_sessions (single-owner, admission, expiry, stale-holder, activity-limit)",
+        "worker_sessions (single-owner, admission, expiry, stale-holder, holder-lost, activity-limit)",
     ]
     assert "never exercised: worker_session_verbs (verbs); worker_sessions (single-owner" in capability_line(results)
     assert "NEVER EXERCISED" in render_html(results)
