@@ -117,7 +117,7 @@ def run_machine(
     if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
         message = outcome.reason
     elif swept and outcome is not None:  # a deterministic phase, not a Hypothesis program: no replay bundle
-        message = _message(outcome, failure, "").replace("Minimal failing step program:", "Found by the sweep")
+        message = _message(outcome, failure, "").replace(MINIMAL, "Found by the sweep")
     elif outcome is not None:
         message, bundle = _failed(
             cls, target, budget, replay_dir, campaign, (outcome, failure, reported), replayed, stats
@@ -172,14 +172,16 @@ def _failed(
     bundle = None
     if replay_dir is not None:
         bundle = str(_write_bundle(replay_dir / cls.name, cls, target, budget, steps, failure, outcome))
-    message = _message(outcome, failure, steps)
+    # Minimal only when Hypothesis shrank it (a stored one: when it was stored so).
+    minimal = replayed.get("shrunk") is not False if replayed is not None else bool(shrunk) and budget.shrink
+    message = _message(outcome, failure, steps, MINIMAL if minimal else AS_IT_RAN)
     if replayed is not None:
         was = replayed.get("requirement")
         other = failure is not None and was and was != failure.requirement
         now = f" (stored as a failure of {was})" if other else ""
         message = f"{_stored_origin(replayed)} still fails on replay{now}:\n{message}"
     elif failure is not None and campaign is not None and campaign.store is not None and steps:
-        _keep_failure(cls, campaign, budget, failure, steps, bool(shrunk), stats)
+        _keep_failure(cls, campaign, budget, failure, steps, minimal, stats)
     return message, bundle
 
 
@@ -500,9 +502,13 @@ def _escaped_violation() -> CheckFailure | None:
     return None
 
 
-def _message(outcome: BaseException, failure: CheckFailure | None, steps: str) -> str:
+MINIMAL = "Minimal failing step program:"
+AS_IT_RAN = "Failing step program, as it ran (not shrunk):"
+
+
+def _message(outcome: BaseException, failure: CheckFailure | None, steps: str, heading: str = MINIMAL) -> str:
     if failure is not None:
-        return f"{failure}\n\nMinimal failing step program:\n{steps}"
+        return f"{failure}\n\n{heading}\n{steps}"
     message = "".join(traceback.format_exception_only(type(outcome), outcome)).strip()
     for inner in outcome.exceptions if isinstance(outcome, BaseExceptionGroup) else ():
         message += "\n  caused by: " + "".join(traceback.format_exception(inner)).strip()

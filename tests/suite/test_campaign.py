@@ -314,6 +314,7 @@ def test_a_failure_whose_replay_met_other_faults_is_stored_as_it_ran(
     assert run.verdict("FENCE-OWNER") == "failed"  # the machine still finds the bug through the faults
     [entry] = ReplayStore(directory=db).entries("acme", "workflow_leases")
     assert entry["shrunk"] is False, entry
+    assert "Failing step program, as it ran (not shrunk):" in run.stdout  # never called minimal
     check_program(entry["steps"], "WorkflowLeaseMachine")
     assert entry["steps"].count("\nstate.") + entry["steps"].count(" = state.") >= 3
     assert "teardown" not in entry["steps"]  # a replay tears its machine down itself
