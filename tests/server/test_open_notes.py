@@ -1,6 +1,7 @@
-"""Six rules decided where the protocol is open, each fixed here and pinned by a test (docs/reference-server.md,
+"""Eight rules decided where the protocol is open, each fixed here and pinned by a test (docs/reference-server.md,
 "Decided rules"): next_task_id during a lease, can_query on closed runs, the update input array, accepted
-updates of a closing run, follow-up replays only for events that wake the run, and a closed attempt's lease."""
+updates of a closing run, follow-up replays only for events that wake the run, a closed attempt's lease, what
+created_task_ids names for a run a batch starts, and a child's execution timeout across its retries."""
 
 from __future__ import annotations
 
@@ -88,3 +89,38 @@ def test_a_timed_out_attempt_reports_no_lease(h: Harness) -> None:
     h.elapse(6)
     out = h.activity_report("heartbeat", activity)
     assert (out["can_continue"], out["lease_expires_at"]) == (False, None)
+
+
+def test_created_task_ids_name_the_first_task_of_each_run_a_batch_starts(h: Harness) -> None:
+    """A child run and the next run of a continue_as_new are listed by their first workflow task, never by run id."""
+    h.register("cw", queue="cq")
+    h.start("wf-1")
+    kid = {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq"}
+    out = h.completed(h.lease(), kid, {"type": "continue_as_new"})
+    child, following = h.lease("cw"), h.lease()
+    assert out["created_task_ids"] == [child["task_id"], following["task_id"]]
+    assert following["run_id"] == h.describe("wf-1")["run_id"]
+
+
+def test_a_childs_execution_timeout_spans_its_retries_and_ends_them(h: Harness) -> None:
+    """A retry keeps the deadline the child's first run started; past it the child is closed and not retried."""
+    h.register("cw", queue="cq")
+    h.start("parent")
+    policy = {"max_attempts": 5, "backoff_seconds": [3]}
+    kid = {"type": "start_child_workflow", "workflow_type": "kid", "queue": "cq", "retry_policy": policy}
+    h.completed(h.lease(), {**kid, "execution_timeout_seconds": 5})
+    h.completed(h.lease("cw"), {"type": "fail_workflow", "message": "first run"})
+    h.elapse(3)
+    h.completed(h.lease("cw"), {"type": "start_timer", "delay_seconds": 600})
+    h.elapse(2)
+    [scheduled] = h.events("parent", "ChildWorkflowScheduled")
+    child = h.describe(scheduled["payload"]["child_workflow_id"])
+    assert (child["run_number"], child["status"], child["closed_reason"]) == (2, "failed", "timed_out")
+    [timed_out] = h.events(child["workflow_id"], "WorkflowTimedOut", child["run_id"])
+    assert timed_out["payload"]["timeout_type"] == "execution"
+    h.elapse(10)
+    assert [e for e in h.event_types("parent") if e.startswith("ChildRun")] == [
+        "ChildRunStarted",
+        "ChildRunStarted",
+        "ChildRunFailed",
+    ]
