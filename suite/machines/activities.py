@@ -681,7 +681,7 @@ class ActivityMachine(MachineBase):
     def sweep(self) -> None:
         """After the examples: every activity-attempt cell they left cold, made deterministically
         (:mod:`suite.machines.activity_sweep`)."""
-        sweep_cold_cells(self)
+        self.sweep_rounds(lambda: sweep_cold_cells(self))
 
     # -- invariants ----------------------------------------------------------------------------------------
 

@@ -334,6 +334,17 @@ class MachineBase(RuleBasedStateMachine):
     def sweep(self) -> None:
         """A deterministic phase over the cells the examples left cold; machines with ``SWEEPS`` define it."""
 
+    def sweep_rounds(self, one_round: Callable[[], None], rounds: int = 3) -> None:
+        """Run a sweep's round again (each plans from the cells still cold) while the last one reached a new cell
+        and cold cells remain: under --faults a lost answer leaves an instance unjudged, and a fresh one, on
+        queues and runs of its own, is made for it. Without faults the first round reaches what it plans, so a
+        second plans nothing and costs nothing."""
+        for _ in range(rounds):
+            before = sum(1 for n in self.cells.values() if n)
+            one_round()
+            if sum(1 for n in self.cells.values() if n) == before:
+                return
+
     def sweep_start(self, start: Callable[[], R]) -> R | None:
         """A sweep instance's set-up (registrations, a run started): ``None`` when a fault left an outcome of it
         unknown. The instance is dropped before any of its answers was judged, and the sweep goes on with the

@@ -681,6 +681,6 @@ class QuerySignalMachine(QueryWorker):
         """After the examples: every update and query-task cell they left cold, made deterministically
         (:mod:`suite.machines.update_sweep`, :mod:`suite.machines.query_sweep`)."""
         self.setup()
-        sweep_cold_cells(self)
+        self.sweep_rounds(lambda: sweep_cold_cells(self))
         if self.target is not None and advertised(self.target.server_capabilities.get("query_tasks")):
-            sweep_query_cells(self)
+            self.sweep_rounds(lambda: sweep_query_cells(self))

@@ -351,7 +351,7 @@ class SessionMachine(MachineBase):
         from .session_sweep import sweep_cold_cells  # it builds on this module's shadow
 
         self.setup()
-        sweep_cold_cells(self)
+        self.sweep_rounds(lambda: sweep_cold_cells(self))
 
     def reached_refusal(self, decision: model.Admission) -> None:
         if decision.reason == "session_owned_by_another_worker":
