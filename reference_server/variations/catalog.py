@@ -25,12 +25,18 @@ VARIATIONS: dict[str, Variation] = {
     "small-default-page-size": Variation(
         f"Advertises history_page_size_default (and default_history_page_size) {SMALL_DEFAULT_PAGE_SIZE} and applies"
         " it: a poll or history request without a page size gets that many events a page.",
-        ("HISTORY-SEQUENCE-CONTIGUOUS", "COMPRESSION-ROUNDTRIP", "COMPRESSION-OPT-IN-ONLY", "HISTORY-INLINE-PAGE"),
+        (
+            "HISTORY-SEQUENCE-CONTIGUOUS",
+            "COMPRESSION-ROUNDTRIP",
+            "COMPRESSION-OPT-IN-ONLY",
+            "HISTORY-INLINE-PAGE",
+            "HISTORY-INLINE-DEFAULT-PAGE",
+        ),
     ),
     "late-empty-polls": Variation(
         f"The answer of an empty long poll reaches the client {EMPTY_POLL_LATENESS_SECONDS:g} s after the hold ended"
         " (its Date says when the server answered): latency inside the tolerance.",
-        ("LONGPOLL-HOLD", "LONGPOLL-CLAMP-MAX", "LONGPOLL-CLAMP-MIN"),
+        ("LONGPOLL-HOLD", "LONGPOLL-CLAMP-MAX", "LONGPOLL-CLAMP-MIN", "LONGPOLL-DEFAULT-HOLD"),
     ),
     "never-compress": Variation(
         "Never compresses history, though it advertises the encodings: compression above 50 events is the server's"
