@@ -57,6 +57,23 @@ PROMISES: Final[Mapping[str, tuple[Behaviour, ...]]] = MappingProxyType(
             _b("throttled", "a poll refused by admission says throttled, with a retry hint", "POLL-STATUS-THROTTLED"),
             _b("unavailable", "a poll of a queue whose matching is down says unavailable", "POLL-STATUS-UNAVAILABLE"),
         ),
+        "long_poll_timeout": (
+            _b("default-hold", "a poll without timeout_seconds holds the default", "LONGPOLL-DEFAULT-HOLD"),
+        ),
+        "history_page_size_default": (
+            _b(
+                "inline-default",
+                "a poll without a page size gets the advertised default page",
+                "HISTORY-INLINE-DEFAULT-PAGE",
+            ),
+        ),
+        "default_history_page_size": (
+            _b(
+                "inline-default",
+                "a poll without a page size gets the advertised default page",
+                "HISTORY-INLINE-DEFAULT-PAGE",
+            ),
+        ),
         "workflow_task_poll_request_idempotency": (
             _b("replay", "a repeated poll_request_id returns the same lease", "IDEMPOTENT-POLL-REPLAY"),
             _b("owner-only", "another worker's poll never gets the owner's lease", "IDEMPOTENT-POLL-OTHER-WORKER"),
