@@ -29,6 +29,7 @@ from suite.protocol.oracle import Applied, Kind
 
 from .base import MachineBase, Polled
 from .cells import run_state, task_actor, task_state
+from .run_sweep import sweep_run_cells
 from .workflow_sweep import sweep_cold_cells
 from .world import RunShadow, TaskShadow, workflow_view
 
@@ -643,8 +644,9 @@ class WorkflowLeaseMachine(MachineBase):
 
     def sweep(self) -> None:
         """After the examples: every workflow-task cell they left cold, made deterministically
-        (:mod:`suite.machines.workflow_sweep`)."""
+        (:mod:`suite.machines.workflow_sweep`), then every run cell they left cold (:mod:`suite.machines.run_sweep`)."""
         sweep_cold_cells(self)
+        self.sweep_rounds(lambda: sweep_run_cells(self))
 
     # -- invariants ----------------------------------------------------------------------------------
 

@@ -224,3 +224,16 @@ def test_a_requirement_judged_only_in_cells_not_reached_is_not_covered() -> None
     assert warm[0].verdict is Verdict.PASSED
     failed = Record(Kind.MACHINE, "machine:activities", requirements=("ACTIVITY-FENCE-OWNER",), verdict=Verdict.FAILED)
     assert judged_cells([failed], needs, {})[0].verdict is Verdict.FAILED  # a failure stands wherever it was found
+
+
+def test_the_run_sweep_plans_every_cold_call_but_the_clocks_and_one_change_per_instance() -> None:
+    from suite.machines.run_sweep import cold_plan
+    from suite.protocol.coverage import cells
+
+    entity = next(e for e in ENTITIES if e.name == "run")
+    reachable = {(c.state, c.operation) for c in cells(entity) if c.ruled_out is None and c.actor is not Actor.CLOCK}
+    plan = cold_plan({})
+    assert {(s, op) for s, insts in plan.items() for ops in insts for op in ops} == reachable
+    first, *further = plan["pending"]
+    assert first[0] == "read_history"  # a read leaves the run as it is: first
+    assert all(len(ops) == 1 for ops in further)  # every further batch or close on a run of its own
