@@ -446,6 +446,18 @@ FAULTS: dict[str, Fault] = {
         ("QUERY-READ-ONLY",),
         machine="queries_signals",
     ),
+    "signal-to-failed-run-accepted": Fault(
+        "A run a fail_workflow closed still takes signals: 202 and a SignalReceived after its end, where a closed"
+        " run answers 409.",
+        ("SIGNAL-CLOSED-RUN-REJECTED",),
+        machine="workflow_leases",
+    ),
+    "continued-run-fail-recorded-completed": Fault(
+        "In a run that began with a continue-as-new, a fail_workflow is applied as complete_workflow: the run"
+        " completes, no WorkflowFailed.",
+        ("COMMANDS-FAIL-WORKFLOW",),
+        machine="workflow_leases",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

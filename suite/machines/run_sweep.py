@@ -142,6 +142,9 @@ def _batch(m: WorkflowLeaseMachine, inst: Instance, op: str) -> None:
     task.step(TaskEvent.COMPLETE)
     inst.run.step(BATCHES[op][1])
     m.ack(inst.run.run_id, BATCHES[op][2])
+    if op == "fail_workflow":
+        m.check_touched_histories(m.run_by_id)  # its WorkflowFailed, judged by the history oracle
+        m.reached("fail_workflow_read_back")
 
 
 def _fail(m: WorkflowLeaseMachine, inst: Instance) -> None:

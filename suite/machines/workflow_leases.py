@@ -103,6 +103,10 @@ class WorkflowLeaseMachine(MachineBase):
         "HISTORY-PAGINATION-COMPLETE": "redelivery_read_in_full",
         "SIGNAL-RECORDED-AND-WAKES": "redelivery_read_in_full",
         "COMMANDS-CONTINUE-AS-NEW": "continue_as_new_chain",
+        # The sweeps': a signal to each closed run refused; a fail_workflow accepted (in every run state the run
+        # entity tells apart, a continued run's included) and its run's history read back.
+        "SIGNAL-CLOSED-RUN-REJECTED": "signal_closed_run_refused",
+        "COMMANDS-FAIL-WORKFLOW": "fail_workflow_read_back",
     }
 
     runs = Bundle("runs")

@@ -273,6 +273,7 @@ def _signal(m: WorkflowLeaseMachine, inst: Instance) -> None:
     if reply is None:
         return
     m.expect_status(reply, 409, "SIGNAL-CLOSED-RUN-REJECTED", "a signal to a closed run is refused")
+    m.reached("signal_closed_run_refused")
     m.hit_run(run, "signal", Actor.OPERATOR)
     if inst.task is not None:
         m.hit_task(inst.task, "signal", Actor.OPERATOR, m.now())
