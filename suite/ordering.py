@@ -5,7 +5,9 @@ headers, authentication, the codec, the schema of the first responses, input any
 checks are cheap (a few requests each) and broad (every other check depends on them), so they run first. The
 other checks follow by cost, cheapest first — shortest first is the order that makes the time until the first
 failing check shortest on average — and last the state machines and fuzz groups, the longest of those first,
-so that under ``pytest -n`` the workers finish together rather than one running the longest item alone.
+so that under ``pytest -n`` the workers finish together rather than one running the longest item alone. In
+real time the checks that restart the target come right after the broad ones: a restart runs alone, and every
+item after it may then overlap (suite.overlap), the machines from the start.
 
 Costs are the seconds each item took against the reference server (``suite/costs.json``), in the mode the run
 uses: with the target's test clock, or waiting in real time, where the lease, timer and timeout checks take
@@ -80,6 +82,9 @@ def sort_key(entry: Check, index: int, mode: str) -> tuple[int, float, int]:
         return 0, float(BROAD_AREAS.index(entry.primary.area)), index
     if entry.name in BROAD_CHECKS:
         return 0, float(len(BROAD_AREAS)), index
+    if entry.restarts and mode == "real-time":
+        # A restart runs alone (suite.overlap): done right after the broad checks, everything after it overlaps.
+        return 0, float(len(BROAD_AREAS) + 1), index
     return 1, cost, index
 
 

@@ -1,30 +1,35 @@
-"""Checks that wait in real time, overlapped: run ahead of their turn, at most ``limit`` at once, in one event loop.
+"""Items that wait in real time, overlapped: run ahead of their turn, at most ``limit`` of a kind at once.
 
-Against a target without a test clock (or with ``--real-time``) a check's time is mostly waiting: a lease
-running out, a timer, a long poll's hold, a round trip to a distant server. Each check builds its own world
-(its own queues, workflow ids and client), so the waits of independent checks can overlap. When an item of
-the run is a check, :meth:`Overlap.take` starts it and the checks that follow it in the run's order — up to
-the next item that is not a check (a state machine, a fuzz group) or that must run alone (a restart) — on a
-background event loop, at most ``limit`` at a time, the earliest first; each item then waits only for its own
-result. Items still report one by one in the run's order, so ``-x`` stops at the same first failure and the
-records are the ones a serial run would write; the checks started ahead of an item that stopped the run are
-cancelled.
+Against a target without a test clock (or with ``--real-time``) an item's time is mostly waiting: a lease
+running out, a timer, a long poll's hold, a round trip to a distant server. Each check, each example of a state
+machine and each fuzz case builds its own world (its own queues, workflow ids and client), so the waits of
+independent items can overlap. When an item of the run is taken, :meth:`Overlap.take` starts it and the items
+that follow it in the run's order, up to the next item that must run alone (a restart): the checks on one
+background event loop, at most ``limit`` at a time, the earliest first; the state machines and fuzz groups,
+which are synchronous (Hypothesis drives them), each in a thread of its own, at most ``limit`` at a time. The
+machines are the longest items of a run, so they start as soon as the run does rather than after the last check.
+Each item then waits only for its own result. Items still report one by one in the run's order, so ``-x`` stops
+at the same first failure and the records are the ones a serial run would write; the checks started ahead of an
+item that stopped the run are cancelled, and the machines started ahead are told to stop at their next request.
 
-With the target's test clock nothing is overlapped: a check that moves the clock would expire the leases of
+With the target's test clock nothing is overlapped: an item that moves the clock would expire the leases of
 the others (see :mod:`suite.timing`), and there the waits take no time anyway.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from .outcomes import Record
+from .outcomes import Kind, Record
 from .registry import Check
 
-__all__ = ["DEFAULT_LIMIT", "Overlap"]
+__all__ = ["DEFAULT_LIMIT", "Overlap", "one_parse_at_a_time"]
 
 # Checks in flight at once by default: enough to overlap the waits of the time-driven checks (each holds at
 # most a few requests open), few enough that a small server is not flooded. The protocol advertises no
@@ -32,14 +37,46 @@ __all__ = ["DEFAULT_LIMIT", "Overlap"]
 # check registers its own workers on its own queues, so none of them binds across checks; --concurrency does.
 DEFAULT_LIMIT = 8
 
+_PARSING = threading.Lock()
+
+
+def one_parse_at_a_time() -> None:
+    """Make ``ast.parse`` take a lock, once per process. CPython keeps the depth counter of the AST objects it
+    builds in the interpreter, not in the thread; two threads parsing at once (each importing a module that
+    pytest's assertion rewriting parses, as the machines and fuzz groups do the first time they run) may leave
+    it off, and the parse then raises ``SystemError: AST constructor recursion depth mismatch``."""
+    if getattr(ast.parse, "dw_locked", False):
+        return
+    parse = ast.parse
+
+    @functools.wraps(parse)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _PARSING:
+            return parse(*args, **kwargs)
+
+    locked.dw_locked = True  # type: ignore[attr-defined]
+    ast.parse = locked
+
+
 Start = Callable[[Check], Awaitable[list[Record]]]
+Block = Callable[[Check], list[Record]]
 
 
 class Overlap:
-    """A background event loop running checks ahead of their turn (see the module's docstring)."""
+    """A background event loop running checks ahead of their turn, and threads running state machines and fuzz
+    groups ahead of theirs (see the module's docstring). ``block`` runs a machine or fuzz group (None: they run in
+    their turn, not ahead); ``stop`` tells the ones still running that the run has stopped."""
 
-    def __init__(self, start: Start, limit: int) -> None:
+    def __init__(
+        self, start: Start, limit: int, block: Block | None = None, stop: Callable[[], None] | None = None
+    ) -> None:
         self._start = start
+        self._block = block
+        self._stop = stop
+        self._slots = threading.Semaphore(limit)
+        if block is not None:
+            one_parse_at_a_time()
+        self._threads: list[threading.Thread] = []
         self.limit = limit
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dw-overlap", daemon=True)
@@ -52,11 +89,19 @@ class Overlap:
     def take(self, test_id: str, ahead: Sequence[tuple[str, Check]]) -> list[Record]:
         """The records of the check ``test_id``: started now unless it already was, with every check of
         ``ahead`` (the run's next items, in order, that may overlap it) not yet started; then awaited."""
-        for other_id, check in ahead:
-            if other_id not in self._futures:
-                self._futures[other_id] = asyncio.run_coroutine_threadsafe(self._gated(check), self._loop)
+        for other_id, entry in ahead:
+            if other_id in self._futures:
+                continue
+            if entry.kind is Kind.CHECK:
+                self._futures[other_id] = asyncio.run_coroutine_threadsafe(self._gated(entry), self._loop)
+            elif self._block is not None:
+                self._futures[other_id] = self._in_thread(entry, self._block)
         future = self._futures.pop(test_id)
         return future.result()
+
+    def blocks(self) -> bool:
+        """Whether machines and fuzz groups run ahead of their turn too."""
+        return self._block is not None
 
     def drain(self) -> None:
         """Wait until no check started ahead is still running (before an item that must run alone)."""
@@ -69,6 +114,10 @@ class Overlap:
         for future in self._futures.values():
             future.cancel()
         self._futures.clear()
+        if self._stop is not None:
+            self._stop()
+        for thread in self._threads:  # each ends at its next request (a long poll's hold at most)
+            thread.join(timeout=30)
         if self._loop.is_running():
 
             async def cancel_rest() -> None:
@@ -91,3 +140,22 @@ class Overlap:
                 raise asyncio.CancelledError
             self.started += 1
             return await self._start(check)
+
+    def _in_thread(self, entry: Check, block: Block) -> concurrent.futures.Future[list[Record]]:
+        """``block(entry)`` in a thread of its own once a slot is free; its records, or what it raised, in the
+        future. A daemon thread: a run that stops does not wait for a machine nobody will take."""
+        future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
+
+        def run() -> None:
+            with self._slots:
+                if self._closing.is_set() or not future.set_running_or_notify_cancel():
+                    return
+                try:
+                    future.set_result(block(entry))
+                except BaseException as exc:  # pytest's skip and exit are BaseExceptions: the item re-raises them
+                    future.set_exception(exc)
+
+        thread = threading.Thread(target=run, name=f"dw-overlap-{entry.name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return future

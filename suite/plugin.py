@@ -49,6 +49,7 @@ from .run import (
     MACHINE_COUNT_KEY,
     OVERLAP_KEY,
     RUN_KEY,
+    RUNNERS,
     SETTINGS_KEY,
     STORED_KEY,
     TARGET_KEY,
@@ -236,8 +237,8 @@ def _add_target_options(group: Any) -> None:
         "--concurrency",
         default=None,
         metavar="N",
-        help="Checks run at once while they wait in real time (no test clock, or --real-time); 1 runs them one "
-        "by one (default 8)",
+        help="Checks run at once while they wait in real time (no test clock, or --real-time), and as many state "
+        "machines and fuzz groups beside them; 1 runs every item one by one (default 8)",
     )
 
 
@@ -541,7 +542,7 @@ def _attach_clock(config: pytest.Config, target: TargetInfo, processes: int) -> 
 
 
 def _start_overlap(config: pytest.Config, target: TargetInfo) -> None:
-    """Checks that wait in real time overlap in this process (suite.overlap); with the target's test clock,
+    """Items that wait in real time overlap in this process (suite.overlap); with the target's test clock,
     or ``--concurrency 1``, they run one by one."""
     from .overlap import Overlap
 
@@ -552,7 +553,24 @@ def _start_overlap(config: pytest.Config, target: TargetInfo) -> None:
     async def start(check: Check) -> list[Record]:
         return await check_records(check, target)
 
-    config.stash[OVERLAP_KEY] = Overlap(start, limit)
+    config.stash[OVERLAP_KEY] = Overlap(start, limit, *_blocking_overlap(config, target))
+
+
+def _blocking_overlap(config: pytest.Config, target: TargetInfo) -> tuple[Any, Any]:
+    """How machines and fuzz groups run ahead of their turn (suite.overlap), each in a thread: the runner and
+    the stop signal; (None, None) in a campaign or with an example database, whose machines share a budget and
+    write progress lines in turn."""
+    settings = config.stash[SETTINGS_KEY]
+    if settings.campaign_seconds is not None or settings.example_db is not None:
+        return None, None
+    from .machines.base import STOPPING
+
+    STOPPING.clear()
+
+    def block(entry: Check) -> list[Record]:
+        return RUNNERS[entry.kind](entry, target, settings, config)
+
+    return block, STOPPING.set
 
 
 def _stop_overlap(config: pytest.Config) -> None:

@@ -97,6 +97,9 @@ class Listeners:
 
     total: int
     ours: int
+    # The other processes holding one of them, as "pid N (command line)": what the error names, so that whoever
+    # reads it can tell which process took the port.
+    others: tuple[str, ...] = ()
 
     @property
     def proven(self) -> bool:
@@ -147,7 +150,33 @@ def _proc_listeners(port: int, pid: int) -> Listeners:
                     link = os.readlink(fd)
                     if link.startswith("socket:["):
                         held.add(link[8:-1])
-    return Listeners(total=len(inodes), ours=len(inodes & held))
+    return Listeners(total=len(inodes), ours=len(inodes & held), others=_holders(inodes - held, pid))
+
+
+def _holders(inodes: set[str], pid: int) -> tuple[str, ...]:
+    """Every process outside ``pid``'s tree that holds one of the sockets ``inodes`` (none to look for: ())."""
+    if not inodes:
+        return ()
+    found: list[str] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == pid:
+            continue
+        links: set[str] = set()
+        with contextlib.suppress(OSError):
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):  # closed since it was listed
+                    links.add(os.readlink(fd))
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            found.append(_described(int(entry.name)))
+    return tuple(found)
+
+
+def _described(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        line = " ".join(" ".join(a.decode(errors="replace").split()) for a in argv if a)
+        return f"pid {pid} ({line[:200]})" if line else f"pid {pid}"
+    return f"pid {pid}"
 
 
 def _lsof_listeners(port: int, pid: int) -> Listeners:
@@ -162,7 +191,8 @@ def _lsof_listeners(port: int, pid: int) -> Listeners:
     table = subprocess.run([ps, "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=True).stdout
     parents = {int(a): int(b) for a, b in (line.split() for line in table.splitlines() if line.strip())}
     tree = _descendants(pid, parents)
-    return Listeners(total=len(pids), ours=sum(1 for p in pids if p in tree))
+    others = tuple(f"pid {p}" for p in pids if p not in tree)
+    return Listeners(total=len(pids), ours=len(pids) - len(others), others=others)
 
 
 def listeners(port: int, pid: int) -> Listeners:
@@ -177,7 +207,12 @@ def listeners(port: int, pid: int) -> Listeners:
 
 
 def _alive(pid: int) -> bool:
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(ChildProcessError):
+        done, status = os.waitpid(pid, os.WNOHANG)  # a child of ours that exited is reaped here, else it lingers
+        if done:
+            _REAPED[pid] = status
+        return done == 0
+    with contextlib.suppress(OSError, ValueError):  # not a child of ours
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat[stat.rindex(")") + 2] == "Z":
             return False  # exited, not yet reaped by its parent
@@ -187,10 +222,20 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)  # a child of ours that exited is reaped here, else it lingers
-        return done == 0
     return True
+
+
+# Exit statuses of the children :func:`_alive` reaped, by pid: what an error about one that exited names.
+_REAPED: dict[int, int] = {}
+
+
+def _exit_status(pid: int) -> str:
+    status = _REAPED.get(pid)
+    if status is None:
+        return ""
+    if os.WIFSIGNALED(status):
+        return f" (killed by signal {os.WTERMSIG(status)})"
+    return f" (exit status {os.waitstatus_to_exitcode(status)})"
 
 
 def _healthy(url: str) -> bool:
@@ -212,12 +257,13 @@ def wait_until_served(url: str, pid: int, timeout: float) -> str | None:
         held = listeners(port, pid)
         if held.foreign:
             # The started server cannot bind a port another process holds: whatever answers there is not it.
+            who = f": {', '.join(held.others)}" if held.others else ""
             return (
                 f"port {port} is held by a process this job did not start ({held.foreign} of {held.total} "
-                f"listening sockets): the server under test is not the one answering {url}"
+                f"listening sockets{who}): the server under test (pid {pid}) is not the one answering {url}"
             )
         if not _alive(pid):
-            return f"the server under test (pid {pid}) exited before it answered"
+            return f"the server under test (pid {pid}) exited before it answered{_exit_status(pid)}"
         if held.proven and _healthy(url):
             return None
         if time.monotonic() >= deadline:

@@ -124,8 +124,8 @@ class EntryItem(pytest.Item):
         if overlap is not None and self.entry.restarts:
             overlap.drain()  # a restart runs alone: no check started ahead may be in flight
         with restart_guard(target, exclusive=self.entry.restarts):
-            if overlap is not None and _overlaps(self.entry):
-                ran = overlap.take(self.nodeid, self._ahead())
+            if overlap is not None and _overlaps(self.entry, overlap.blocks()):
+                ran = overlap.take(self.nodeid, self._ahead(overlap.blocks()))
             else:
                 ran = RUNNERS[self.entry.kind](self.entry, target, settings, config)
         records = [replace(r, test_id=self.nodeid) for r in ran]
@@ -141,22 +141,23 @@ class EntryItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid
 
-    def _ahead(self) -> list[tuple[str, Check]]:
-        """This item and the run's items after it that may overlap it: the checks up to the next item that is
-        not one, or that must run alone. Under xdist only the items this worker was handed count (suite.overlap)."""
+    def _ahead(self, blocks: bool) -> list[tuple[str, Check]]:
+        """This item and the run's items after it that may overlap it: those up to the next item that may not,
+        or that must run alone. Under xdist only the items this worker was handed count (suite.overlap)."""
         order = _run_order(self)
         out: list[tuple[str, Check]] = []
         for item in order[order.index(self) :]:
             entry = getattr(item, "entry", None)
-            if not isinstance(item, EntryItem) or entry is None or not _overlaps(entry):
+            if not isinstance(item, EntryItem) or entry is None or not _overlaps(entry, blocks):
                 break
             out.append((item.nodeid, entry))
         return out
 
 
-def _overlaps(entry: Check) -> bool:
-    """Whether an entry may run ahead of its turn beside others: a check that does not restart the target."""
-    return entry.kind is Kind.CHECK and not entry.restarts
+def _overlaps(entry: Check, blocks: bool) -> bool:
+    """Whether an entry may run ahead of its turn beside others: one that does not restart the target, and a
+    check unless machines and fuzz groups run ahead too (``blocks``)."""
+    return not entry.restarts and (blocks or entry.kind is Kind.CHECK)
 
 
 def _run_order(item: pytest.Item) -> list[pytest.Item]:

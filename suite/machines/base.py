@@ -32,6 +32,7 @@ import contextlib
 import re
 import secrets
 import sys
+import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -58,15 +59,14 @@ from .world import CLOSE_EVENTS, RunShadow
 
 __all__ = [
     "CELLS",
-    "ESCAPED",
     "EXPIRY_STEP",
-    "FOUND",
     "LEDGER",
-    "PRINTED",
-    "STATS",
-    "UNKNOWN",
+    "RUN",
+    "STOPPING",
     "MachineBase",
     "Polled",
+    "Stopped",
+    "ThisThread",
     "event",
     "note",
     "race",
@@ -84,23 +84,44 @@ EXPIRY_STEP = timedelta(milliseconds=10)
 LEDGER: dict[str, Counter[str]] = {}
 # How often each cell of the coverage model (suite.protocol.coverage) was hit in this process, per machine.
 CELLS: dict[str, Counter[str]] = {}
-# Every violation a machine raised in this process, in order: under --faults a failing sequence may not fail
-# again when Hypothesis replays it (the faults differ), and the first violation is then the evidence.
-FOUND: list[CheckFailure] = []
-# Every time a step could not go on because a fault left an outcome unknown (the example is then discarded).
-UNKNOWN: list[Indeterminate] = []
-# Every exception that ended an example of the machine being run, in order, whatever raised it: the first
-# execution of a failing example and Hypothesis' replay of it each add theirs. Under --faults the replay meets
-# other faults and may go another way, and Hypothesis then raises Flaky* in place of what the example raised;
-# this list keeps what it raised. The runner clears it before each run it judges and once the machine is judged
-# (it holds the examples' machines).
-ESCAPED: list[BaseException] = []
-# Examples begun and requests sent by the machines in this process (a campaign's statistics).
-STATS: Counter[str] = Counter()
-# The step lines Hypothesis printed for the example running now, when the runner records programs (a run given
-# --example-db or --campaign): what a failure is stored as when no shrunk program comes back (a timing-dependent
-# target: Hypothesis' replay of the failure went another way). See :func:`record_step`.
-PRINTED: list[str] = []
+
+
+class ThisThread(threading.local):
+    """What the machine running in this thread has seen so far. A machine runs in one thread from start to end,
+    and without a test clock several machines run at once, each in a thread of its own (suite.overlap): what one
+    found is never another's evidence."""
+
+    def __init__(self) -> None:
+        # Every violation the machine raised, in order: under --faults a failing sequence may not fail again when
+        # Hypothesis replays it (the faults differ), and the first violation is then the evidence.
+        self.found: list[CheckFailure] = []
+        # Every time a step could not go on because a fault left an outcome unknown (the example is then discarded).
+        self.unknown: list[Indeterminate] = []
+        # Every exception that ended an example of the machine, in order, whatever raised it: the first execution
+        # of a failing example and Hypothesis' replay of it each add theirs. Under --faults the replay meets other
+        # faults and may go another way, and Hypothesis then raises Flaky* in place of what the example raised;
+        # this list keeps what it raised. The runner clears it before each run it judges and once the machine is
+        # judged (it holds the examples' machines).
+        self.escaped: list[BaseException] = []
+        # Examples begun and requests sent (a campaign's statistics).
+        self.stats: Counter[str] = Counter()
+        # The step lines Hypothesis printed for the example running now, when the runner records programs (a run
+        # given --example-db or --campaign): what a failure is stored as when no shrunk program comes back (a
+        # timing-dependent target: Hypothesis' replay of the failure went another way). See :func:`record_step`.
+        self.printed: list[str] = []
+
+
+RUN = ThisThread()
+# Set when the run stops (``-x``, an interrupt) while machines started ahead of their turn are still running:
+# each then ends at its next request instead of running out its budget for nobody.
+STOPPING = threading.Event()
+
+
+class Stopped(BaseException):
+    """Raised by a machine's next request once the run has stopped. Not an ``Exception``: Hypothesis lets it
+    through at once, as it does an interrupt, without shrinking or replaying anything."""
+
+
 # A step line as Hypothesis prints it: the machine built, a rule called, its results assigned.
 STEP_LINE = re.compile(r"^(state = \w+\(\)$|state\.\w+\(|\(?[\w, ]+,?\)? = state\.\w+\()")
 
@@ -135,8 +156,8 @@ def record_step(text: object) -> bool:
     if not STEP_LINE.match(line) or line.startswith(("state._fault_salt(", "state.teardown(")):
         return False
     if line.startswith("state = "):
-        PRINTED.clear()
-    PRINTED.append(line)
+        RUN.printed.clear()
+    RUN.printed.append(line)
     return True
 
 
@@ -240,7 +261,7 @@ class MachineBase(RuleBasedStateMachine):
         # Per run, what the target acknowledged, in order: what the history oracle judges its histories by.
         self.acks: dict[str, list[Accepted]] = {}
         self.reads = 0
-        STATS["examples"] += 1
+        RUN.stats["examples"] += 1
 
     @classmethod
     def bound(cls, target: TargetInfo) -> type[MachineBase]:
@@ -279,15 +300,17 @@ class MachineBase(RuleBasedStateMachine):
     # -- running requests ----------------------------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, R]) -> R:
+        self._unless_stopping(coro)
         try:
             return self.loop.run_until_complete(coro)
         except Indeterminate as exc:
-            UNKNOWN.append(exc)
+            RUN.unknown.append(exc)
             raise
 
     def call(self, coro: Coroutine[Any, Any, Reply]) -> Reply | None:
         """One request; ``None`` when no answer arrived (the request is *maybe applied*: the caller must
         keep its invariants true for both outcomes and never blame the target)."""
+        self._unless_stopping(coro)
         try:
             # Not through run(): an unknown outcome handled here as maybe applied did not escape the step.
             reply = self.loop.run_until_complete(coro)
@@ -382,7 +405,7 @@ class MachineBase(RuleBasedStateMachine):
             exchanges=[r.exchange for r in replies or []] or self.client.exchanges[-4:],
             requirement=requirement,
         )
-        FOUND.append(failure)
+        RUN.found.append(failure)
         return failure
 
     def unexpected(self, reply: Reply, requirement: str, message: str, expected: Any, shown: str = "") -> CheckFailure:
@@ -669,14 +692,20 @@ class MachineBase(RuleBasedStateMachine):
         if isinstance(ending, Exception) and not isinstance(ending, HypothesisException) and self._raised_here(ending):
             # What ended the example keeps the program that led to it and the path it took (Hypothesis printed
             # the failing step before it called teardown).
-            ending.dw_steps = "\n".join(PRINTED)  # type: ignore[attr-defined]
+            ending.dw_steps = "\n".join(RUN.printed)  # type: ignore[attr-defined]
             ending.dw_path = list(self.path)  # type: ignore[attr-defined]
-            ESCAPED.append(ending)
-        STATS["requests"] += len(self.client.exchanges)
+            RUN.escaped.append(ending)
+        RUN.stats["requests"] += len(self.client.exchanges)
         try:
-            self.run(self.client.aclose())
+            self.loop.run_until_complete(self.client.aclose())  # not through run(): closed even when stopping
         finally:
             self.loop.close()
+
+    @staticmethod
+    def _unless_stopping(coro: Coroutine[Any, Any, Any]) -> None:
+        if STOPPING.is_set():
+            coro.close()  # never awaited: closed so that it is not reported as such
+            raise Stopped
 
     def _raised_here(self, exc: BaseException) -> bool:
         """Whether ``exc`` went through a method of this machine (a rule, an invariant, or what they called)."""

@@ -36,7 +36,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import CELLS, ESCAPED, FOUND, LEDGER, PRINTED, STATS, UNKNOWN, MachineBase, record_step
+from .base import CELLS, LEDGER, RUN, MachineBase, record_step
 
 __all__ = ["Campaign", "MachineBudget", "MachineResult", "judged_cells", "run_machine"]
 
@@ -86,14 +86,14 @@ def run_machine(
     outcome, and exploration does not run."""
     LEDGER[cls.name] = Counter()
     CELLS[cls.name] = Counter()
-    FOUND.clear()
-    ESCAPED.clear()  # what ended another machine's examples (and the machines it holds) is not kept
-    PRINTED.clear()
+    RUN.found.clear()
+    RUN.escaped.clear()  # what ended another machine's examples (and the machines it holds) is not kept
+    RUN.printed.clear()
     started = time.monotonic()
     stats: dict[str, Any] = {}
     replayed: dict[str, Any] | None = None
     outcome: BaseException | None
-    examples_before, requests_before = STATS["examples"], STATS["requests"]
+    examples_before, requests_before = RUN.stats["examples"], RUN.stats["requests"]
     try:
         if campaign is not None and campaign.store is not None:
             replayed, stored = _replay_stored(cls, target, campaign, stats)
@@ -106,13 +106,13 @@ def run_machine(
         else:
             outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
     finally:
-        ESCAPED.clear()  # judged: the outcome is kept, not the machines of every example that ended
+        RUN.escaped.clear()  # judged: the outcome is kept, not the machines of every example that ended
     swept = outcome is None and cls.SWEEPS
     if swept:
         outcome = _sweep(cls.bound(target), cls.name)
     failure = _failure_of(outcome)
-    if failure is None and outcome is not None and FOUND and _is_flaky(outcome):
-        failure = FOUND[0]  # the replay met other faults and did not fail again: the first violation stands
+    if failure is None and outcome is not None and RUN.found and _is_flaky(outcome):
+        failure = RUN.found[0]  # the replay met other faults and did not fail again: the first violation stands
     message, bundle = "", None
     if isinstance(outcome, NotCovered):  # the target cannot be driven this way at all: no failure to replay
         message = outcome.reason
@@ -136,8 +136,8 @@ def run_machine(
     base = replace(base, budget=dict(budget.__dict__))
     if campaign is not None:
         stats.update(
-            examples=STATS["examples"] - examples_before,
-            requests=STATS["requests"] - requests_before,
+            examples=RUN.stats["examples"] - examples_before,
+            requests=RUN.stats["requests"] - requests_before,
             seconds=seconds,
             failures=int(failure is not None),
             worker=campaign.worker,
@@ -210,7 +210,7 @@ def _replay_stored(
             continue
         origin = _stored_origin(entry)
         campaign.say(f"[dw] replaying {origin} of machine {cls.name}")
-        FOUND.clear()
+        RUN.found.clear()
         exc, path = _replay(cls.bound(target), program)
         outcome, reason = replay_outcome(exc, _failure_of(exc), entry.get("path"), path)
         if outcome == "failing":
@@ -354,7 +354,7 @@ def _progress(name: str, clock: CampaignClock, campaign: Campaign, failed: bool)
     reached = f"{plural(cells, 'coverage cell')} and {plural(states, 'hard state')} of {name}"
     return (
         f"[dw] campaign {clock.elapsed() / 60:.1f} of {clock.seconds / 60:.1f} min, worker {campaign.worker}{workers}: "
-        f"{plural(STATS['examples'], 'example')}, {plural(STATS['requests'], 'request')}, "
+        f"{plural(RUN.stats['examples'], 'example')}, {plural(RUN.stats['requests'], 'request')}, "
         f"{plural(int(failed), 'failure')}, {reached} reached (machine {name})"
     )
 
@@ -421,7 +421,7 @@ def _explore(
             # one choice sequence take two paths, Hypothesis' data tree raises Flaky* although nothing was
             # violated. That is neither a verdict nor a harness fault: the examples run again one by one —
             # unless an example did raise a violation on the way (a check of the context's, not the machine's).
-            if outcome is None or FOUND or not _is_flaky(outcome):
+            if outcome is None or RUN.found or not _is_flaky(outcome):
                 return outcome, reported
             violation = _escaped_violation()
             if violation is not None:
@@ -451,7 +451,7 @@ def _one_by_one(
     faults), and an example a fault left unable to go on (a setup step whose answer was lost: Indeterminate)
     is discarded and another one runs instead, up to twice the budget. Without faults an example whose replay
     went another way without a violation is discarded the same way. When the replay went another way, the example
-    is judged by what its first execution raised (``ESCAPED``), never by Hypothesis' Flaky* in its place.
+    is judged by what its first execution raised (``RUN.escaped``), never by Hypothesis' Flaky* in its place.
     """
     settings = _settings(budget, record=record)
     one = hypothesis_settings(settings, max_examples=1, phases=(Phase.generate,) if faulty else settings.phases)
@@ -460,14 +460,14 @@ def _one_by_one(
     for i in range(2 * budget.examples):
         if completed >= budget.examples:
             break
-        ESCAPED.clear()  # what ended the examples before (and the machines it holds) was judged already
-        unknown_before = len(UNKNOWN)
+        RUN.escaped.clear()  # what ended the examples before (and the machines it holds) was judged already
+        unknown_before = len(RUN.unknown)
         exc = _run(bound, budget.seed * 1009 + i, one)
         if exc is None:
             completed += 1
             continue
         first: BaseException | None = None
-        if _is_flaky(exc) and not FOUND:
+        if _is_flaky(exc) and not RUN.found:
             # Hypothesis' replay of a failing example went another way (under --faults: met other faults) and
             # Flaky* took the place of what the example raised. A violation raised on the way (one the client or
             # the context found, not the machine's own judging) is the target's failure; otherwise what the
@@ -475,14 +475,14 @@ def _one_by_one(
             violation = _escaped_violation()
             if violation is not None:
                 return violation
-            if ESCAPED:
-                first = ESCAPED[0]
+            if RUN.escaped:
+                first = RUN.escaped[0]
         # A step met an unknown outcome; what Hypothesis raised is that, or its replay that went another way
         # under other faults (Flaky*).
-        met_unknown = len(UNKNOWN) > unknown_before
+        met_unknown = len(RUN.unknown) > unknown_before
         unknown_first = first is not None and _only_indeterminate(first)
         harmless = _is_flaky(exc) and (met_unknown or unknown_first or not faulty)
-        if not FOUND and (harmless or (faulty and met_unknown and _only_indeterminate(exc))):
+        if not RUN.found and (harmless or (faulty and met_unknown and _only_indeterminate(exc))):
             discarded += 1
             continue
         return first if first is not None else exc
@@ -494,8 +494,8 @@ def _one_by_one(
 
 
 def _escaped_violation() -> CheckFailure | None:
-    """The first violation among what ended the examples being judged (``ESCAPED`` is cleared before each run)."""
-    for exc in ESCAPED:
+    """The first violation among what ended the examples being judged (``RUN.escaped`` is cleared before each run)."""
+    for exc in RUN.escaped:
         found = _failure_of(exc)
         if found is not None:
             return found

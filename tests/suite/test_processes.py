@@ -48,6 +48,8 @@ def test_the_listening_socket_is_told_by_the_process_holding_it() -> None:
         assert (mine.total, mine.ours, mine.proven) == (1, 1, True)
         theirs = listeners(port, bystander.pid)
         assert (theirs.total, theirs.ours, theirs.proven, theirs.foreign) == (1, 0, False, 1)
+        assert len(theirs.others) == 1
+        assert theirs.others[0].startswith(f"pid {child.pid} ({sys.executable} -c import")
         with socket.socket() as free:
             free.bind(("127.0.0.1", 0))
             nobody = int(free.getsockname()[1])
@@ -85,6 +87,7 @@ def test_the_wait_refuses_a_decoy_answering_on_the_port(decoy: int) -> None:
         problem = wait_until_served(f"http://127.0.0.1:{decoy}", started.pid, 30)
         assert problem is not None
         assert f"port {decoy} is held by a process this job did not start" in problem
+        assert f"pid {os.getpid()} (" in problem  # the decoy's holder, named: this test process
     finally:
         started.kill()
         started.wait()
@@ -92,17 +95,16 @@ def test_the_wait_refuses_a_decoy_answering_on_the_port(decoy: int) -> None:
         started.stdout.close()
 
 
-def test_the_wait_says_when_the_server_exits_first() -> None:
-    done = _child("-c", "pass")
-    done.wait()
+def test_the_wait_says_when_the_server_exits_first_and_how() -> None:
+    done = _child("-c", "import sys; sys.exit(3)")
     assert done.stdout is not None
     done.stdout.close()
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = int(free.getsockname()[1])
     problem = wait_until_served(f"http://127.0.0.1:{port}", done.pid, 30)
-    assert problem is not None
-    assert "exited before it answered" in problem
+    assert problem == f"the server under test (pid {done.pid}) exited before it answered (exit status 3)"
+    done.wait()  # reaped by the wait already: Popen only learns that it is gone
 
 
 def test_the_wait_accepts_the_started_reference_server(tmp_path: Path) -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from typing import Any
+
+import pytest
 
 from suite.outcomes import Kind, Record
 from suite.overlap import Overlap
@@ -91,3 +94,91 @@ def test_the_checks_nobody_takes_are_cancelled_when_the_run_stops() -> None:
     assert overlap.started == 2
     taker.join(timeout=10)
     assert len(taken) == 1  # the item that waited is told its check was cancelled, not handed records
+
+
+def _machine(name: str) -> Check:
+    return Check(
+        kind=Kind.MACHINE, name=name, requirements=("VERSION-TRIM",), fn=None, capability=None, slow=False, doc=""
+    )
+
+
+class _Blocks:
+    """A runner of machines (synchronous, one thread each) that wait until released or told to stop."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.threads: set[str] = set()
+        self.most = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.stop = threading.Event()
+        self.stopped: list[str] = []
+
+    def __call__(self, entry: Check) -> list[Record]:
+        with self.lock:
+            self.running.add(entry.name)
+            self.threads.add(threading.current_thread().name)
+            self.most = max(self.most, len(self.running))
+        try:
+            while not self.release.is_set():
+                if self.stop.wait(0.005):
+                    self.stopped.append(entry.name)
+                    raise RuntimeError("stopped")
+        finally:
+            with self.lock:
+                self.running.discard(entry.name)
+        return [Record(Kind.MACHINE, entry.name, f"dw::{entry.name}", entry.requirements)]
+
+
+def test_machines_ahead_run_in_threads_of_their_own_beside_the_checks_at_most_limit_at_once() -> None:
+    waits, blocks = _Waits(), _Blocks()
+    overlap = Overlap(waits, limit=2, block=blocks, stop=blocks.stop.set)
+    ahead = [("dw::c0", _check("c0")), *((f"dw::m{i}", _machine(f"m{i}")) for i in range(3))]
+    try:
+        taker = threading.Thread(target=lambda: overlap.take("dw::c0", ahead))
+        taker.start()
+        # The check and two machines (the limit) at once, as soon as the first item is taken.
+        _wait_for(lambda: waits.running == {"c0"} and blocks.running == {"m0", "m1"})
+        assert len(blocks.threads) == 2
+        waits.release.set()
+        blocks.release.set()
+        taker.join(timeout=10)
+        for test_id, entry in ahead[1:]:
+            assert [r.check for r in overlap.take(test_id, [])] == [entry.name]
+        assert blocks.most == 2
+        assert len(blocks.threads) == 3
+    finally:
+        overlap.close()
+
+
+def test_a_machine_started_ahead_is_told_to_stop_and_one_not_yet_started_never_starts_when_the_run_stops() -> None:
+    waits, blocks = _Waits(), _Blocks()
+    overlap = Overlap(waits, limit=1, block=blocks, stop=blocks.stop.set)
+    ahead = [("dw::c0", _check("c0")), ("dw::m0", _machine("m0")), ("dw::m1", _machine("m1"))]
+    taker = threading.Thread(target=lambda: _swallow(lambda: overlap.take("dw::c0", ahead)), daemon=True)
+    taker.start()
+    _wait_for(lambda: blocks.running == {"m0"})
+    overlap.close()  # as after -x
+    assert blocks.stopped == ["m0"]
+    assert blocks.running == set()
+    assert blocks.threads == {"dw-overlap-m0"}  # m1 waited for a slot and was never run
+    taker.join(timeout=10)
+
+
+def test_without_a_runner_for_machines_only_checks_run_ahead() -> None:
+    waits = _Waits()
+    overlap = Overlap(waits, limit=2)
+    ahead = [("dw::c0", _check("c0")), ("dw::m0", _machine("m0"))]
+    waits.release.set()
+    try:
+        assert not overlap.blocks()
+        overlap.take("dw::c0", ahead)
+        with pytest.raises(KeyError):  # never started ahead: nothing to take
+            overlap.take("dw::m0", [])
+    finally:
+        overlap.close()
+
+
+def _swallow(fn: Any) -> None:
+    with contextlib.suppress(concurrent.futures.CancelledError):  # the item's check, cancelled as the run stops
+        fn()
