@@ -77,6 +77,7 @@ class Overlap:
         if block is not None:
             one_parse_at_a_time()
         self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
         self.limit = limit
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dw-overlap", daemon=True)
@@ -89,14 +90,20 @@ class Overlap:
     def take(self, test_id: str, ahead: Sequence[tuple[str, Check]]) -> list[Record]:
         """The records of the check ``test_id``: started now unless it already was, with every check of
         ``ahead`` (the run's next items, in order, that may overlap it) not yet started; then awaited."""
-        for other_id, entry in ahead:
-            if other_id in self._futures:
-                continue
-            if entry.kind is Kind.CHECK:
-                self._futures[other_id] = asyncio.run_coroutine_threadsafe(self._gated(entry), self._loop)
-            elif self._block is not None:
-                self._futures[other_id] = self._in_thread(entry, self._block)
-        future = self._futures.pop(test_id)
+        with self._lock:  # close() may run on another thread (an interrupt) while items are being started
+            if not self._closing.is_set():
+                for other_id, entry in ahead:
+                    if other_id in self._futures:
+                        continue
+                    if entry.kind is Kind.CHECK:
+                        self._futures[other_id] = asyncio.run_coroutine_threadsafe(self._gated(entry), self._loop)
+                    elif self._block is not None:
+                        self._futures[other_id] = self._in_thread(entry, self._block)
+            future = self._futures.pop(test_id, None)
+        if future is None and self._closing.is_set():  # the run stopped while this item was being started
+            raise concurrent.futures.CancelledError
+        if future is None:
+            raise KeyError(test_id)
         return future.result()
 
     def blocks(self) -> bool:
@@ -105,18 +112,21 @@ class Overlap:
 
     def drain(self) -> None:
         """Wait until no check started ahead is still running (before an item that must run alone)."""
-        for future in list(self._futures.values()):
-            concurrent.futures.wait([future])
+        with self._lock:
+            started = list(self._futures.values())
+        concurrent.futures.wait(started)
 
     def close(self) -> None:
         """Cancel the checks started ahead that nobody will take (the run stopped), then stop the loop."""
-        self._closing.set()  # a check that gets a slot while the others are being cancelled does not start
-        for future in self._futures.values():
-            future.cancel()
-        self._futures.clear()
+        with self._lock:
+            self._closing.set()  # an item that gets a slot while the others are being cancelled does not start
+            for future in self._futures.values():
+                future.cancel()
+            self._futures.clear()
+            threads = list(self._threads)
         if self._stop is not None:
             self._stop()
-        for thread in self._threads:  # each ends at its next request (a long poll's hold at most)
+        for thread in threads:  # each ends at its next request (a long poll's hold at most)
             thread.join(timeout=30)
         if self._loop.is_running():
 
@@ -156,6 +166,6 @@ class Overlap:
                     future.set_exception(exc)
 
         thread = threading.Thread(target=run, name=f"dw-overlap-{entry.name}", daemon=True)
-        self._threads.append(thread)
         thread.start()
+        self._threads.append(thread)
         return future
