@@ -1,6 +1,6 @@
 """The official SDK 2.12.0 against the capabilities the seed names beyond the basics: a child started without
-a parent-close policy, activities in a worker session through the SDK's own session API, and one token for
-both planes.
+a parent-close policy, activities in a worker session through the SDK's own session API, an activity's
+heartbeat_timeout, and one token for both planes.
 
 One reference server for the module, started with role tokens **and** the full-access token
 (``--auth-token``); every SDK client here is configured with the single full-access token
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import pytest
 durable_workflow = pytest.importorskip("durable_workflow")
 
 from durable_workflow import Client, WorkflowCancelled, activity, workflow  # noqa: E402
+from durable_workflow.activity import ActivityLeaseAuthorityLost  # noqa: E402
 from durable_workflow.cancellation import ParentClosePolicy  # noqa: E402
 from durable_workflow.worker_session import WorkerSessionOptions  # noqa: E402
 
@@ -116,6 +118,53 @@ class CooperativeParentWorkflow:
     def run(self, ctx: Any) -> Any:
         result = yield ctx.start_child_workflow(
             "caps.cooperative-kid", [], parent_close_policy=ParentClosePolicy.REQUEST_CANCELLATION
+        )
+        return result
+
+
+# Each attempt of caps.stall: (attempt number, how it ended).
+STALLS: list[tuple[int, str]] = []
+
+
+@activity.defn(name="caps.stall")
+async def stall() -> str:
+    """Attempt 1 heartbeats once and then goes quiet for longer than its heartbeat_timeout; its next heartbeat is
+    refused. Attempt 2 answers at once."""
+    ctx = activity.context()
+    number = ctx.info.attempt_number
+    if number > 1:
+        # Heartbeating, it waits for attempt 1 to hear of its timeout, so that attempt is told about itself and
+        # not about a run that closed meanwhile.
+        while not STALLS:
+            await ctx.heartbeat()
+            await asyncio.sleep(0.25)
+        STALLS.append((number, "completed"))
+        return f"attempt {number}"
+    await ctx.heartbeat()
+    await asyncio.sleep(HEARTBEAT_TIMEOUT + 2)
+    try:
+        await ctx.heartbeat()
+    except ActivityLeaseAuthorityLost:
+        STALLS.append((number, "timed out"))
+        raise
+    STALLS.append((number, "kept running"))
+    return "attempt 1 kept running"
+
+
+HEARTBEAT_TIMEOUT = 2
+
+
+@workflow.defn(name="caps.heartbeat-timeout")
+class HeartbeatTimeoutWorkflow:
+    """One activity with heartbeat_timeout 2 s and two attempts."""
+
+    def run(self, ctx: Any) -> Any:
+        result = yield ctx.schedule_activity(
+            "caps.stall",
+            [],
+            start_to_close_timeout=60,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy={"max_attempts": 2, "backoff_seconds": [0]},
         )
         return result
 
@@ -297,3 +346,56 @@ def test_a_client_requests_cooperative_cancellation_through_the_sdk(auth_server:
             assert "CooperativeCancellationDelivered" in [e["event_type"] for e in events]
 
     run(scenario())
+
+
+def test_an_activity_whose_heartbeats_stop_is_timed_out_and_retried(auth_server: AuthServer) -> None:
+    """An SDK activity scheduled with heartbeat_timeout 2 s that stops heartbeating: the server times the attempt
+    out (the SDK's next heartbeat is refused) and retries it; the workflow gets attempt 2's result."""
+
+    refused = _Refusals()
+    logging.getLogger("durable_workflow.worker").addFilter(refused)
+
+    async def scenario() -> None:
+        queue = unique("caps-heartbeat-q")
+        async with (
+            one_token_client(auth_server) as client,
+            running_worker(client, queue, workflows=[HeartbeatTimeoutWorkflow], activities=[stall]) as (_, worker_task),
+        ):
+            handle = await client.start_workflow(
+                workflow_type="caps.heartbeat-timeout", task_queue=queue, workflow_id=unique("caps-heartbeat")
+            )
+            assert await handle.result(timeout=WAIT_DEADLINE) == "attempt 2"
+            events = await history_events(handle)
+            [retry] = [e["payload"] for e in events if e["event_type"] == "ActivityRetryScheduled"]
+            assert retry["timeout_type"] == "heartbeat"
+
+            async def seen() -> list[tuple[int, str]]:
+                return sorted(STALLS)
+
+            # Attempt 1 learns of its timeout at its next heartbeat, which may come after attempt 2 completed.
+            ended = await poll_until(worker_task, seen, lambda got: len(got) == 2, lambda got: f"attempts: {got}")
+            assert ended == [(1, "timed out"), (2, "completed")]
+
+    try:
+        run(scenario())
+    finally:
+        logging.getLogger("durable_workflow.worker").removeFilter(refused)
+    # The SDK's one warning is the timed-out attempt being told it cannot continue, for a reason of its own.
+    assert len(refused.reasons) == 1, refused.reasons
+    assert not refused.reasons[0].startswith("run_"), refused.reasons
+
+
+class _Refusals(logging.Filter):
+    """Takes the SDK's "cannot continue after heartbeat" warnings out of the log, keeping their reasons."""
+
+    MESSAGE = "activity %s cannot continue after heartbeat: %s"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self.MESSAGE and isinstance(record.args, tuple):
+            self.reasons.append(str(record.args[1]))
+            return False
+        return True
