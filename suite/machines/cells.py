@@ -26,10 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SESSION_CLOCK_OPERATIONS",
+    "Calls",
     "Plan",
     "SweepInstance",
     "attempt_actor",
     "attempt_state",
+    "one_change_each",
     "plan_cold_cells",
     "run_state",
     "session_actor",
@@ -40,7 +42,8 @@ __all__ = [
 ]
 
 # Per cover state, the instances a sweep makes: each the (operation, actor) calls made on one entity in that state.
-Plan = dict[str, list[list[tuple[str, Actor]]]]
+Calls = list[tuple[str, Actor]]
+Plan = dict[str, list[Calls]]
 
 _CLOSED_TASK = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "run_closed"}
 
@@ -169,30 +172,46 @@ def update_state(run: MessageRun, update_id: str) -> str | None:
     return None
 
 
+def one_change_each(state: str, keep: Calls, ending: Calls) -> list[Calls]:
+    """The usual instances of a state: the calls that leave the entity as it is, then the first that changes it;
+    every further changing call an instance of its own."""
+    return [keep + ending[:1], *([oa] for oa in ending[1:])]
+
+
 def plan_cold_cells(
     entity: str,
     states: Sequence[str],
     order: Sequence[str],
     changes: Callable[[str, str, Actor], bool],
     hits: Mapping[str, int],
+    *,
+    swept: Callable[[str, str], bool] | None = None,
+    holder_last: bool = False,
+    arrange: Callable[[str, Calls, Calls], list[Calls]] = one_change_each,
 ) -> Plan:
     """The reachable cells of ``entity`` in ``states`` that ``hits`` has not counted, for the operations in
-    ``order``, as the instances a sweep makes: per state, the calls in ``order``, the one call that ``changes``
-    the entity (it ends the instance) last, and every further changing call an instance of its own."""
+    ``order`` (and, where given, those ``swept(state, operation)`` allows), as the instances a sweep makes. Per
+    state the cold calls go in ``order`` (with ``holder_last``, the holder's after the others' of the same
+    operation), split into those that leave the entity as it is and those that ``changes`` (each ends an
+    instance), and ``arrange`` makes the instances of them."""
     model = next(e for e in ENTITIES if e.name == entity)
     plan: Plan = {}
     for state in states:
         cold = [
             (c.operation, c.actor)
             for c in cells(model)
-            if c.state == state and c.ruled_out is None and c.operation in order and not hits.get(c.key)
+            if c.state == state
+            and c.ruled_out is None
+            and c.operation in order
+            and (swept is None or swept(state, c.operation))
+            and not hits.get(c.key)
         ]
         if not cold:
             continue
-        cold.sort(key=lambda oa: order.index(oa[0]))
+        cold.sort(key=lambda oa: (order.index(oa[0]), holder_last and oa[1] is Actor.HOLDER))
         keep = [oa for oa in cold if not changes(state, *oa)]
         ending = [oa for oa in cold if changes(state, *oa)]
-        plan[state] = [keep + ending[:1], *([oa] for oa in ending[1:])]
+        plan[state] = arrange(state, keep, ending)
     return plan
 
 

@@ -17,17 +17,19 @@ query lease, not reached (the matrix says so).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from suite.client import Reply
 from suite.outcomes import HarnessError
-from suite.protocol.coverage import ENTITIES, Actor, cells
+from suite.protocol.coverage import Actor
 from suite.protocol.fencing import QueryTaskView, parse_rfc3339
 from suite.protocol.lifecycles import QueryTaskStatus
 
 from .base import EXPIRY_STEP, note
+from .cells import Calls, Plan, one_change_each, plan_cold_cells
 from .query_worker import outcome_of, settle
 
 # The machine is suite.machines.queries_signals', which imports this module: typed loosely.
@@ -48,36 +50,28 @@ def _changes(state: str, operation: str, actor: Actor) -> bool:
     return state == "leased" and actor is Actor.HOLDER and operation in ("complete", "fail")
 
 
-def cold_plan(hits: dict[str, int] | Any) -> dict[str, list[list[tuple[str, Actor]]]]:
+def _swept(state: str, operation: str) -> bool:
+    # A pending task is named by a worker only after a lease lapsed: its reports are not planned here.
+    return not (state == "pending" and operation in ("complete", "fail"))
+
+
+def _arrange(state: str, keep: Calls, ending: Calls) -> list[Calls]:
+    polls = [oa for oa in keep if oa[0] == "poll"]
+    if state != "leased" or not polls or len(keep) == len(polls):
+        return one_change_each(state, keep, ending)
+    # The holder's answer lands right after the reports and the run's close: the polls, which hold the
+    # target's clock, go with the instance that waits out the caller's deadline anyway.
+    keep = [oa for oa in keep if oa[0] != "poll"]
+    ending = [oa for oa in ending if oa[0] != "time_out"] + [*polls, ("time_out", Actor.CLOCK)]
+    return [keep + ending[:1], *([oa] for oa in ending[1 : -1 - len(polls)]), ending[-1 - len(polls) :]]
+
+
+def cold_plan(hits: Mapping[str, int]) -> Plan:
     """Per state, the instances to make: each a list of (operation, actor), the one call that changes the task
     (if any) last. A pending task is named by a worker only after a lease lapsed: not planned here."""
-    entity = next(e for e in ENTITIES if e.name == "query_task")
-    plan: dict[str, list[list[tuple[str, Actor]]]] = {}
-    for state in SWEPT_STATES:
-        cold = [
-            (c.operation, c.actor)
-            for c in cells(entity)
-            if c.state == state
-            and c.ruled_out is None
-            and c.operation != "expire"
-            and not (state == "pending" and c.operation in ("complete", "fail"))
-            and not hits.get(c.key)
-        ]
-        cold.sort(key=lambda oa: (ORDER.index(oa[0]), oa[1] is Actor.HOLDER))
-        keep = [oa for oa in cold if not _changes(state, *oa)]
-        ending = [oa for oa in cold if _changes(state, *oa)]
-        polls = [oa for oa in keep if oa[0] == "poll"]
-        if state == "leased" and polls and len(keep) > len(polls):
-            # The holder's answer lands right after the reports and the run's close: the polls, which hold the
-            # target's clock, go with the instance that waits out the caller's deadline anyway.
-            keep = [oa for oa in keep if oa[0] != "poll"]
-            ending = [oa for oa in ending if oa[0] != "time_out"] + [*polls, ("time_out", Actor.CLOCK)]
-            instances = [keep + ending[:1], *([oa] for oa in ending[1 : -1 - len(polls)]), ending[-1 - len(polls) :]]
-        else:
-            instances = [keep + ending[:1], *([oa] for oa in ending[1:])] if cold else []
-        if instances:
-            plan[state] = instances
-    return plan
+    return plan_cold_cells(
+        "query_task", SWEPT_STATES, ORDER, _changes, hits, swept=_swept, holder_last=True, arrange=_arrange
+    )
 
 
 @dataclass(eq=False)

@@ -25,6 +25,7 @@ from typing import Any
 from suite.protocol.coverage import ENTITIES, Actor, cells
 
 from .base import EXPIRY_STEP
+from .cells import plan_cold_cells
 from .sessions import LEASE, ShadowSession
 
 # The machine is suite.machines.sessions', which imports this module: typed loosely so they do not import each
@@ -34,7 +35,6 @@ SessionMachine = Any
 __all__ = ["RECIPES", "cold_plan", "sweep_cold_cells"]
 
 ORDER = ("heartbeat", "close", "create")
-SWEPT_OPERATIONS = frozenset(ORDER)
 SHORT = 1  # seconds: the lease (or TTL) a sweep session lets lapse
 TTL = 5  # seconds: an absolute TTL that ends after a first lapse, and the calls after it, by more than the margin
 
@@ -101,21 +101,13 @@ def cold_plan(hits: dict[str, int] | Any) -> list[tuple[Recipe, str, list[tuple[
     """The instances to make: (recipe, state, calls), each call list with the one call that changes the session
     (if any) last; then one instance per cold clock cell, with a heartbeat by the holder as its call."""
     entity = next(e for e in ENTITIES if e.name == "worker_session")
-    reachable = {c.key: c for c in cells(entity) if c.ruled_out is None}
+    reachable = {c.key for c in cells(entity) if c.ruled_out is None}
     plan: list[tuple[Recipe, str, list[tuple[str, Actor]]]] = []
     covered: set[tuple[str, str]] = set()
-    for state, recipe in RECIPES.items():
-        cold = [
-            (c.operation, c.actor)
-            for c in reachable.values()
-            if c.state == state and c.operation in SWEPT_OPERATIONS and not hits.get(c.key)
-        ]
-        cold.sort(key=lambda oa: ORDER.index(oa[0]))
-        keep = [oa for oa in cold if not _changes(state, *oa)]
-        ending = [oa for oa in cold if _changes(state, *oa)]
-        for calls in [keep + ending[:1], *([oa] for oa in ending[1:])] if cold else []:
-            plan.append((recipe, state, calls))
-            covered.update(recipe.clock)
+    for state, instances in plan_cold_cells("worker_session", list(RECIPES), ORDER, _changes, hits).items():
+        recipe = RECIPES[state]
+        plan.extend((recipe, state, calls) for calls in instances)
+        covered.update(recipe.clock)
     for (state, event), recipe in CLOCK_RECIPES.items():
         key = f"worker_session/{state}/{event}/{Actor.CLOCK}"
         if key in reachable and not hits.get(key) and (state, event) not in covered:

@@ -13,10 +13,13 @@ every answer and the history oracle every history read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from suite.protocol.coverage import ENTITIES, Actor, cells
+from suite.protocol.coverage import Actor
+
+from .cells import Plan, plan_cold_cells
 
 # The machine is suite.machines.queries_signals', which imports this module: typed loosely so they do not
 # import each other.
@@ -35,24 +38,10 @@ def _changes(state: str, operation: str, actor: Actor) -> bool:
     return state == "accepted" and actor is Actor.HOLDER
 
 
-def cold_plan(hits: dict[str, int] | Any) -> dict[str, list[list[tuple[str, Actor]]]]:
+def cold_plan(hits: Mapping[str, int]) -> Plan:
     """Per state, the instances to make: each a list of (operation, actor), the one call that changes the
     update (if any) last."""
-    entity = next(e for e in ENTITIES if e.name == "update")
-    plan: dict[str, list[list[tuple[str, Actor]]]] = {}
-    for state in SWEPT_STATES:
-        cold = [
-            (c.operation, c.actor)
-            for c in cells(entity)
-            if c.state == state and c.ruled_out is None and not hits.get(c.key)
-        ]
-        cold.sort(key=lambda oa: (ORDER.index(oa[0]), oa[1] is Actor.HOLDER))
-        keep = [oa for oa in cold if not _changes(state, *oa)]
-        ending = [oa for oa in cold if _changes(state, *oa)]
-        instances = [keep + ending[:1], *([oa] for oa in ending[1:])] if cold else []
-        if instances:
-            plan[state] = instances
-    return plan
+    return plan_cold_cells("update", SWEPT_STATES, ORDER, _changes, hits, holder_last=True)
 
 
 @dataclass(eq=False)
