@@ -784,6 +784,22 @@ async def timeout_records_timed_out(ctx: CheckContext) -> None:
     await lease_resume(ctx, run, requirement=req, why="a terminal activity timeout wakes the workflow")
 
 
+def _require_retry(
+    ctx: CheckContext, first: dict[str, Any], second: dict[str, Any], what: str, requirement: str
+) -> None:
+    """``second`` is the retry of ``first``, a timed-out attempt: attempt 2 of the same execution, on a new task
+    (a lease expiry would redeliver the same task_id instead)."""
+    ctx.require(
+        second.get("attempt_number") == 2
+        and second.get("activity_execution_id") == first.get("activity_execution_id")
+        and second.get("task_id") != first.get("task_id"),
+        f"{what}, a new task",
+        expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
+        received=task_summary(second),
+        requirement=requirement,
+    )
+
+
 @check("TIMEOUT-SCHEDULE-TO-CLOSE-TERMINAL")
 async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
     """A start_to_close timeout with attempts left is retried: attempt 2 arrives as a new task."""
@@ -794,13 +810,8 @@ async def timeout_start_to_close_retries(ctx: CheckContext) -> None:
     )
     first = await lease_activity(ctx, run)
     second = await lease_activity(ctx, run, within=1 + READY_WITHIN, requirement=req)
-    ctx.require(
-        second.get("attempt_number") == 2
-        and second.get("activity_execution_id") == first.get("activity_execution_id")
-        and second.get("task_id") != first.get("task_id"),
-        "a timed-out attempt with attempts left is retried as attempt 2 of the same execution (new task)",
-        expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
-        received=task_summary(second),
+    _require_retry(
+        ctx, first, second, "a timed-out attempt with attempts left is retried as attempt 2 of the same execution", req
     )
 
 
@@ -894,14 +905,12 @@ async def timeout_heartbeat_enforced(ctx: CheckContext) -> None:
     # The heartbeats stop: within the gap (and the time a server takes to notice), attempt 2 arrives as a retry,
     # a new task. A lease expiry would redeliver the same task_id instead.
     second = await lease_activity(ctx, run, within=gap + READY_WITHIN, requirement=HEARTBEAT)
-    ctx.require(
-        second.get("attempt_number") == 2
-        and second.get("activity_execution_id") == first.get("activity_execution_id")
-        and second.get("task_id") != first.get("task_id"),
-        "an attempt whose heartbeats stopped is timed out and retried as attempt 2 of its execution, a new task",
-        expected=f"attempt 2 of {first.get('activity_execution_id')}, task_id != {first.get('task_id')}",
-        received=task_summary(second),
-        requirement=HEARTBEAT,
+    _require_retry(
+        ctx,
+        first,
+        second,
+        "an attempt whose heartbeats stopped is timed out and retried as attempt 2 of its execution",
+        HEARTBEAT,
     )
     reply = await activity_call(ctx, first, "heartbeat", {"message": "too late"})
     ctx.require(
