@@ -25,13 +25,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .outcomes import Kind
 from .processes import read_url, stop_process, stop_restarted, write_restart_spec
 from .reports import render_mutants_page
 from .settings import SEED_ENV
@@ -562,13 +563,20 @@ def run_first_failures(
     python: str = sys.executable,
     timeout: float = 900.0,
     progress: Callable[[MutantResult], None] | None = None,
+    real_time: bool = False,
+    time_driven: bool = False,
 ) -> FirstFailures:
     """``pytest -x`` of the whole suite against every fault (or those in ``only``), ``jobs`` at a time.
 
     ``python`` chooses the installation, suite and reference server alike: another checkout's interpreter
-    measures that version the same way (its own faults, embedded server options and order).
+    measures that version the same way (its own faults, embedded server options and order). ``real_time``: the
+    runs wait in real time (``--real-time``), as against a server without a test clock; ``time_driven``: only the
+    faults :func:`time_driven_faults` names.
     """
     mutants = _selected(list_faults(python), only)
+    if time_driven:
+        driven = time_driven_faults({m.name: m.kills for m in mutants})
+        mutants = [m for m in mutants if m.name in driven]
     report_dir = Path(report_dir).resolve()
     started_at = datetime.now(UTC).isoformat()
     started = time.monotonic()
@@ -581,7 +589,7 @@ def run_first_failures(
             python=python,
             timeout=timeout,
             proxy=m.proxy,
-            selection=("-x",),
+            selection=("-x", "--real-time") if real_time else ("-x",),
             folder="first-failures",
         )
         if progress is not None:
@@ -591,6 +599,27 @@ def run_first_failures(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         runs = list(pool.map(one, mutants))
     return FirstFailures(started_at, time.monotonic() - started, jobs, python, runs)
+
+
+# A check waits on the target's time when it takes at least this much longer in real time than with the test
+# clock (suite/costs.json): it waits for a lease, a timer, a timeout or a long poll's hold.
+WAITS_SECONDS = 1.0
+
+
+def time_driven_faults(kills: Mapping[str, Sequence[str]]) -> list[str]:
+    """The faults (name → the requirements that kill it) at least one of whose requirements is judged by a check
+    that waits on the target's time: the faults whose first failure a run without a test clock waits for."""
+    from .ordering import costs
+    from .registry import entries
+
+    real, clocked = costs()["real-time"], costs()["test-clock"]
+    waiting = {
+        requirement
+        for entry in entries()
+        if entry.kind is Kind.CHECK and real.get(entry.test_id, 0.0) - clocked.get(entry.test_id, 0.0) >= WAITS_SECONDS
+        for requirement in entry.requirements
+    }
+    return sorted(name for name, reqs in kills.items() if waiting & set(reqs))
 
 
 def _selected(mutants: list[Mutant], only: Sequence[str]) -> list[Mutant]:
@@ -646,6 +675,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(median and worst seconds until the first failure) in first-failures.json.",
     )
     p.add_argument(
+        "--real-time",
+        action="store_true",
+        help="With --first-failure: the runs wait in real time (pytest --real-time), as against a server without a "
+        "test clock.",
+    )
+    p.add_argument(
+        "--time-driven",
+        action="store_true",
+        help="With --first-failure: only the faults one of whose requirements is judged by a check that waits on "
+        "the target's time (1 s or more longer in real time than with the test clock, by suite/costs.json).",
+    )
+    p.add_argument(
         "--python",
         default=sys.executable,
         help="The interpreter whose suite and reference server are measured (default this one), e.g. another "
@@ -668,7 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "progress": progress,
     }
     if args.first_failure:
-        return _first_failure_main(common)
+        return _first_failure_main({**common, "real_time": args.real_time, "time_driven": args.time_driven})
+    if args.real_time or args.time_driven:
+        p.error("--real-time and --time-driven go with --first-failure")
     matrix = _or_usage_error(lambda: run_matrix(full=args.full, **common))
     if matrix is None:
         return 2

@@ -26,6 +26,7 @@ from suite.mutants import (
     judge_run,
     list_faults,
     run_matrix,
+    time_driven_faults,
     write_matrix,
 )
 from suite.mutants import main as mutants_main
@@ -209,3 +210,23 @@ def test_first_failures_name_a_fault_the_whole_suite_passes() -> None:
     assert doc["summary"]["no_verdict"] == ["e"]  # a harness error stopped the run: never called a pass
     assert doc["summary"]["first_failure_seconds"] == {"median": 0.5, "worst": 0.5}
     assert doc["summary"]["run_seconds"] == {"median": 2.0, "worst": 2.0}
+
+
+def test_time_driven_faults_are_those_a_check_that_waits_on_the_targets_time_judges() -> None:
+    # LONGPOLL-CLAMP-MAX's check holds a long poll for its clamp (seconds in real time, none with the test clock);
+    # VERSION-MISSING's answers at once either way.
+    kills = {
+        "held": ("LONGPOLL-CLAMP-MAX",),
+        "at-once": ("VERSION-MISSING",),
+        "both": ("VERSION-MISSING", "LONGPOLL-CLAMP-MAX"),
+    }
+    assert time_driven_faults(kills) == ["both", "held"]
+
+
+def test_real_time_and_time_driven_are_options_of_the_first_failure_mode_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        mutants_main(["--real-time"])
+    assert stopped.value.code == 2
+    assert "--real-time and --time-driven go with --first-failure" in capsys.readouterr().err
