@@ -16,6 +16,8 @@ Faults (``SPEC`` is ``name=probability`` items joined by commas, ``none`` for a 
     reset_long_poll    on a .../poll route: reset (RST) the client while the target's long poll is pending,
                        and keep that upstream request open so the target may still grant a lease
     truncate_body      answer with Content-Length larger than the bytes sent, then close
+    latency            not a fault: hold every answer exactly N ms (latency=N), as a distant target's round
+                       trip would; it draws nothing, so the faults' sequence for a seed is the same with it
 
 The client-visible outcome of drop_response and reset_long_poll is a connection error after the target
 may have committed: "a response that never arrived is maybe applied". The answers the client never saw are
@@ -118,14 +120,19 @@ class FaultSpec:
     probabilities: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     max_delay_ms: float = DEFAULT_MAX_DELAY_MS
     reorder_window_ms: float = DEFAULT_REORDER_WINDOW_MS
+    latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name, p in self.probabilities.items():
             if name not in FAULTS:
-                raise ValueError(f"unknown fault {name!r}; use one of {', '.join(FAULTS)}")
+                raise ValueError(f"unknown fault {name!r}; use one of {', '.join(FAULTS)}, or latency=MS")
             if not (isinstance(p, int | float) and math.isfinite(p) and 0.0 <= p <= 1.0):
                 raise ValueError(f"fault {name}: probability {p!r} is not a number from 0 to 1")
-        for label, value in (("delay", self.max_delay_ms), ("reorder", self.reorder_window_ms)):
+        for label, value in (
+            ("delay", self.max_delay_ms),
+            ("reorder", self.reorder_window_ms),
+            ("latency", self.latency_ms),
+        ):
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"fault {label}: {value!r} ms is not a non-negative number of milliseconds")
         object.__setattr__(self, "probabilities", MappingProxyType(dict(self.probabilities)))
@@ -141,20 +148,26 @@ class FaultSpec:
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
         """``drop_response=0.05,delay=0.1:500,reorder=0.05:50`` (``:N`` only on delay and reorder), ``none``, or
-        ``standard`` (:data:`STANDARD_FAULTS`)."""
+        ``standard`` (:data:`STANDARD_FAULTS`); ``latency=N`` among them holds every answer N ms."""
         text = text.strip()
         if text.lower() in ("", "none"):
             return cls()
         if text.lower() == "standard":
             text = STANDARD_FAULTS
         probabilities: dict[str, float] = {}
-        max_delay, window = DEFAULT_MAX_DELAY_MS, DEFAULT_REORDER_WINDOW_MS
+        max_delay, window, latency = DEFAULT_MAX_DELAY_MS, DEFAULT_REORDER_WINDOW_MS, 0.0
         for item in text.split(","):
             name, eq, value = (part.strip() for part in item.partition("="))
             if not eq or not name or not value:
                 raise ValueError(f"fault item {item.strip()!r}: write name=probability, e.g. drop_response=0.05")
+            if name == "latency":
+                try:
+                    latency = float(value)
+                except ValueError:
+                    raise ValueError(f"latency={value}: write latency=MS, e.g. latency=150") from None
+                continue
             if name not in FAULTS:
-                raise ValueError(f"unknown fault {name!r} in {text!r}; use one of {', '.join(FAULTS)}")
+                raise ValueError(f"unknown fault {name!r} in {text!r}; use one of {', '.join(FAULTS)}, or latency=MS")
             if name in probabilities:
                 raise ValueError(f"fault {name} is given twice in {text!r}; give each fault once")
             prob, colon, param = value.partition(":")
@@ -169,7 +182,7 @@ class FaultSpec:
                 max_delay = ms
             elif ms is not None:
                 window = ms
-        return cls(probabilities, max_delay_ms=max_delay, reorder_window_ms=window)
+        return cls(probabilities, max_delay_ms=max_delay, reorder_window_ms=window, latency_ms=latency)
 
     def __str__(self) -> str:
         items = []
@@ -182,6 +195,8 @@ class FaultSpec:
             elif name == "reorder":
                 item += f":{self.reorder_window_ms:g}"
             items.append(item)
+        if self.latency_ms:
+            items.append(f"latency={self.latency_ms:g}")
         return ",".join(items) or "none"
 
 
@@ -849,6 +864,8 @@ class _Session:
         if plan.delay_ms is not None and plan.delay_response:
             proxy._fire(plan, "delay", request, f"held the response {plan.delay_ms:.0f} ms")
             await asyncio.sleep(plan.delay_ms / 1000)
+        if proxy.spec.latency_ms:
+            await asyncio.sleep(proxy.spec.latency_ms / 1000)  # every answer, after any fault's own hold
         if plan.truncate_at is not None and reply.body and request.method != "HEAD":
             data = _truncated(reply, plan.truncate_at)
             proxy._fire(plan, "truncate_body", request, f"{reply.status} with {len(reply.body)}-byte body cut short")

@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -164,6 +165,8 @@ def test_spec_parses_and_prints_back() -> None:
         ("drop_response=x", "must be numbers"),
         ("drop_response=0.1,drop_response=0.2", "given twice"),
         ("truncate_body=0.1:5", "takes no ':N' parameter"),
+        ("latency=soon", "write latency=MS"),
+        ("latency=-5", "not a non-negative number of milliseconds"),
     ],
 )
 def test_bad_spec_says_what_to_write(spec: str, message: str) -> None:
@@ -421,6 +424,27 @@ async def test_delay_holds_and_still_delivers(upstream: EchoUpstream, proxy: Fau
             assert (await client.post("/echo", content=b"%d" % i)).content == b"%d" % i
     assert proxy.counts["delay"] == 5
     assert all(e.detail.startswith(("held the request", "held the response")) for e in proxy.events)
+
+
+def test_latency_is_no_fault_and_prints_back() -> None:
+    spec = parse_faults("latency=150")
+    assert spec.latency_ms == 150
+    assert spec.probabilities == {}
+    assert str(spec) == "latency=150"
+    assert parse_faults("drop_response=0.1,latency=20") == FaultSpec({"drop_response": 0.1}, latency_ms=20)
+    # It draws nothing: a seed plans the same faults with it and without it.
+    plain, slow = FaultPlanner(parse_faults("delay=0.5"), 7), FaultPlanner(parse_faults("delay=0.5,latency=150"), 7)
+    assert [plain.plan("/a") for _ in range(20)] == [slow.plan("/a") for _ in range(20)]
+
+
+@with_echo("latency=150")
+async def test_latency_holds_every_answer_and_fires_no_fault(upstream: EchoUpstream, proxy: FaultProxy) -> None:
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        for i in range(3):
+            started = time.monotonic()
+            assert (await client.post("/echo", content=b"%d" % i)).content == b"%d" % i
+            assert time.monotonic() - started >= 0.15
+    assert proxy.events == []
 
 
 @with_echo("reorder=1:10000")
