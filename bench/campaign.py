@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,34 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.processes import read_url, stop_process, stop_restarted, write_restart_spec  # noqa: E402
+from suite.processes import read_url, start_redis, stop_process, stop_restarted, write_restart_spec  # noqa: E402
 from suite.target import EMBEDDED_ARGS, REAL_TIME_ARGS  # noqa: E402
-
-
-def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    sock = folder / "redis.sock"
-    proc = subprocess.Popen(
-        [binary, "--port", "0", "--unixsocket", str(sock), "--dir", str(folder), "--save", ""],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    import redis
-
-    url = f"unix://{sock}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.RedisError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise SystemExit("redis-server did not start") from None
-            time.sleep(0.05)
-
 
 servers: dict[int, str] = {}  # the pid of each server started, to its name
 
@@ -200,7 +173,10 @@ def main() -> int:
     try:
         url = opts.redis
         if url is None:
-            redis_proc, url = start_redis(folder)
+            try:
+                redis_proc, url = start_redis(folder)
+            except RuntimeError as exc:
+                raise SystemExit(str(exc)) from None
         db = ["--example-db", url, "--example-db-target", opts.name]
         rows += run_workers(opts, folder, worker_targets(opts, folder, procs), db)
         for run, fault in (("ci", opts.fault), ("fixed", None)):

@@ -52,6 +52,7 @@ __all__ = [
     "main",
     "read_url",
     "restart",
+    "start_redis",
     "stop_process",
     "stop_restarted",
     "wait_until_served",
@@ -59,6 +60,34 @@ __all__ = [
 ]
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+
+
+def start_redis(folder: Path, timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server of one's own (a campaign's example database, for a bench or a test): on a Unix socket in
+    ``folder``, no TCP port, no snapshots. Returns the process and its URL once it answers a ping; RuntimeError
+    when redis-server is not installed or does not answer within ``timeout`` seconds."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    import redis  # optional (hypothesis[redis]): only a campaign's database needs it
+
+    sock = folder / "redis.sock"
+    proc = subprocess.Popen(
+        [binary, "--port", "0", "--unixsocket", str(sock), "--dir", str(folder), "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"unix://{sock}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return proc, url
+        except redis.RedisError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.05)
 
 
 def read_url(proc: subprocess.Popen[str], timeout: float) -> str | None:

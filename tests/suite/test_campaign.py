@@ -4,8 +4,6 @@ its own (no port to collide on) and a reference server (with a named fault where
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from suite.campaign import (
     target_identity,
     worker_seed,
 )
+from suite.processes import start_redis
 from suite.target import EMBEDDED_ARGS
 from tests.conftest import ServerProcess, run_suite
 from tests.suite.runs import UNREACHABLE, pytest_cli
@@ -36,28 +35,12 @@ SMALL = ("--machine-examples", "8", "--machine-steps", "20")
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """A redis-server of this test's own, on a Unix socket in its temporary directory."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed (.ci/run installs it: apt-get install redis-server)")
     folder = tmp_path / "redis"
     folder.mkdir()
-    sock = folder / "sock"
-    proc = subprocess.Popen(
-        [binary, "--port", "0", "--unixsocket", str(sock), "--dir", str(folder), "--save", ""],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"unix://{sock}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.RedisError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
+    try:
+        proc, url = start_redis(folder)
+    except RuntimeError as exc:
+        pytest.fail(f"{exc} (.ci/run installs it)")
     yield url
     proc.terminate()
     proc.wait(10)
