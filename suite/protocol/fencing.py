@@ -469,12 +469,13 @@ def activity_heartbeat_outcome(view: ActivityAttemptView, *, now: datetime) -> H
     """
     running = view.attempt_status is AttemptStatus.RUNNING
 
-    def stop(reason: str, cancel: bool, closes: AttemptEvent | None = None) -> HeartbeatDecision:
+    def decide(reason: str | None, cancel: bool, closes: AttemptEvent | None = None) -> HeartbeatDecision:
+        # No reason: the attempt is live, goes on, and the heartbeat is recorded; a reason stops it.
         return HeartbeatDecision(
-            can_continue=False,
+            can_continue=reason is None,
             cancel_requested=cancel,
             reason=reason,
-            heartbeat_recorded=False,
+            heartbeat_recorded=reason is None,
             run_closed_reason=view.run_closed_reason,
             run_closed_at=_ts(view.run_closed_at),
             closes_attempt=closes if running else None,
@@ -484,41 +485,34 @@ def activity_heartbeat_outcome(view: ActivityAttemptView, *, now: datetime) -> H
     # heartbeat gets `cancel_requested:true`, `can_continue:false`, `reason:"run_cancelled"|"run_terminated"`,
     # `run_closed_reason:"cancelled"|"terminated"` and a non-null `run_closed_at`".
     if view.run_status in _RUN_STOP:
-        return stop(_RUN_STOP[view.run_status], True, AttemptEvent.CANCEL)
+        return decide(_RUN_STOP[view.run_status], True, AttemptEvent.CANCEL)
     # "`run_closed` (completed or failed run) | false".
     if view.run_status in (RunStatus.COMPLETED, RunStatus.FAILED):
-        return stop("run_closed", False, AttemptEvent.CANCEL)
+        return decide("run_closed", False, AttemptEvent.CANCEL)
     # "`activity_cancelled` | true", "`task_cancelled` | true".
     if view.execution_status is ExecutionStatus.CANCELLED:
-        return stop("activity_cancelled", True, AttemptEvent.CANCEL)
+        return decide("activity_cancelled", True, AttemptEvent.CANCEL)
     if view.task_status is TaskStatus.CANCELLED:
-        return stop("task_cancelled", True, AttemptEvent.CANCEL)
+        return decide("task_cancelled", True, AttemptEvent.CANCEL)
     # "`stale_task` | false": a retry gave the execution a newer task than this one.
     if view.execution_current_task_id is not None and view.execution_current_task_id != view.task_id:
-        return stop("stale_task", False)
+        return decide("stale_task", False)
     # "`activity_not_running` | false".
     if view.execution_status is not ExecutionStatus.RUNNING:
-        return stop("activity_not_running", False)
+        return decide("activity_not_running", False)
     # "`task_not_leased` | false".
     if view.task_status is not TaskStatus.LEASED:
-        return stop("task_not_leased", False)
+        return decide("task_not_leased", False)
     # "`stale_attempt` | false": the task was redelivered to a newer attempt, or this attempt's lease ran out.
     if view.task_current_attempt_id != view.attempt_id:
-        return stop("stale_attempt", False)
+        return decide("stale_attempt", False)
     # "`attempt_closed` | false, or true if the attempt itself was cancelled".
     if not running:
-        return stop("attempt_closed", view.attempt_status is AttemptStatus.CANCELLED)
+        return decide("attempt_closed", view.attempt_status is AttemptStatus.CANCELLED)
     if view.lease_expires_at is None or view.lease_expires_at <= now:
-        return stop("stale_attempt", False, AttemptEvent.EXPIRE)
+        return decide("stale_attempt", False, AttemptEvent.EXPIRE)
     # "Live attempt: `can_continue:true`, `cancel_requested:false`, `heartbeat_recorded:true`."
-    return HeartbeatDecision(
-        can_continue=True,
-        cancel_requested=False,
-        reason=None,
-        heartbeat_recorded=True,
-        run_closed_reason=view.run_closed_reason,
-        run_closed_at=_ts(view.run_closed_at),
-    )
+    return decide(None, False)
 
 
 # ---------------------------------------------------------------------------------------------------------
