@@ -415,6 +415,8 @@ class ChildWorld:
     child_worker: str
     child: dict[str, Any]  # the child's first workflow task, leased
     started_at: datetime  # on the target's clock, once the start was acknowledged: the run started before
+    queue: str  # the parent's, and its worker there
+    worker: str
 
 
 async def parent_and_child(
@@ -435,7 +437,7 @@ async def parent_and_child(
     ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow")
     started_at = ctx.now()
     child = await lease_wf(ctx, child_worker, child_queue)
-    return ChildWorld(parent_id, parent_run, child_queue, child_worker, child, started_at)
+    return ChildWorld(parent_id, parent_run, child_queue, child_worker, child, started_at, queue, worker)
 
 
 async def parent_events(ctx: CheckContext, world: ChildWorld, event_type: str) -> list[dict[str, Any]]:
@@ -568,18 +570,8 @@ async def child_non_retryable_failure_not_retried(ctx: CheckContext) -> None:
     """A child with three attempts that fails non_retryable on its first: the parent is woken by ChildRunFailed with
     the child's message and exception_type, and no retry is scheduled."""
     req = "CHILD-FAILURE-NON-RETRYABLE"
-    queue, child_queue = ctx.uid("q"), ctx.uid("cq")
-    worker, child_worker = await ctx.register(queue), await ctx.register(child_queue)
-    workflow_id, run_id = await ctx.start(queue)
-    task = await lease_wf(ctx, worker, queue)
-    command = {
-        "type": "start_child_workflow",
-        "workflow_type": "conformance.Child",
-        "queue": child_queue,
-        "retry_policy": {"max_attempts": 3, "backoff_seconds": [0]},
-    }
-    ctx.expect(await ctx.complete(task, [command]), 200, what="complete with start_child_workflow (3 attempts)")
-    child_task = await lease_wf(ctx, child_worker, child_queue)
+    world = await parent_and_child(ctx, {"retry_policy": {"max_attempts": 3, "backoff_seconds": [0]}})
+    workflow_id, run_id, child_task = world.parent_id, world.parent_run, world.child
     failure = {"message": "child failed for good", "exception_type": "Conformance.Fatal"}
     closing = {"type": "fail_workflow", **failure, "exception_class": "ConformanceFatalError", "non_retryable": True}
     ctx.expect(await ctx.complete(child_task, [closing]), 200, what="the child's non-retryable fail_workflow")
@@ -601,5 +593,5 @@ async def child_non_retryable_failure_not_retried(ctx: CheckContext) -> None:
         received={"ChildRunFailed": [e.get("payload") for e in failed], "ChildWorkflowRetryScheduled": len(retried)},
         requirement=req,
     )
-    woken = await lease_wf(ctx, worker, queue, within=READY_WITHIN)
+    woken = await lease_wf(ctx, world.worker, world.queue, within=READY_WITHIN)
     ctx.require_equal(woken.get("run_id"), run_id, "the child's final failure wakes its parent", requirement=req)
