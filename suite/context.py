@@ -207,6 +207,17 @@ class CheckContext:
             requirement=requirement,
         )
 
+    def require_not_sooner(self, since: datetime, seconds: float, tolerance: float, message: str, after: str) -> None:
+        """Fail when less than ``seconds`` (minus ``tolerance``) passed on the target's clock from ``since`` to now:
+        what was just leased was held back too briefly (``after`` names what ``since`` marks)."""
+        elapsed = (self.now() - since).total_seconds()
+        self.require(
+            elapsed >= seconds - tolerance,
+            message,
+            expected=f">= {seconds - tolerance:g} s after {after}",
+            received=f"leased after {elapsed:.2f} s",
+        )
+
     def require_counts(
         self, events: list[dict[str, Any]], counts: Mapping[str, int], message: str, requirement: str | None = None
     ) -> None:
