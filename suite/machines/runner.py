@@ -432,8 +432,12 @@ def _explore(
 
 
 def _run(bound: type[MachineBase], seed: int, settings: hypothesis_settings) -> BaseException | None:
+    test = hypothesis_seed(seed)(get_state_machine_test(bound, settings=settings))
+    # Hypothesis' @seed also turns the example database off (a seeded run is taken for a reproduction); here the
+    # seed is the exploration's, and what a campaign finds must reach its database: the run keeps its settings.
+    setattr(test, "_hypothesis_internal_use_settings", settings)  # noqa: B010
     try:
-        hypothesis_seed(seed)(get_state_machine_test(bound, settings=settings))()
+        test()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from suite.campaign import (
+    HYPOTHESIS_PREFIX,
     KeyedDatabase,
     ReplayStore,
     check_program,
@@ -206,6 +207,9 @@ def test_a_failure_one_worker_found_is_replayed_by_a_read_only_run(
     assert len(stored) == 1
     assert stored[0]["worker"] == 0
     assert stored[0]["requirement"] == "FENCE-ATTEMPT"
+    # Hypothesis' own example database holds the failing example too (keyed by build, target and machine).
+    keys = [k for k in redis.Redis.from_url(redis_url).keys("*") if k.startswith(HYPOTHESIS_PREFIX)]
+    assert any(b":acme:workflow_leases:" in k for k in keys), keys
 
     started = time.monotonic()
     ci = _campaign(
