@@ -224,7 +224,7 @@ def _act(m: QuerySignalMachine, q: Query, calls: list[tuple[str, Actor]]) -> Non
             m.close_run(q.run, "cancel")
             if state is not None and not q.run.uncertain:
                 m.hit("query_task", state, "close_run", Actor.OPERATOR)
-            if q.view is None:
+            if q.view is None and not q.run.uncertain:
                 _judge_caller(m, q, 409, "QUERY-REJECTED-409", "a query pending when its run closes is refused")
         elif operation == "time_out":
             _wait_out(m, q)
@@ -243,13 +243,16 @@ def _wait_out(m: QuerySignalMachine, q: Query) -> None:
 
 def _judge_caller(m: QuerySignalMachine, q: Query, status: int, requirement: str, message: str) -> bool:
     """The caller's answer, judged: ``status`` (with a reason the examples' judges name); False when it never came
-    or the target answered that no worker is polling at all (a target's right before it waits)."""
+    or the target answered that no worker is polling at all (a target's right before it waits). A call the network
+    delivered again (its first answer lost) is not judged: the copy may have met another moment of the run."""
     try:
         reply = m.run(outcome_of(q.call))
     except HarnessError:
         q.run.uncertain = True
         return False
     note(reply.exchange.summary())
+    if reply.resent or q.run.uncertain:
+        return False
     if reply.reason == "query_worker_unavailable":
         return False
     m.expect_status(reply, status, requirement, message)

@@ -20,7 +20,7 @@ from typing import Any
 
 from suite.protocol.coverage import ENTITIES, Actor, cells
 from suite.protocol.lifecycles import RunEvent, TaskEvent, TaskStatus
-from suite.protocol.oracle import Kind
+from suite.protocol.oracle import Applied, Kind
 
 from .workflow_sweep import Instance, _on, _poll, _signal, _start
 
@@ -132,6 +132,10 @@ def _batch(m: WorkflowLeaseMachine, inst: Instance, op: str) -> None:
     reply = m.call(m.ctx.complete({"task_id": task.task_id}, [command], owner=task.owner, attempt=task.attempt))
     if reply is None:
         task.uncertain = inst.run.uncertain = True
+        if op != "continue_as_new":  # maybe applied: its history may show the batch, once
+            m.ack(inst.run.run_id, BATCHES[op][2], applied=Applied.MAYBE)
+        else:
+            m.ack(inst.run.run_id, Kind.CONTINUE_AS_NEW, applied=Applied.MAYBE)
         return
     got = m.judge(task, allowed, reply, f"complete ({op}, sweep)")
     m.hit_task(task, "complete", Actor.HOLDER, at, got)

@@ -51,6 +51,7 @@ class ShadowSession:
     ttl_until: datetime | None = None
     holders: list[str] = field(default_factory=list)  # every worker that held it, in order
     ttl_closed: bool = False  # its absolute TTL closed it
+    clock_cells: list[tuple[str, str]] = field(default_factory=list)  # clock events due, not yet shown by an answer
 
     @property
     def reacquired(self) -> bool:
@@ -124,7 +125,8 @@ class SessionMachine(MachineBase):
             session.status = advance(SESSION, session.status, due[0])
             session.ttl_closed = due[0] is SessionEvent.TTL_EXPIRE
             if before is not None:
-                self.hit("worker_session", before, SESSION_CLOCK_OPERATIONS[due[0]], Actor.CLOCK)
+                # Counted with the next judged answer (hit_session): an answer lost shows nothing.
+                session.clock_cells.append((before, SESSION_CLOCK_OPERATIONS[due[0]]))
             self.reached(
                 {SessionStatus.ORPHANED: "orphaned", SessionStatus.EXPIRED: "expired", SessionStatus.CLOSED: "ttl"}.get(
                     session.status, "failed"
@@ -133,6 +135,9 @@ class SessionMachine(MachineBase):
 
     def hit_session(self, session: ShadowSession, verb: str, worker: str) -> None:
         """Count a judged session call in its cell (the session as settled before the call)."""
+        for before, event in session.clock_cells:
+            self.hit("worker_session", before, event, Actor.CLOCK)
+        session.clock_cells.clear()
         state = session_state(session)
         if state is not None:
             self.hit("worker_session", state, verb, session_actor(session, worker, state))
