@@ -37,7 +37,8 @@ __all__ = ["DEFAULT_LIMIT", "Overlap", "one_parse_at_a_time"]
 # check registers its own workers on its own queues, so none of them binds across checks; --concurrency does.
 DEFAULT_LIMIT = 8
 
-_PARSING = threading.Lock()
+# Reentrant: a parse may run a finalizer (garbage collected mid-parse) that formats a traceback, which parses too.
+_PARSING = threading.RLock()
 
 
 def one_parse_at_a_time() -> None:

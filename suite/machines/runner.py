@@ -36,7 +36,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import CELLS, LEDGER, RUN, MachineBase, record_step
+from .base import CELLS, LEDGER, RUN, MachineBase, Stopped, record_step
 
 __all__ = ["Campaign", "MachineBudget", "MachineResult", "judged_cells", "run_machine"]
 
@@ -439,7 +439,7 @@ def _run(bound: type[MachineBase], seed: int, settings: hypothesis_settings) -> 
     try:
         test()
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt | Stopped):  # the run stopped: nothing to judge, nobody to tell
             raise
         return exc
     return None

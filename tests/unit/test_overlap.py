@@ -182,3 +182,24 @@ def test_without_a_runner_for_machines_only_checks_run_ahead() -> None:
 def _swallow(fn: Any) -> None:
     with contextlib.suppress(concurrent.futures.CancelledError):  # the item's check, cancelled as the run stops
         fn()
+
+
+def test_a_parse_run_from_inside_a_parse_on_the_same_thread_does_not_wait_for_itself() -> None:
+    """A parse may collect garbage whose finalizer formats a traceback, which parses again on the same thread:
+    the lock that keeps two threads from parsing at once must let that one through."""
+    import ast
+
+    from suite import overlap as overlap_module
+
+    overlap_module.one_parse_at_a_time()
+    done = threading.Event()
+
+    def nested() -> None:
+        with overlap_module._PARSING:  # as the outer parse holds it
+            ast.parse("x = 1")
+        done.set()
+
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert done.is_set(), "the nested parse waited for the lock its own thread holds"
