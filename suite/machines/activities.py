@@ -70,6 +70,10 @@ MAX_CLOSES = 1  # run cancels/terminates per example: a closed run's activities 
 START_TO_CLOSE = 2  # seconds: the "short timeout"; used only when it ends before the lease does
 ACTIVITY_TYPE = "conformance.act"
 NON_RETRYABLE = oracle.NON_RETRYABLE
+# A worker that does not hold an attempt is fenced: judged where one reports (heartbeat, complete, fail).
+FENCE_CELLS: dict[str, tuple[str, ...]] = {
+    "ACTIVITY-FENCE-OWNER": ("activity_attempt/*/*/other_worker", "activity_attempt/*/*/former_holder")
+}
 # Reports whose worker the coverage model can name: the holder, a worker that held the task before, another.
 ACTORS = ("owner", "former", "other")
 
@@ -122,10 +126,7 @@ class ActivityMachine(MachineBase):
         "DISPATCH-ONE-LEASE-PER-DELIVERY": "duplicate_claim_raced",
     }
 
-    # A worker that does not hold an attempt is fenced: judged where one reports (heartbeat, complete, fail).
-    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "ACTIVITY-FENCE-OWNER": ("activity_attempt/*/*/other_worker", "activity_attempt/*/*/former_holder"),
-    }
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = FENCE_CELLS
 
     execs = Bundle("execs")
 
@@ -544,16 +545,7 @@ class ActivityMachine(MachineBase):
             self.report(held[0], "owner", "fail" if then == "fail" else "complete")
 
     def close_attempts_run(self, run: ActivityRun, kind: str) -> bool:
-        """Cancel or terminate ``run`` (judged by ``close_by_control``), counting the call in the cell of each of
-        its activities' newest attempt; whether the model could judge the answer."""
-        at = self.now()
-        cells = [attempt_state(a, at, self.MARGIN) for x in run.execs if (a := x.current) is not None]
-        if self.close_by_control(run, kind) is None:
-            return False
-        for cell in cells:
-            if cell is not None:
-                self.hit("activity_attempt", cell, "close_run", Actor.OPERATOR)
-        return True
+        return close_attempts_run(self, run, kind)
 
     def can_wait_lease(self) -> bool:
         return self.lease_wait_fits and self.lease_waits < MAX_LEASE_WAITS and bool(self.world.running(timeouts=False))
@@ -695,6 +687,19 @@ class ActivityMachine(MachineBase):
         with self.judged():
             for state in oracle.check_run_history(run, events, self.now(), self.MARGIN):
                 self.reached(state)
+
+
+def close_attempts_run(m: ActivityMachine, run: ActivityRun, kind: str) -> bool:
+    """Cancel or terminate ``run`` (judged by ``close_by_control``), counting the call in the cell of each of its
+    activities' newest attempt; whether the model could judge the answer."""
+    at = m.now()
+    cells = [attempt_state(a, at, m.MARGIN) for x in run.execs if (a := x.current) is not None]
+    if m.close_by_control(run, kind) is None:
+        return False
+    for cell in cells:
+        if cell is not None:
+            m.hit("activity_attempt", cell, "close_run", Actor.OPERATOR)
+    return True
 
 
 def _attempt_number(task: dict[str, Any] | None) -> int:

@@ -22,7 +22,7 @@ from .world import RunShadow, TaskShadow
 if TYPE_CHECKING:
     from .activity_oracle import Attempt
     from .messages import MessageRun
-    from .sessions import ShadowSession
+    from .session_shadow import ShadowSession
 
 __all__ = [
     "SESSION_CLOCK_OPERATIONS",

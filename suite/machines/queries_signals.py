@@ -69,6 +69,12 @@ from .world import workflow_view
 __all__ = ["PROPOSED", "QuerySignalMachine"]
 
 UPDATE_VERBS = ("complete_update", "fail_update")
+# The requirements the update sweep judges only where a worker that does not hold the task, or the holder of a
+# closed update, acts (suite.machines.runner.judged_cells).
+UPDATE_CELLS: dict[str, tuple[str, ...]] = {
+    "FENCE-OWNER": ("update/*/*/other_worker",),
+    "UPDATE-CLOSED-AT-MOST-ONCE": ("update/completed/*_update/holder", "update/failed/*_update/holder"),
+}
 
 WORKERS = 4
 UPDATE_WAIT = 10  # wait_timeout_seconds of a blocking update
@@ -77,6 +83,15 @@ MESSAGE_ROUNDS = 2  # messages_while_leased per example: enough for the hard his
 
 RunM = MessageRun
 TaskM = MessageTask
+
+
+def sweep_messages(m: QuerySignalMachine) -> None:
+    """Every update and query-task cell the examples left cold, made deterministically
+    (:mod:`suite.machines.update_sweep`, :mod:`suite.machines.query_sweep`)."""
+    m.setup()
+    m.sweep_rounds(lambda: sweep_cold_cells(m))
+    if m.target is not None and advertised(m.target.server_capabilities.get("query_tasks")):
+        m.sweep_rounds(lambda: sweep_query_cells(m))
 
 
 class QuerySignalMachine(QueryWorker):
@@ -105,10 +120,7 @@ class QuerySignalMachine(QueryWorker):
         **{rid: state for rid, (_, state) in PROPOSED.items() if rid in REGISTRY},
     }
 
-    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "FENCE-OWNER": ("update/*/*/other_worker",),
-        "UPDATE-CLOSED-AT-MOST-ONCE": ("update/completed/*_update/holder", "update/failed/*_update/holder"),
-    }
+    REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = UPDATE_CELLS
 
     runs = Bundle("runs")
 
@@ -678,9 +690,5 @@ class QuerySignalMachine(QueryWorker):
     # -- the sweep over cold cells -------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """After the examples: every update and query-task cell they left cold, made deterministically
-        (:mod:`suite.machines.update_sweep`, :mod:`suite.machines.query_sweep`)."""
-        self.setup()
-        self.sweep_rounds(lambda: sweep_cold_cells(self))
-        if self.target is not None and advertised(self.target.server_capabilities.get("query_tasks")):
-            self.sweep_rounds(lambda: sweep_query_cells(self))
+        """After the examples: every update and query-task cell they left cold (:func:`sweep_messages`)."""
+        sweep_messages(self)

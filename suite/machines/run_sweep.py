@@ -22,7 +22,7 @@ from suite.protocol.coverage import ENTITIES, Actor, cells
 from suite.protocol.lifecycles import RunEvent, TaskEvent, TaskStatus
 from suite.protocol.oracle import Applied, Kind
 
-from .workflow_sweep import Instance, _on, _poll, _signal, _start
+from .workflow_sweep import Instance, point_at, poll_instance, signal_instance, start_instance
 
 WorkflowLeaseMachine = Any
 
@@ -90,12 +90,12 @@ def sweep_run_cells(m: WorkflowLeaseMachine) -> None:
 
 def _bring(m: WorkflowLeaseMachine, state: str) -> Instance:
     """A run on a queue of its own with its first task leased, then brought into ``state``."""
-    inst = _start(m, state, [])
-    inst.task = _poll(m, inst, inst.workers[0])
+    inst = start_instance(m, state, [])
+    inst.task = poll_instance(m, inst, inst.workers[0])
     if inst.task is None or state == "pending":
         return inst
     if state == "continued":
-        _on(m, inst)
+        point_at(m, inst)
         nxt = m.continue_run(inst.task)  # judged there; the new run's first task leased and read back
         inst.task = nxt
         if nxt is not None:
@@ -104,8 +104,8 @@ def _bring(m: WorkflowLeaseMachine, state: str) -> Instance:
     if state in ("running", "waiting"):
         _batch(m, inst, "open_waits")
         if state == "running":
-            _signal(m, inst)
-            inst.task = _poll(m, inst, inst.workers[0]) or inst.task
+            signal_instance(m, inst)
+            inst.task = poll_instance(m, inst, inst.workers[0]) or inst.task
     elif state in ("completed", "failed"):
         _batch(m, inst, "complete_workflow" if state == "completed" else "fail_workflow")
     else:
@@ -179,7 +179,7 @@ def _act(m: WorkflowLeaseMachine, inst: Instance, op: str) -> None:
         m.touched.add(inst.run.run_id)
         m.check_touched_histories(m.run_by_id)
     elif op == "signal":
-        _signal(m, inst)
+        signal_instance(m, inst)
     elif op in ("cancel", "terminate"):
         m.close_run(inst.run, op)
     elif op == "task_fail":

@@ -26,7 +26,7 @@ from suite.protocol.coverage import ENTITIES, Actor, cells
 
 from .base import EXPIRY_STEP
 from .cells import plan_cold_cells
-from .sessions import LEASE, ShadowSession
+from .session_shadow import LEASE, ShadowSession
 
 # The machine is suite.machines.sessions', which imports this module: typed loosely so they do not import each
 # other.

@@ -14,8 +14,7 @@ the machine stops judging that session.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -25,48 +24,18 @@ from suite.client import Reply
 from suite.outcomes import NotCovered
 from suite.protocol import sessions as model
 from suite.protocol.coverage import Actor
-from suite.protocol.sessions import SESSION, SessionEvent, SessionOptions, SessionStatus, SessionView, WorkerFacts
+from suite.protocol.sessions import SESSION, SessionEvent, SessionOptions, SessionStatus, WorkerFacts
 
 from .base import MachineBase, note, race
 from .cells import SESSION_CLOCK_OPERATIONS, session_actor, session_state
+from .session_shadow import LEASE, ShadowSession
+from .session_sweep import sweep_cold_cells
 from .world import advance
 
 __all__ = ["SessionMachine"]
 
 WORKERS = 3
 SESSIONS = 3
-LEASE = 3600
-
-
-@dataclass
-class ShadowSession:
-    session_id: str
-    status: SessionStatus = SessionStatus.NONE
-    owner: str | None = None
-    allow_reacquire: bool = True
-    unsure: bool = False  # an answer was lost: the machine no longer judges this session
-    lease: int = LEASE  # the lease_seconds it is created with (a reacquisition keeps them)
-    ttl: int | None = None  # the ttl_seconds it is created with (None: the default)
-    lease_until: datetime | None = None  # None: far off (an hour-long lease nobody waits out)
-    ttl_until: datetime | None = None
-    holders: list[str] = field(default_factory=list)  # every worker that held it, in order
-    ttl_closed: bool = False  # its absolute TTL closed it
-    clock_cells: list[tuple[str, str]] = field(default_factory=list)  # clock events due, not yet shown by an answer
-
-    @property
-    def reacquired(self) -> bool:
-        return len(self.holders) > 1
-
-    def view(self) -> SessionView:
-        return SessionView(self.status, self.owner, self.lease_until, self.ttl_until, self.allow_reacquire)
-
-    def leased(self, now: datetime, seconds: int | None = None) -> None:
-        """A lease granted or renewed at ``now`` (never past the absolute TTL); an hour-long one is never due."""
-        seconds = self.lease if seconds is None else seconds
-        if seconds >= LEASE and self.ttl is None:
-            self.lease_until = None
-            return
-        self.lease_until = model.renewed_lease(now, seconds, self.ttl_until)
 
 
 class SessionMachine(MachineBase):
@@ -353,8 +322,6 @@ class SessionMachine(MachineBase):
     def sweep(self) -> None:
         """After the examples: every explicit-call and clock cell they left cold, made deterministically
         (:mod:`suite.machines.session_sweep`)."""
-        from .session_sweep import sweep_cold_cells  # it builds on this module's shadow
-
         self.setup()
         self.sweep_rounds(lambda: sweep_cold_cells(self))
 

@@ -37,7 +37,15 @@ from .world import RunShadow
 WorkflowLeaseMachine = Any
 TaskM = Any
 
-__all__ = ["cold_plan", "sweep_cold_cells"]
+__all__ = [
+    "Instance",
+    "cold_plan",
+    "point_at",
+    "poll_instance",
+    "signal_instance",
+    "start_instance",
+    "sweep_cold_cells",
+]
 
 # The order calls are made in, within one instance: the ones that leave the task as it is first.
 ORDER = ("history", "heartbeat", "complete", "fail", "poll", "signal", "close_run")
@@ -81,7 +89,7 @@ def sweep_cold_cells(m: WorkflowLeaseMachine) -> None:
         group = [(s, c) for s, c in specs if _expiries(s, c) == waits]
         if not group or (waits and not expiring):
             continue
-        instances = [_start(m, state, calls) for state, calls in group]
+        instances = [start_instance(m, state, calls) for state, calls in group]
         _lease(m, [i for i in instances if i.state != "ready"])
         _settle(m, instances, waits)
         # Live leases first: every empty poll of the others holds a second of the target's clock.
@@ -102,11 +110,11 @@ def _expiries(state: str, calls: list[tuple[str, Actor]]) -> int:
     return int(redelivers) + int(state == "lease_expired")
 
 
-def _on(m: WorkflowLeaseMachine, inst: Instance) -> None:
+def point_at(m: WorkflowLeaseMachine, inst: Instance) -> None:
     m.queue, m.workers = inst.queue, inst.workers
 
 
-def _start(m: WorkflowLeaseMachine, state: str, calls: list[tuple[str, Actor]]) -> Instance:
+def start_instance(m: WorkflowLeaseMachine, state: str, calls: list[tuple[str, Actor]]) -> Instance:
     queue = m.ctx.uid("q")
     workers = [m.run(m.ctx.register(queue)) for _ in range(3)]
     wid, run_id = m.run(m.ctx.start(queue))
@@ -116,15 +124,15 @@ def _start(m: WorkflowLeaseMachine, state: str, calls: list[tuple[str, Actor]]) 
     return Instance(state, calls, queue, workers, run)
 
 
-def _poll(m: WorkflowLeaseMachine, inst: Instance, worker: str) -> TaskM | None:
-    _on(m, inst)
+def poll_instance(m: WorkflowLeaseMachine, inst: Instance, worker: str) -> TaskM | None:
+    point_at(m, inst)
     polled = m.poll_wf(worker)
     return m.adopt(polled, worker, polled.received)
 
 
 def _lease(m: WorkflowLeaseMachine, instances: Iterable[Instance]) -> None:
     for inst in instances:
-        inst.task = _poll(m, inst, inst.workers[0])
+        inst.task = poll_instance(m, inst, inst.workers[0])
 
 
 def _wait_expiry(m: WorkflowLeaseMachine, tasks: list[TaskM]) -> None:
@@ -163,7 +171,7 @@ def _redeliver(m: WorkflowLeaseMachine, inst: Instance) -> None:
     if inst.task is None:
         return
     first, attempt = inst.task.owner, inst.task.attempt
-    inst.task = _poll(m, inst, inst.workers[1])
+    inst.task = poll_instance(m, inst, inst.workers[1])
     if inst.task is not None and inst.task.owner != first:
         inst.former[first] = attempt
 
@@ -184,16 +192,16 @@ def _act(m: WorkflowLeaseMachine, inst: Instance) -> None:
     if inst.state in ("leased", "redelivered") and inst.task is not None:
         _call(m, inst, "heartbeat", inst.task.owner)  # a fresh lease for the calls that follow
     for operation, actor in inst.calls:
-        _on(m, inst)
+        point_at(m, inst)
         if operation == "signal":
-            _signal(m, inst)
+            signal_instance(m, inst)
         elif operation == "close_run":
             was_open = inst.run.open
             m.close_run(inst.run, "cancel")
             if inst.task is None and was_open and not (inst.run.open or inst.run.uncertain):
                 m.hit("workflow_task", "ready", "close_run", Actor.OPERATOR)  # its first task never leased
         elif operation == "poll" and inst.state == "ready":
-            inst.task = _poll(m, inst, inst.workers[2])
+            inst.task = poll_instance(m, inst, inst.workers[2])
         else:
             who = _worker(inst, actor)
             if who is None:
@@ -212,7 +220,7 @@ def _poll_about(m: WorkflowLeaseMachine, inst: Instance, worker: str) -> None:
         # An empty poll holds for a second of the target's clock: renew first, so the lease is still live.
         _call(m, inst, "heartbeat", task.owner)
     at = m.now()
-    got = _poll(m, inst, worker)
+    got = poll_instance(m, inst, worker)
     if got is None or got is not task:
         m.hit_task(task, "poll", task_actor(task, worker), at, "ok" if got is None else None)
 
@@ -258,7 +266,7 @@ def _call(m: WorkflowLeaseMachine, inst: Instance, verb: str, worker: str, attem
         task.expires = parse_rfc3339(reply.json().get("lease_expires_at"))
 
 
-def _signal(m: WorkflowLeaseMachine, inst: Instance) -> None:
+def signal_instance(m: WorkflowLeaseMachine, inst: Instance) -> None:
     """Signal the instance's run: accepted while it is open (``m.signal`` judges and counts it), refused once
     closed (409 ``rejected_not_active``, §12.2)."""
     run = inst.run

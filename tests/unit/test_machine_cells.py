@@ -125,7 +125,7 @@ def test_the_activity_sweep_plans_every_cold_cell_once_and_a_former_holder_only_
 
 def test_a_session_held_then_reacquired_names_its_former_holder() -> None:
     from suite.machines.cells import session_actor, session_state
-    from suite.machines.sessions import ShadowSession
+    from suite.machines.session_shadow import ShadowSession
     from suite.protocol.sessions import SessionStatus
 
     s = ShadowSession("s1")
