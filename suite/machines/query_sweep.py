@@ -219,17 +219,37 @@ def _act(m: QuerySignalMachine, q: Query, calls: list[tuple[str, Actor]]) -> Non
             _poll(m, q, actor)
         elif operation in ("complete", "fail"):
             _report(m, q, operation, actor)
+        elif operation == "close_run" and q.view is None:
+            _close_pending(m, q)
         elif operation == "close_run":
             state = state_of(m, q, m.now())
             m.close_run(q.run, "cancel")
             if state is not None and not q.run.uncertain:
                 m.hit("query_task", state, "close_run", Actor.OPERATOR)
-            if q.view is None and not q.run.uncertain:
-                _judge_caller(m, q, 409, "QUERY-REJECTED-409", "a query pending when its run closes is refused")
         elif operation == "time_out":
             _wait_out(m, q)
     if q.answered is not None:
         _judge_answer(m, q)
+
+
+def _close_pending(m: QuerySignalMachine, q: Query) -> None:
+    """The run closes while its query waits for a worker. The query's call and the close race: a query task
+    pending when the close lands is failed with it (the caller gets 409 at once); a query that lands after the
+    close waits for a worker like any query of a closed run, and nobody serves it (504 once its wait ends). Only
+    the 409 shows the task was pending at the close: only it is counted in that cell."""
+    m.close_run(q.run, "cancel")
+    if q.run.uncertain:
+        return
+    m.run(m.ctx.wait(until=q.sent + timedelta(seconds=m.query_timeout + m.MARGIN) + EXPIRY_STEP))
+    try:
+        reply = m.run(outcome_of(q.call))
+    except HarnessError:
+        return
+    note(reply.exchange.summary())
+    if reply.status == 504 or reply.resent or reply.reason == "query_worker_unavailable":
+        return
+    m.expect_status(reply, 409, "QUERY-REJECTED-409", "a query pending when its run closes is refused")
+    m.hit("query_task", "pending", "close_run", Actor.OPERATOR)
 
 
 def _wait_out(m: QuerySignalMachine, q: Query) -> None:
