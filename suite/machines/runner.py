@@ -250,7 +250,7 @@ def replay_outcome(
     if len(taken) < len(stored):
         return (
             "unreplayable",
-            f"the replay ended after {len(taken)} of the {len(stored)} cells the failure went through",
+            f"the replay ended after {len(taken)} of the {plural(len(stored), 'cell')} the failure went through",
         )
     return "fixed", ""
 
