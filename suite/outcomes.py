@@ -240,6 +240,7 @@ REFERENCE_FLAGS: Mapping[str, str] = {
     "max_active_leases_per_queue": "--max-active-leases-per-queue 16",
     "cancellation_cleanup_seconds": "--cancellation-cleanup-seconds 3",
     "matching_switch": "always served",
+    "stale_worker_seconds": "fixed at 60 s; its test clock covers the wait",
 }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from suite.protocol.lifecycles import QueryTaskStatus
+
 from .. import closing, queries
 from ..engine import append_event
 from ..polling import Poll
@@ -37,8 +39,8 @@ def _leased_failed_too(original: Callable[..., None], t: T, run_id: str, event: 
     original(t, run_id, event)
     for row in t.all("SELECT query_task_id, namespace FROM query_tasks WHERE run_id = ? AND status = 'leased'", run_id):
         t.db.execute(
-            "UPDATE query_tasks SET status = 'failed', failure = ? WHERE query_task_id = ?",
-            (closing._QUERY_REJECTED, row["query_task_id"]),
+            "UPDATE query_tasks SET status = ?, failure = ? WHERE query_task_id = ?",
+            (QueryTaskStatus.FAILED.value, closing._QUERY_REJECTED, row["query_task_id"]),
         )
         t.fx.wake.add(queries.result_key(row["namespace"], row["query_task_id"]))
 
@@ -60,8 +62,13 @@ def _failed_retried(original: Callable[..., dict[str, Any] | None], t: T, poll: 
     if row is None:
         return None
     t.db.execute(
-        "UPDATE query_tasks SET status = 'leased', attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?"
+        "UPDATE query_tasks SET status = ?, attempt = attempt + 1, lease_owner = ?, lease_expires_at = ?"
         " WHERE query_task_id = ?",
-        (poll.worker_id, t.now + t.settings.query_lease_seconds * 1_000_000, row["query_task_id"]),
+        (
+            QueryTaskStatus.LEASED.value,
+            poll.worker_id,
+            t.now + t.settings.query_lease_seconds * 1_000_000,
+            row["query_task_id"],
+        ),
     )
     return queries._task_payload(t, row["query_task_id"])
