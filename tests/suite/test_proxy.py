@@ -12,11 +12,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h11
 import httpx
@@ -437,14 +437,25 @@ def test_latency_is_no_fault_and_prints_back() -> None:
     assert [plain.plan("/a") for _ in range(20)] == [slow.plan("/a") for _ in range(20)]
 
 
-@with_echo("latency=150")
-async def test_latency_holds_every_answer_and_fires_no_fault(upstream: EchoUpstream, proxy: FaultProxy) -> None:
-    async with httpx.AsyncClient(base_url=proxy.url) as client:
-        for i in range(3):
-            started = time.monotonic()
-            assert (await client.post("/echo", content=b"%d" % i)).content == b"%d" % i
-            assert time.monotonic() - started >= 0.15
-    assert proxy.events == []
+def test_latency_holds_every_answer_and_fires_no_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    holds: list[float] = []
+    sleep = asyncio.sleep
+
+    async def recorded(delay: float, *args: Any) -> Any:
+        holds.append(delay)
+        return await sleep(delay, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)  # what the proxy asks to wait, never how long a call took
+
+    @with_echo("latency=150")
+    async def run(upstream: EchoUpstream, proxy: FaultProxy) -> None:
+        async with httpx.AsyncClient(base_url=proxy.url) as client:
+            for i in range(3):
+                assert (await client.post("/echo", content=b"%d" % i)).content == b"%d" % i
+        assert proxy.events == []
+
+    run()
+    assert holds.count(0.15) == 3  # each of the three answers held 150 ms
 
 
 @with_echo("reorder=1:10000")

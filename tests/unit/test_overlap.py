@@ -16,10 +16,8 @@ from suite.overlap import Overlap
 from suite.registry import Check
 
 
-def _check(name: str) -> Check:
-    return Check(
-        kind=Kind.CHECK, name=name, requirements=("VERSION-TRIM",), fn=None, capability=None, slow=False, doc=""
-    )
+def _check(name: str, kind: Kind = Kind.CHECK) -> Check:
+    return Check(kind=kind, name=name, requirements=("VERSION-TRIM",), fn=None, capability=None, slow=False, doc="")
 
 
 class _Waits:
@@ -97,9 +95,7 @@ def test_the_checks_nobody_takes_are_cancelled_when_the_run_stops() -> None:
 
 
 def _machine(name: str) -> Check:
-    return Check(
-        kind=Kind.MACHINE, name=name, requirements=("VERSION-TRIM",), fn=None, capability=None, slow=False, doc=""
-    )
+    return _check(name, Kind.MACHINE)
 
 
 class _Blocks:
