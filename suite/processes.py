@@ -170,15 +170,7 @@ def _proc_listeners(port: int, pid: int) -> Listeners:
                 fields = line.split()
                 if fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     inodes.add(fields[9])
-    held: set[str] = set()
-    for member in _descendants(pid, _proc_parents()):
-        fds = Path(f"/proc/{member}/fd")
-        with contextlib.suppress(OSError):
-            for fd in fds.iterdir():
-                with contextlib.suppress(OSError):
-                    link = os.readlink(fd)
-                    if link.startswith("socket:["):
-                        held.add(link[8:-1])
+    held = {inode for member in _descendants(pid, _proc_parents()) for inode in _sockets_of(member)}
     return Listeners(total=len(inodes), ours=len(inodes & held), others=_holders(inodes - held, pid))
 
 
@@ -186,18 +178,23 @@ def _holders(inodes: set[str], pid: int) -> tuple[str, ...]:
     """Every process outside ``pid``'s tree that holds one of the sockets ``inodes`` (none to look for: ())."""
     if not inodes:
         return ()
-    found: list[str] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == pid:
-            continue
-        links: set[str] = set()
-        with contextlib.suppress(OSError):
-            for fd in (entry / "fd").iterdir():
-                with contextlib.suppress(OSError):  # closed since it was listed
-                    links.add(os.readlink(fd))
-        if any(f"socket:[{inode}]" in links for inode in inodes):
-            found.append(_described(int(entry.name)))
-    return tuple(found)
+    return tuple(
+        _described(int(entry.name))
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and int(entry.name) != pid and inodes & _sockets_of(int(entry.name))
+    )
+
+
+def _sockets_of(pid: int) -> set[str]:
+    """The inodes of the sockets ``pid`` holds open (none when it is gone or not ours to read)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed since it was listed
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    found.add(link[8:-1])
+    return found
 
 
 def _described(pid: int) -> str:
