@@ -48,6 +48,7 @@ def test_every_fault_names_known_requirements_and_has_a_hook() -> None:
         assert all(r in REGISTRY for r in m.kills), m
         hooked = [p.name for p, text in sources.items() if p.name != "faults.py" and f'"{m.name}"' in text]
         assert hooked, f"fault {m.name} is listed but no server code checks it"
+    assert COLD_CELL_BUGS.issubset({m.name for m in mutants if m.machine})  # each a fault a machine kills
 
 
 def _result(name: str, verdict: str, failed: list[str], expected: list[str]) -> MutantResult:
@@ -125,6 +126,24 @@ def test_report_html_gets_the_matrix_when_mutants_json_is_beside_it(tmp_path: Pa
     assert "<tr><td><code>caught</code>" in html
 
 
+# Faults that show only in a coverage cell no example of their machine reaches: the machine's sweep over cold
+# cells finds them (docs/coverage.md), and no plain check does.
+COLD_CELL_BUGS = frozenset(
+    {
+        "activity-closed-run-skips-owner-check",
+        "activity-former-holder-reports",
+        "continued-run-fail-recorded-completed",
+        "fail-update-closes-again",
+        "query-failed-task-retried",
+        "query-leased-failed-on-run-close",
+        "session-former-holder-closes",
+        "session-reacquire-resets-ttl",
+        "signal-to-failed-run-accepted",
+        "update-close-from-any-worker",
+    }
+)
+
+
 @pytest.mark.slow
 @pytest.mark.whole_suite
 @pytest.mark.kill_matrix
@@ -144,7 +163,7 @@ def test_every_mutant_is_killed_by_its_expected_requirement(tmp_path: Path) -> N
     assert matrix.correct_proxy is not None
     assert matrix.correct_proxy.verdict == "passed"
     # A bug too deep for a default run is found by a campaign of its machine only (no plain check goes that deep).
-    history_bugs = {f.name for f in list_faults() if f.machine is not None and f.campaign is None}
+    history_bugs = {f.name for f in list_faults() if f.machine is not None and f.campaign is None} - COLD_CELL_BUGS
     assert any(f.campaign for f in list_faults())
     for m in matrix.mutants:
         assert m.as_expected, (m.name, m.verdict, m.failed, m.note)
