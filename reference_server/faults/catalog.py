@@ -56,6 +56,10 @@ FAULTS: dict[str, Fault] = {
         "Worker registration accepts a runtime outside the known SDK runtimes instead of 422.",
         ("REGISTER-VALIDATION",),
     ),
+    "metrics-crash-heartbeat": Fault(
+        "A worker heartbeat whose process_metrics is not an object fails with a server error, not ignored or 422.",
+        ("HOOKS-FAIL-OPEN",),
+    ),
     # -- long poll and poll_status ------------------------------------------------------------------------
     "poll-ignores-wakeups": Fault(
         "A long poll ignores wake-ups: work that becomes ready mid-hold is only delivered when the hold ends.",

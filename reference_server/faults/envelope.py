@@ -20,6 +20,7 @@ from suite.protocol.versions import (
 from .. import app, workers
 from ..app import CONTROL, WORKER, WORKER_VERSION_HEADER, App, Ctx, Route, namespace_of
 from ..http import Request, Response, json_response
+from ..routes.worker import registrations
 from .patching import wraps
 
 _HEADER = WORKER_VERSION_HEADER.lower()
@@ -81,3 +82,13 @@ def _bare_errors(original: Callable[..., Response], self: App, plane: str, rejec
 @wraps("accept-unknown-runtime", workers, "known_runtime")
 def _any_runtime(original: Callable[[object], bool], runtime: object) -> bool:
     return isinstance(runtime, str) and bool(runtime)  # any runtime string is registered
+
+
+@wraps("metrics-crash-heartbeat", registrations.Routes, "worker_heartbeat")
+async def _metrics_read_unchecked(
+    original: Callable[..., Any], self: registrations.Routes, ctx: Ctx
+) -> tuple[int, dict[str, Any]]:
+    metrics = ctx.obj().get("process_metrics")
+    if metrics is not None:
+        dict(metrics)  # the bug: telemetry read as an object without a check; a string or a list raises (500)
+    return await original(self, ctx)  # type: ignore[no-any-return]
