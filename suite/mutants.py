@@ -718,15 +718,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path, html_path = write_matrix(matrix, report_dir)
     doc = matrix.to_json()
     s = doc["summary"]
-    print(
+    return _summed_up(
         f"\n{s['killed']}/{s['mutants']} mutants killed ({s['killed_as_expected']} by the expected requirement), "
         f"{s['survived']} survived, {plural(s['errors'], 'error')}; correct server "
-        f"{'passed' if s['correct_server_passed'] else 'FAILED'}; {doc['seconds']:.0f} s with --jobs {matrix.jobs}"
+        f"{'passed' if s['correct_server_passed'] else 'FAILED'}; {doc['seconds']:.0f} s with --jobs {matrix.jobs}",
+        f"matrix: {html_path}, {json_path}",
+        [f"GAP: {gap}" for gap in s["gaps"]],
     )
-    print(f"matrix: {html_path}, {json_path}")
-    for gap in s["gaps"]:
-        print(f"GAP: {gap}", file=sys.stderr)
-    return 1 if s["gaps"] else 0
+
+
+def _summed_up(headline: str, written: str, problems: Sequence[str]) -> int:
+    """How either mode ends: the ``headline`` and where its report was ``written`` on stdout, each problem on
+    stderr, and the exit status, 1 when there is any problem (a gap of the matrix, a fault nothing caught)."""
+    print(headline)
+    print(written)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _or_usage_error(run: Callable[[], R]) -> R | None:
@@ -749,20 +757,20 @@ def _first_failure_main(common: dict[str, Any]) -> int:
     path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     s = doc["summary"]
     first, run = s["first_failure_seconds"], s["run_seconds"]
-    print(
+    notes = {r.name: r.note for r in found.runs}
+    return _summed_up(
         f"\npytest -x against {s['mutants']} faults: {s['stopped_at_a_failure']} stopped at a failure; first failure "
         f"after {first['median']} s median, {first['worst']} s worst (whole run: {run['median']} s median, "
-        f"{run['worst']} s worst) with --jobs {found.jobs}"
+        f"{run['worst']} s worst) with --jobs {found.jobs}",
+        f"first failures: {path}",
+        [
+            *(f"NOT CAUGHT: {name}: the whole suite passed against it" for name in s["not_caught"]),
+            *(
+                f"NO VERDICT: {name}: the run stopped at a harness error before a failure ({notes[name]})"
+                for name in s["no_verdict"]
+            ),
+        ],
     )
-    print(f"first failures: {path}")
-    for name in s["not_caught"]:
-        print(f"NOT CAUGHT: {name}: the whole suite passed against it", file=sys.stderr)
-    notes = {r.name: r.note for r in found.runs}
-    for name in s["no_verdict"]:
-        print(
-            f"NO VERDICT: {name}: the run stopped at a harness error before a failure ({notes[name]})", file=sys.stderr
-        )
-    return 1 if s["not_caught"] or s["no_verdict"] else 0
 
 
 if __name__ == "__main__":
