@@ -122,6 +122,24 @@ def _ts(dt: datetime | None) -> str | None:
     return None if dt is None else rfc3339(dt)
 
 
+def _lease_over(expires: datetime | None, now: datetime) -> bool:
+    """§8.9 row 4's boundary, the one every lease of the model keeps: a lease is over from its expiry on
+    (``lease_expires_at ≤ now``), and a leased row with no expiry recorded is inconsistent data, treated as over
+    (fail closed)."""
+    return expires is None or expires <= now
+
+
+def _lease_expired(task: str, expires: datetime | None, drop: str, fields: dict[str, Any]) -> Rejection:
+    """The 409 ``lease_expired`` of a lease that is over (§8.9 row 4, §10.6): ``task`` names it in the message
+    (its kind and id), ``drop`` what its holder drops; the body is ``fields`` and the expiry."""
+    return Rejection(
+        409,
+        "lease_expired",
+        f"The lease on {task} expired at {_ts(expires)}; drop this {drop} and poll again.",
+        {**fields, "lease_expires_at": _ts(expires)},
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Workflow tasks: §8.9
 # ---------------------------------------------------------------------------------------------------------
@@ -226,18 +244,12 @@ def guard_workflow_task(
     # `task_status:"leased"`, `lease_owner`, `lease_expires_at`." Notes: "An expired lease that **nobody has
     # reclaimed** is still rejected (row 4). A worker with an expired lease can never commit." Decision: a
     # leased task with no expiry recorded is inconsistent data and is treated as expired (fail closed).
-    if view.lease_expires_at is None or view.lease_expires_at <= now:
-        raise Rejection(
-            409,
-            "lease_expired",
-            f"The lease on workflow task {view.task_id!r} expired at {_ts(view.lease_expires_at)}; "
-            "drop this task and poll again.",
-            {
-                "task_id": view.task_id,
-                "task_status": TaskStatus.LEASED.value,
-                "lease_owner": view.lease_owner,
-                "lease_expires_at": _ts(view.lease_expires_at),
-            },
+    if _lease_over(view.lease_expires_at, now):
+        raise _lease_expired(
+            f"workflow task {view.task_id!r}",
+            view.lease_expires_at,
+            "task",
+            {"task_id": view.task_id, "task_status": TaskStatus.LEASED.value, "lease_owner": view.lease_owner},
         )
 
     # Row 5. "`lease_owner` ≠ the current owner | 409 | `lease_owner_mismatch` | `lease_owner` = **the current
@@ -371,8 +383,7 @@ def _attempt_is_live(view: ActivityAttemptView, now: datetime) -> bool:
         view.attempt_status is AttemptStatus.RUNNING
         and view.task_status is TaskStatus.LEASED
         and view.task_current_attempt_id == view.attempt_id
-        and view.lease_expires_at is not None
-        and now < view.lease_expires_at
+        and not _lease_over(view.lease_expires_at, now)
     )
 
 
@@ -509,7 +520,7 @@ def activity_heartbeat_outcome(view: ActivityAttemptView, *, now: datetime) -> H
     # "`attempt_closed` | false, or true if the attempt itself was cancelled".
     if not running:
         return decide("attempt_closed", view.attempt_status is AttemptStatus.CANCELLED)
-    if view.lease_expires_at is None or view.lease_expires_at <= now:
+    if _lease_over(view.lease_expires_at, now):
         return decide("stale_attempt", False, AttemptEvent.EXPIRE)
     # "Live attempt: `can_continue:true`, `cancel_requested:false`, `heartbeat_recorded:true`."
     return decide(None, False)
@@ -586,15 +597,10 @@ def guard_query_task(
         )
     # "Lease expired | 409 | `lease_expired` (with `lease_expires_at`)". Same boundary as §8.9 row 4
     # (`lease_expires_at ≤ now`); a missing expiry on a leased row fails closed.
-    if view.lease_expires_at is None or view.lease_expires_at <= now:
-        raise Rejection(
-            409,
-            "lease_expired",
-            f"The lease on query task {view.query_task_id!r} expired at {_ts(view.lease_expires_at)}; "
-            "drop this query and poll again.",
-            {
-                "query_task_id": view.query_task_id,
-                "lease_expires_at": _ts(view.lease_expires_at),
-                "outcome": "rejected",
-            },
+    if _lease_over(view.lease_expires_at, now):
+        raise _lease_expired(
+            f"query task {view.query_task_id!r}",
+            view.lease_expires_at,
+            "query",
+            {"query_task_id": view.query_task_id, "outcome": "rejected"},
         )
