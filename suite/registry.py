@@ -173,7 +173,7 @@ def _machines() -> list[Check]:
     out = []
     for cls in MACHINES:
         doc = next((k.__doc__ for k in cls.__mro__ if k.__doc__), cls.name) or cls.name
-        requirements = tuple(getattr(cls, "REQUIREMENTS", {}))
+        requirements = tuple(cls.REQUIREMENTS)
         out.append(Check(cls.name, None, requirements, None, True, doc.strip().splitlines()[0], Kind.MACHINE, cls))
     return out
 

@@ -95,8 +95,6 @@ class ActivityMachine(MachineBase):
     foreign reports, timeouts and cancellation, judged by the activity model."""
 
     name = "activities"
-    SWEEPS = True
-    # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "RETRY-ATTEMPT-NUMBERS": "retry_leased",
         # Attempt numbers across a heartbeat, a failure and the retry; judged on every lease and history too.

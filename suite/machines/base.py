@@ -236,8 +236,8 @@ class MachineBase(RuleBasedStateMachine):
     name: ClassVar[str] = "machine"
     # A workflow-task call within this many seconds of a lease expiry may land on either side.
     MARGIN: ClassVar[float] = 1.0
-    # Whether the runner runs :meth:`sweep` after the examples (when they found nothing).
-    SWEEPS: ClassVar[bool] = False
+    # requirement -> the ledger state a run must reach before the machine may call it passed (None: no state needed)
+    REQUIREMENTS: ClassVar[dict[str, str | None]] = {}
     # Requirements judged only in some coverage cells (cell-key patterns, ``*`` for any part): passed only when
     # the run reached one of them (suite.machines.runner.judged_cells).
     REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -355,7 +355,13 @@ class MachineBase(RuleBasedStateMachine):
         self.path.append(key)
 
     def sweep(self) -> None:
-        """A deterministic phase over the cells the examples left cold; machines with ``SWEEPS`` define it."""
+        """A deterministic phase over the cells the examples left cold, for the machines that define one."""
+
+    @classmethod
+    def sweeps(cls) -> bool:
+        """Whether the runner runs :meth:`sweep` after the examples (when they found nothing): the machine
+        defines one. Asked of the method itself, so a sweep is never defined and then left unrun."""
+        return cls.sweep is not MachineBase.sweep
 
     def sweep_rounds(self, one_round: Callable[[], None], rounds: int = 3) -> None:
         """Run a sweep's round again (each plans from the cells still cold) while the last one reached a new cell

@@ -98,7 +98,6 @@ class QuerySignalMachine(QueryWorker):
     """Queries, signals and updates against running and closed runs, judged by the model."""
 
     name = "queries_signals"
-    SWEEPS = True
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "QUERY-TASK-CREATED": "query_leased",
         "QUERY-READ-ONLY": "query_read_only_checked",

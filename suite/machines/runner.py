@@ -107,7 +107,7 @@ def run_machine(
             outcome, reported = _explore(cls.bound(target), target, budget, cls.name)
     finally:
         RUN.escaped.clear()  # judged: the outcome is kept, not the machines of every example that ended
-    swept = outcome is None and cls.SWEEPS
+    swept = outcome is None and cls.sweeps()
     if swept:
         outcome = _sweep(cls.bound(target), cls.name)
     failure = _failure_of(outcome)
@@ -146,8 +146,8 @@ def run_machine(
             readonly=campaign.store is not None and campaign.store.readonly,
         )
         base = replace(base, campaign=stats, requests=stats["requests"])
-    records = _records(base, getattr(cls, "REQUIREMENTS", {}), target, budget, outcome, failure, message, bundle)
-    records = judged_cells(records, getattr(cls, "REQUIREMENT_CELLS", {}), hits)
+    records = _records(base, cls.REQUIREMENTS, target, budget, outcome, failure, message, bundle)
+    records = judged_cells(records, cls.REQUIREMENT_CELLS, hits)
     return MachineResult(records, failure is not None or outcome is not None, message, bundle)
 
 

@@ -43,8 +43,6 @@ class SessionMachine(MachineBase):
     session rules."""
 
     name = "worker_sessions"
-    SWEEPS = True
-    # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "SESSION-EXPLICIT-LIFECYCLE": "created",
         "SESSION-SINGLE-OWNER": "refused_owned",

@@ -80,8 +80,6 @@ class WorkflowLeaseMachine(MachineBase):
     waited-out leases and runs closed while leased, judged by the fencing model."""
 
     name = "workflow_leases"
-    SWEEPS = True
-    # requirement -> the ledger state a run must reach before the machine may call it passed
     REQUIREMENTS: ClassVar[dict[str, str | None]] = {
         "LEASE-EXCLUSIVE": "duplicate_claim_raced",
         "DISPATCH-ONE-LEASE-PER-DELIVERY": "duplicate_claim_raced",

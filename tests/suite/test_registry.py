@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+from suite.context import TargetInfo
 from suite.outcomes import Kind
 from suite.protocol.requirements import REGISTRY, TEST_PROFILE
 from suite.registry import all_checks, entries
@@ -44,6 +45,21 @@ def test_machines_and_fuzz_groups_join_the_registry_as_entries_of_their_kind() -
     assert "dw::VERSION-TRIM::version_trimmed" in ids
     assert "dw::machine::workflow_leases" in ids
     assert "dw::fuzz::stateful" in ids
+
+
+def test_the_runner_sweeps_exactly_the_machines_that_define_a_sweep() -> None:
+    from suite.machines import MACHINES, MachineBase
+
+    class Unswept(MachineBase):
+        name = "unswept"
+
+    class Swept(Unswept):
+        def sweep(self) -> None:
+            """A sweep of its own."""
+
+    assert [m.name for m in MACHINES if not m.sweeps()] == []  # every protocol machine sweeps its cold cells
+    assert (MachineBase.sweeps(), Unswept.sweeps(), Swept.sweeps()) == (False, False, True)
+    assert Swept.bound(TargetInfo(url="http://127.0.0.1:1", cluster_info={})).sweeps()  # as the runner binds it
 
 
 def test_requirements_covered_only_through_the_test_profile_are_marked() -> None:
