@@ -462,6 +462,24 @@ FAULTS: dict[str, Fault] = {
         ("COMMANDS-FAIL-WORKFLOW",),
         machine="workflow_leases",
     ),
+    "deregistration-keeps-leases": Fault(
+        "A deregistered worker's workflow tasks are counted in recovered_workflow_task_count but keep its leases:"
+        " the next poll leases nothing until those leases expire.",
+        ("DEREGISTER-RELEASES-LEASES",),
+        machine="workflow_leases",
+    ),
+    "deregistration-skips-redelivered-leases": Fault(
+        "Deregistration gives up only first-attempt workflow-task leases: a task its worker took over after a"
+        " lease expired stays leased to it (not counted, not ready again) until that lease expires.",
+        ("DEREGISTER-RELEASES-LEASES",),
+        machine="workflow_leases",
+    ),
+    "continue-as-new-restarts-execution-timeout": Fault(
+        "The run a continue-as-new starts counts the execution timeout from its own start: the execution outlives"
+        " its execution_timeout_seconds.",
+        ("RUN-TIMEOUT-CLOSES-RUN",),
+        machine="workflow_leases",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

@@ -1,5 +1,5 @@
-"""Faults of runs: a closed run that still takes signals, and the first run after a continue-as-new closing the
-wrong way."""
+"""Faults of runs: a closed run that still takes signals, the first run after a continue-as-new closing the wrong
+way, and the execution timeout a continue-as-new starts again."""
 
 from __future__ import annotations
 
@@ -39,3 +39,12 @@ def _continued_fail_completes(
     if command.type == "fail_workflow" and int(t.run(str(task["run_id"]))["run_number"]) > 1:
         command = dataclasses.replace(command, type="complete_workflow", fields={"type": "complete_workflow"})
     original(t, task, command, created)
+
+
+@wraps("continue-as-new-restarts-execution-timeout", commands, "start_run")
+def _execution_restarted(original: Callable[..., str], t: T, **run: Any) -> str:
+    """The run a continue-as-new starts counts its execution timeout from its own start, not the first run's: an
+    execution outlives its execution_timeout_seconds by every continue-as-new."""
+    if (run.get("extra_started") or {}).get("continued_from_run_id") and run.get("execution_timeout_seconds"):
+        run["execution_deadline"] = None  # start_run then sets it from now
+    return original(t, **run)

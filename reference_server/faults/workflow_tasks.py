@@ -11,9 +11,9 @@ from typing import Any
 from suite.protocol import commands as cmdmodel
 from suite.protocol.errors import Rejection
 from suite.protocol.fencing import WorkflowTaskView
-from suite.protocol.lifecycles import RunStatus, TaskStatus
+from suite.protocol.lifecycles import RunStatus, TaskEvent, TaskStatus
 
-from .. import commands
+from .. import commands, workers
 from .. import workflow_tasks as wt
 from ..commands import apply_command
 from ..polling import Poll
@@ -209,3 +209,31 @@ wraps("fail-workflow-drops-non-retryable", commands, "apply_command")(_dropping(
 wraps("fail-update-drops-optional-fields", commands, "apply_command")(
     _dropping("fail_update", ("exception_class", "exception_type", "non_retryable"))
 )
+
+
+# -- deregistration ---------------------------------------------------------------------------------------
+
+
+@wraps("deregistration-keeps-leases", workers, "move_all")
+def _leases_kept(
+    original: Callable[..., int], t: T, rows: Any, event: Any, where: str, args: Any = (), **kw: Any
+) -> int:
+    """A deregistered worker's workflow tasks are counted as recovered, but keep its leases: they are ready again
+    only when those leases expire."""
+    if event is not TaskEvent.ABANDON:
+        return int(original(t, rows, event, where, args, **kw))
+    held = t.one(
+        f"SELECT COUNT(*) AS n FROM workflow_tasks WHERE status = ? AND ({where})", TaskStatus.LEASED.value, *args
+    )
+    return int(held["n"]) if held is not None else 0
+
+
+@wraps("deregistration-skips-redelivered-leases", workers, "move_all")
+def _first_attempts_only(
+    original: Callable[..., int], t: T, rows: Any, event: Any, where: str, args: Any = (), **kw: Any
+) -> int:
+    """Deregistration gives up only first-attempt leases: a task its worker took over after another's lease expired
+    stays leased to the worker that left, until that lease expires too."""
+    if event is TaskEvent.ABANDON:
+        where = f"({where}) AND attempt = 1"
+    return int(original(t, rows, event, where, args, **kw))

@@ -5,6 +5,7 @@ cancel and terminate closing a run, its version header and envelope, signals and
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from suite.context import CheckContext
@@ -354,3 +355,33 @@ async def update_to_closed_run_rejected(ctx: CheckContext) -> None:
     ctx.expect(reply, 409, what="update to a terminated run")
     after = await ctx.history(wid, run_id)
     ctx.require_equal(len(after), len(before), "a refused update records nothing", replies=[reply])
+
+
+@check("RUN-TIMEOUT-CLOSES-RUN")
+async def run_timeout_closes_a_waiting_run(ctx: CheckContext) -> None:
+    """A run of run_timeout_seconds 2, parked on a long timer, is open before its timeout and failed with
+    closed_reason timed_out (one WorkflowTimedOut) 1.5 s after it."""
+    limit, slack = 2, 1.5
+    ctx.needs_short(limit + slack, "a 2-second run timeout plus 1.5 s of slack")
+    queue = ctx.uid("q")
+    worker = await ctx.register(queue)
+    sent = ctx.now()
+    workflow_id, run_id = await ctx.start(queue, run_timeout_seconds=limit)
+    started = ctx.now()
+    task = await lease_wf(ctx, worker, queue)
+    parked = [{"type": "start_timer", "delay_seconds": 3600}]
+    ctx.expect(await ctx.complete(task, parked), 200, what="the run's first task")
+    early = await ctx.describe(workflow_id)
+    if ctx.now() < sent + timedelta(seconds=limit):
+        ctx.require(
+            early.get("status") in LIVE_RUN_STATUSES,
+            "a run is not timed out before its run_timeout_seconds",
+            expected="an open run",
+            received={k: early.get(k) for k in ("status", "closed_reason")},
+        )
+    await ctx.wait(until=started + timedelta(seconds=limit + slack))
+    described = await ctx.describe(workflow_id)
+    got = {k: described.get(k) for k in ("status", "closed_reason")}
+    ctx.require_equal(got, {"status": "failed", "closed_reason": "timed_out"}, "a run past its run timeout")
+    timed_out = [e for e in await ctx.history(workflow_id, run_id) if e.get("event_type") == "WorkflowTimedOut"]
+    ctx.require_equal(len(timed_out), 1, "its history records one WorkflowTimedOut")

@@ -1,6 +1,7 @@
 """Worker registration (§6; invariants 11-13): register answers 201 and is an upsert, its input is validated
-and the SDKs' extras tolerated, a fingerprint conflict is refused, a worker heartbeat is acknowledged, and a poll
-from a worker that is not registered (or for another queue or build id, or missing fields) is refused.
+and the SDKs' extras tolerated, a fingerprint conflict is refused, a worker heartbeat is acknowledged, a poll
+from a worker that is not registered (or for another queue or build id, or missing fields) is refused, and a
+deregistered holder's workflow tasks are ready again at once.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.context import CheckContext
+from suite.outcomes import Indeterminate, NotCovered
 from suite.protocol.requirements import Area
 from suite.registry import check
 from suite.worlds import ACTIVITY_TYPE, TASK_KINDS, lease_wf, next_activity, require_no_task, send_poll
@@ -229,3 +231,45 @@ async def tasks_matched_by_registered_type(ctx: CheckContext) -> None:
         ctx, reply, what="activity poll by a worker of other types", requirement="MATCH-REGISTERED-TYPES", why=why
     )
     await next_activity(ctx, owner, queue)
+
+
+@check("DEREGISTER-RELEASES-LEASES")
+async def deregistration_releases_workflow_leases(ctx: CheckContext) -> None:
+    """The holder of a workflow task deregisters: recovered_workflow_task_count 1, and another worker's next poll
+    leases the task as attempt 2 while the lease it gave up would still run; the old holder is then fenced."""
+    queue = ctx.uid("q")
+    holder, other = ctx.uid("w"), ctx.uid("w")
+    for worker in (holder, other):
+        await ctx.register(queue, worker_id=worker)
+    await ctx.start(queue)
+    task = await lease_wf(ctx, holder, queue)
+    leased_at = ctx.now()
+    reply = await ctx.client.worker(f"/registrations/{holder}", method="DELETE")
+    if reply.status in (404, 405) and reply.reason != "worker_not_found":
+        raise NotCovered("the target serves no worker deregistration (DELETE /api/worker/registrations/{worker_id})")
+    ctx.expect(reply, 200, what="deregistration of a task's holder", fields={"outcome": "deregistered"})
+    ctx.require_equal(reply.json().get("recovered_workflow_task_count"), 1, "the holder's one live lease is recovered")
+    polled = await send_poll(ctx, "workflow", other, queue)
+    lease = float(ctx.target.test_profile.get("workflow_task_lease_seconds") or 300)
+    again = ctx.expect(polled, 200, what="the next poll").get("task")
+    if not isinstance(again, dict) and (ctx.now() - leased_at).total_seconds() >= lease:
+        raise Indeterminate("the lease the holder gave up may have lapsed on its own before the next poll")
+    ctx.require(
+        isinstance(again, dict)
+        and again.get("task_id") == task["task_id"]
+        and again.get("workflow_task_attempt") == int(task["workflow_task_attempt"]) + 1,
+        "the task its holder left is ready at once: the next poll leases it as the next attempt",
+        expected={"task_id": task["task_id"], "workflow_task_attempt": int(task["workflow_task_attempt"]) + 1},
+        received=None
+        if not isinstance(again, dict)
+        else {k: again.get(k) for k in ("task_id", "workflow_task_attempt")},
+        replies=[reply, polled],
+    )
+    late = await ctx.wf_call(task, "heartbeat", {})
+    ctx.require(
+        late.status == 409,
+        "the worker that deregistered is fenced from the task it left",
+        expected="409",
+        received=f"{late.status} {late.reason}",
+        replies=[late],
+    )

@@ -74,8 +74,9 @@ def task_state(task: TaskShadow, run: RunShadow, now: datetime, margin: float, g
 
 
 def task_actor(task: TaskShadow, worker: str) -> Actor:
-    """Who ``worker`` is to the task: its (last) holder, a holder before it, or a worker that never held it."""
-    if worker == task.owner:
+    """Who ``worker`` is to the task: its (last) holder, a holder before it, or a worker that never held it. A
+    task ready again (its holder deregistered) has no holder: its last one is a former holder."""
+    if worker == task.owner and task.status is not TaskStatus.READY:
         return Actor.HOLDER
     return Actor.FORMER_HOLDER if worker in task.holders else Actor.OTHER_WORKER
 

@@ -106,6 +106,10 @@ class WorkflowLeaseMachine(MachineBase):
         # entity tells apart, a continued run's included) and its run's history read back.
         "SIGNAL-CLOSED-RUN-REJECTED": "signal_closed_run_refused",
         "COMMANDS-FAIL-WORKFLOW": "fail_workflow_read_back",
+        # The run sweep's timed runs: each live state's run closed by its timeout, its history read back.
+        "RUN-TIMEOUT-CLOSES-RUN": "run_timed_out",
+        # The workflow-task sweep's deregistrations: the holder's count judged, its task leased again at once.
+        "DEREGISTER-RELEASES-LEASES": "requeued_leased_at_once",
     }
 
     runs = Bundle("runs")
@@ -179,7 +183,10 @@ class WorkflowLeaseMachine(MachineBase):
             return got  # maybe applied earlier: the model cannot say which answer is right
         if got not in allowed:
             rejections = sorted(allowed - {"ok"})
-            if rejections and (got == "ok" or "ok" not in allowed):
+            if task.status is TaskStatus.READY:
+                # Ready again because its holder deregistered: no call about it may land as the holder's.
+                req = "DEREGISTER-RELEASES-LEASES"
+            elif rejections and (got == "ok" or "ok" not in allowed):
                 # The target answered differently where the protocol demands a rejection.
                 req = next((REQUIREMENT_FOR[r] for r in rejections if r in REQUIREMENT_FOR), "FENCE-NO-STATE-CHANGE")
             else:
@@ -241,8 +248,13 @@ class WorkflowLeaseMachine(MachineBase):
                 "LEASE-FIRST-ATTEMPT", "first delivery is attempt 1", expected=1, received=attempt, replies=[reply]
             )
         redelivery = known is not None and not (known.uncertain or run.uncertain)
-        if known is not None and redelivery:
-            self.judge_redelivery(known, attempt, worker, received_at, reply)
+        if known is not None and redelivery and known.status is TaskStatus.READY:
+            # Ready again (its holder deregistered): leased at once, as the next attempt.
+            judge_next_attempt(self, known, attempt, reply)
+            self.hit("workflow_task", "requeued", "poll", task_actor(known, worker))
+            self.reached("requeued_leased_at_once")
+        elif known is not None and redelivery:
+            judge_redelivery(self, known, attempt, worker, received_at, reply)
             self.reached("lease_expired_redelivered")
             # The lease had lapsed and the server's clock recovered the task; this poll took it over.
             self.hit_lapse(known)
@@ -282,34 +294,6 @@ class WorkflowLeaseMachine(MachineBase):
             del self.continued[old.workflow_id]
             self.generation[run_id] = self.generation.get(old.run_id, 1) + 1
         return self.run_by_id
-
-    def judge_redelivery(self, known: TaskM, attempt: Any, worker: str, received_at: datetime, reply: Reply) -> None:
-        """A known task leased again: only once its lease expired, as the previous attempt + 1 (§9)."""
-        if known.status is not TaskStatus.LEASED:
-            raise self.violation(
-                "FENCE-AFTER-COMPLETE",
-                f"a {known.status.value} task was leased again",
-                expected="no lease",
-                received=known.task_id,
-                replies=[reply],
-            )
-        if known.expires > received_at + timedelta(seconds=self.MARGIN):
-            raise self.violation(
-                "LEASE-NOT-SHARED-WHILE-LIVE",
-                f"task {known.task_id} was leased again while {known.owner}'s lease runs until "
-                f"{known.expires.isoformat()}",
-                expected="no lease",
-                received=worker,
-                replies=[reply],
-            )
-        if attempt != known.attempt + 1:
-            raise self.violation(
-                "EXPIRY-REDELIVER-SAME-TASK",
-                "a redelivery is the previous attempt + 1",
-                expected=known.attempt + 1,
-                received=attempt,
-                replies=[reply],
-            )
 
     def poll_wf(self, worker: str, timeout: int = 1, until: datetime | None = None) -> Polled:
         style = self.next_read()
@@ -663,3 +647,40 @@ class WorkflowLeaseMachine(MachineBase):
     def histories_are_sound(self) -> None:
         """Every touched run's history is gap-free with at most one terminal event."""
         self.check_touched_histories(self.run_by_id)
+
+
+def judge_redelivery(
+    m: WorkflowLeaseMachine, known: TaskM, attempt: Any, worker: str, received_at: datetime, reply: Reply
+) -> None:
+    """A known task leased again: only once its lease expired, as the previous attempt + 1 (§9)."""
+    if known.status is not TaskStatus.LEASED:
+        raise m.violation(
+            "FENCE-AFTER-COMPLETE",
+            f"a {known.status.value} task was leased again",
+            expected="no lease",
+            received=known.task_id,
+            replies=[reply],
+        )
+    if known.expires > received_at + timedelta(seconds=m.MARGIN):
+        raise m.violation(
+            "LEASE-NOT-SHARED-WHILE-LIVE",
+            f"task {known.task_id} was leased again while {known.owner}'s lease runs until {known.expires.isoformat()}",
+            expected="no lease",
+            received=worker,
+            replies=[reply],
+        )
+    judge_next_attempt(m, known, attempt, reply, "EXPIRY-REDELIVER-SAME-TASK")
+
+
+def judge_next_attempt(
+    m: WorkflowLeaseMachine, known: TaskM, attempt: Any, reply: Reply, requirement: str = "DEREGISTER-RELEASES-LEASES"
+) -> None:
+    """A known task leased again is the previous attempt + 1."""
+    if attempt != known.attempt + 1:
+        raise m.violation(
+            requirement,
+            "a redelivery is the previous attempt + 1",
+            expected=known.attempt + 1,
+            received=attempt,
+            replies=[reply],
+        )

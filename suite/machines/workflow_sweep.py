@@ -3,8 +3,13 @@
 
 The examples reach what their random programs happen to make. The sweep then brings a workflow task into each
 state that still has cold cells — leased, its lease expired and not yet polled again, redelivered to another
-worker, completed, failed, its run closed, or a run whose first task nobody has leased — and makes each cold call
-there with each actor: the holder, the former holder, a worker that never held it, the operator. Every state gets
+worker, completed, failed, its run closed, ready again after its holder deregistered, or a run whose first task
+nobody has leased — and makes each cold call there with each actor: the holder, the former holder, a worker that
+never held it, the operator. The holder's deregistration is one of those calls in every state where it holds or
+held the task: its answer's ``recovered_workflow_task_count`` is judged, and a task whose live lease it held is
+ready again at once — the next poll leases it as the next attempt while the old lease would still run
+(``DEREGISTER-RELEASES-LEASES``); there the deregistered worker is the former holder (registered again before it
+polls). Every state gets
 its own queue and three workers, so a poll is about that one task. Calls that leave the task as it was come first;
 a call that changes it (a holder's complete or fail, a poll that takes the task over, closing the run) ends its
 instance, and each further one gets a fresh instance. Every answer is judged by the fencing model as the machine
@@ -25,12 +30,12 @@ from typing import Any
 
 from suite.protocol.coverage import Actor
 from suite.protocol.fencing import parse_rfc3339
-from suite.protocol.lifecycles import RunEvent, TaskEvent
+from suite.protocol.lifecycles import RunEvent, TaskEvent, TaskStatus
 from suite.protocol.oracle import Kind
 
 from .base import EXPIRY_STEP
-from .cells import Plan, SweepInstance, plan_cold_cells, task_actor
-from .world import RunShadow
+from .cells import Plan, SweepInstance, plan_cold_cells, task_actor, task_state
+from .world import RunShadow, TaskShadow
 
 # The machine and its task shadows are those of suite.machines.workflow_leases, which imports this module: they are
 # typed loosely here so the two modules do not import each other.
@@ -40,28 +45,31 @@ TaskM = Any
 __all__ = [
     "Instance",
     "cold_plan",
+    "deregister",
     "point_at",
     "poll_instance",
+    "recovered_counts",
     "signal_instance",
     "start_instance",
     "sweep_cold_cells",
 ]
 
 # The order calls are made in, within one instance: the ones that leave the task as it is first.
-ORDER = ("history", "heartbeat", "complete", "fail", "poll", "signal", "close_run")
+ORDER = ("history", "heartbeat", "complete", "fail", "poll", "signal", "deregister", "close_run")
 EXPIRING = ("lease_expired", "redelivered")
-# Not swept: deregistration (no requirement judges it yet), the clock's own events (observed as the other calls
-# meet them: a lapse in a lease_expired answer, a recovery in the poll that takes the task over), and a task ready
-# again after its holder left (deregistration again).
-SWEPT_STATES = ("ready", "leased", "completed", "failed", "run_closed", *EXPIRING)
+# Not swept: the clock's own events (observed as the other calls meet them: a lapse in a lease_expired answer, a
+# recovery in the poll that takes the task over).
+SWEPT_STATES = ("ready", "requeued", "leased", "completed", "failed", "run_closed", *EXPIRING)
 
 
 def _changes(state: str, operation: str, actor: Actor) -> bool:
     """Whether the call changes the task (or its run): it then ends its instance."""
     if operation == "close_run":
         return state != "run_closed"
+    if operation == "deregister":
+        return True  # the holder is gone: nothing after it in the instance may be its call
     if operation == "poll":
-        return state in ("ready", "lease_expired")
+        return state in ("ready", "requeued", "lease_expired")
     return operation in ("complete", "fail") and actor is Actor.HOLDER and state in ("leased", "redelivered")
 
 
@@ -78,6 +86,7 @@ class Instance(SweepInstance):
     run: RunShadow
     task: TaskM | None = None
     former: dict[str, int] = field(default_factory=dict)  # former holder -> the attempt it held
+    gone: set[str] = field(default_factory=set)  # workers of the instance that deregistered
 
 
 def sweep_cold_cells(m: WorkflowLeaseMachine) -> None:
@@ -100,7 +109,10 @@ def sweep_cold_cells(m: WorkflowLeaseMachine) -> None:
 
 
 def _redelivers(state: str, calls: list[tuple[str, Actor]]) -> bool:
-    """Whether the instance needs a lease taken over: its state is a redelivery, or a former holder acts in it."""
+    """Whether the instance needs a lease taken over: its state is a redelivery, or a former holder acts in it
+    (in ``requeued`` the former holder is the holder that deregistered: no takeover)."""
+    if state == "requeued":
+        return False
     return state == "redelivered" or any(actor is Actor.FORMER_HOLDER for _, actor in calls)
 
 
@@ -114,10 +126,11 @@ def point_at(m: WorkflowLeaseMachine, inst: Instance) -> None:
     m.queue, m.workers = inst.queue, inst.workers
 
 
-def start_instance(m: WorkflowLeaseMachine, state: str, calls: list[tuple[str, Actor]]) -> Instance:
+def start_instance(m: WorkflowLeaseMachine, state: str, calls: list[tuple[str, Actor]], **start: Any) -> Instance:
+    """A run on a queue of its own with three workers (``start``: more fields of the start request)."""
     queue = m.ctx.uid("q")
     workers = [m.run(m.ctx.register(queue)) for _ in range(3)]
-    wid, run_id = m.run(m.ctx.start(queue))
+    wid, run_id = m.run(m.ctx.start(queue, **start))
     run = RunShadow(workflow_id=wid, run_id=run_id)
     m.run_by_id[run_id] = run
     m.ack(run_id, Kind.START)
@@ -164,6 +177,10 @@ def _settle(m: WorkflowLeaseMachine, instances: list[Instance], waits: int) -> N
             _call(m, inst, "fail", task.owner)
         elif inst.state == "run_closed":
             m.close_run(inst.run, "cancel")
+        elif inst.state == "requeued":
+            holder, attempt = task.owner, task.attempt
+            if deregister(m, inst, holder):
+                inst.former[holder] = attempt
 
 
 def _redeliver(m: WorkflowLeaseMachine, inst: Instance) -> None:
@@ -202,6 +219,13 @@ def _act(m: WorkflowLeaseMachine, inst: Instance) -> None:
                 m.hit("workflow_task", "ready", "close_run", Actor.OPERATOR)  # its first task never leased
         elif operation == "poll" and inst.state == "ready":
             inst.task = poll_instance(m, inst, inst.workers[2])
+        elif operation == "deregister":
+            if inst.task is not None:
+                deregister(m, inst, inst.task.owner)
+        elif operation == "poll" and inst.state == "requeued":
+            who = _worker(inst, actor)
+            if who is not None:
+                _poll_requeued(m, inst, who[0], actor)
         else:
             who = _worker(inst, actor)
             if who is None:
@@ -285,3 +309,78 @@ def signal_instance(m: WorkflowLeaseMachine, inst: Instance) -> None:
     m.hit_run(run, "signal", Actor.OPERATOR)
     if inst.task is not None:
         m.hit_task(inst.task, "signal", Actor.OPERATOR, m.now())
+
+
+def deregister(m: WorkflowLeaseMachine, inst: Instance, worker: str) -> bool:
+    """``worker``, the task's holder, deregisters (``DEREGISTER-RELEASES-LEASES``): 200 ``deregistered``, and
+    ``recovered_workflow_task_count`` the live leases it held — this task's, if it held one; the task is then
+    ready again. Whether the deregistration was judged (False: no answer, or no such route)."""
+    task = inst.task
+    assert task is not None
+    at = m.now()
+    state = task_state(task, task.run, at, m.MARGIN)
+    reply = m.call(m.client.worker(f"/registrations/{worker}", method="DELETE"))
+    if reply is None:
+        task.uncertain = True  # maybe deregistered: the task may be ready again, or not
+        return False
+    if reply.status in (404, 405) and reply.reason != "worker_not_found":
+        m.reached("deregistration_not_served")
+        return False
+    body = reply.json()
+    allowed = recovered_counts(task, task.run, at, m.MARGIN)
+    count = body.get("recovered_workflow_task_count")
+    if reply.status != 200 or body.get("outcome") != "deregistered" or count not in allowed:
+        raise m.unexpected(
+            reply,
+            "DEREGISTER-RELEASES-LEASES",
+            f"the holder of workflow task {task.task_id} ({state or 'about to lapse'}) deregisters",
+            f"200 outcome deregistered, recovered_workflow_task_count in {sorted(allowed)}",
+            f"outcome={body.get('outcome')!r} recovered_workflow_task_count={count!r}",
+        )
+    if state is not None:
+        m.hit("workflow_task", state, "deregister", Actor.HOLDER)
+    if task.status is TaskStatus.LEASED and not task.uncertain:
+        task.step(TaskEvent.ABANDON)  # its lease given up at once: the task is ready again
+    inst.workers = [w for w in inst.workers if w != worker]
+    inst.gone.add(worker)
+    m.reached("holder_deregistered")
+    return True
+
+
+def recovered_counts(task: TaskShadow, run: RunShadow, at: datetime, margin: float) -> set[int]:
+    """What ``recovered_workflow_task_count`` may be when the only task its worker held is ``task``: 1 for a live
+    lease, 0 for a closed task; for a lapsed lease (or one about to lapse) either — the server may have
+    recovered it already."""
+    if task.status is not TaskStatus.LEASED or not run.open:
+        return {0}
+    if task.expires - timedelta(seconds=margin) > at:
+        return {1}
+    return {0, 1}
+
+
+def _poll_requeued(m: WorkflowLeaseMachine, inst: Instance, worker: str, actor: Actor) -> None:
+    """A poll of a task its holder left: ready at once, so the poll leases it as the next attempt — while the lease
+    the holder gave up would still run, so no expiry can be what made it ready."""
+    task = inst.task
+    assert task is not None
+    if worker in inst.gone:
+        m.run(m.ctx.register(inst.queue, worker_id=worker))  # the former holder comes back
+        inst.gone.discard(worker)
+        inst.workers.append(worker)
+    before = task.expires
+    point_at(m, inst)
+    polled = m.poll_wf(worker)
+    got = m.adopt(polled, worker, polled.received)
+    if got is task or polled.reply is None or task.uncertain or inst.run.uncertain:
+        return
+    live = polled.received + timedelta(seconds=m.MARGIN) < before
+    if polled.body.get("poll_status") in ("throttled", "unavailable") or not live:
+        return  # the target may hold the task back for another reason, or the old lease lapsed meanwhile
+    raise m.violation(
+        "DEREGISTER-RELEASES-LEASES",
+        f"workflow task {task.task_id}, whose holder deregistered, was not leased by the next poll "
+        f"(the lease it gave up would have run until {before.isoformat()})",
+        expected=f"a lease of {task.task_id} with workflow_task_attempt {task.attempt + 1}",
+        received=polled.body.get("poll_status"),
+        replies=[polled.reply],
+    )

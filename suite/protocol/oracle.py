@@ -67,6 +67,7 @@ class Kind(StrEnum):
     CANCEL = "cancel"
     TERMINATE = "terminate"
     CONTINUE_AS_NEW = "continue_as_new"
+    TIME_OUT = "time_out"  # the run's (or its execution's) timeout closed it, as seen on describe
 
 
 class Applied(StrEnum):
@@ -116,6 +117,7 @@ _RECORDS: dict[Kind, tuple[str, str, str | None]] = {
     Kind.CANCEL: ("WorkflowCancelled", "CONTROL-CANCEL-CLOSES-RUN", None),
     Kind.TERMINATE: ("WorkflowTerminated", "CONTROL-CANCEL-CLOSES-RUN", None),
     Kind.CONTINUE_AS_NEW: ("WorkflowContinuedAsNew", "COMMANDS-CONTINUE-AS-NEW", None),
+    Kind.TIME_OUT: ("WorkflowTimedOut", "RUN-TIMEOUT-CLOSES-RUN", None),
 }
 _CONTROL_EVENTS = frozenset({"SignalReceived", "UpdateAccepted"})
 _UPDATE_CLOSING = frozenset({"UpdateApplied", "UpdateCompleted"})

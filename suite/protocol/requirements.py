@@ -688,6 +688,19 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "the same value).",
         cites=(_srv("Control-plane workflow routes"),),
     ),
+    _r(
+        "RUN-TIMEOUT-CLOSES-RUN",
+        MUST,
+        _A.CONTROL_PLANE,
+        "A run started with run_timeout_seconds (or execution_timeout_seconds) that is still open that many "
+        "seconds after it started is closed as failed with closed_reason timed_out and one WorkflowTimedOut, "
+        "not before, whether a workflow task is open or the run waits; an execution's timeout counts from its "
+        "first run, so a run that began with a continue-as-new closes at the deadline its execution had.",
+        cites=(
+            _srv("Control-plane workflow routes", "start execution_timeout_seconds, run_timeout_seconds"),
+            _wp("Completion, heartbeat and fail requests", "run_timed_out"),
+        ),
+    ),
     # ===================================================================================== registration
     _r(
         "REGISTER-CREATED",
@@ -760,6 +773,19 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         "gets 409 workflow_definition_changed with workflow_type.",
         cites=(
             _wp("Discovery capabilities"),
+            _srv("Worker registration"),
+        ),
+    ),
+    _r(
+        "DEREGISTER-RELEASES-LEASES",
+        MUST,
+        _A.REGISTRATION,
+        "DELETE /api/worker/registrations/{worker_id} answers 200 outcome deregistered with "
+        "recovered_workflow_task_count, the workflow tasks whose live leases it held; each is ready again at once "
+        "(the next poll leases it as the next attempt, without waiting for the lease to expire) and the worker's "
+        "reports about it are fenced; a task it no longer held is not changed.",
+        cites=(
+            _sdk("Worker handshake", "DELETE /worker/registrations: recovered_workflow_task_count"),
             _srv("Worker registration"),
         ),
     ),

@@ -132,7 +132,9 @@ COLD_CELL_BUGS = frozenset(
     {
         "activity-closed-run-skips-owner-check",
         "activity-former-holder-reports",
+        "continue-as-new-restarts-execution-timeout",
         "continued-run-fail-recorded-completed",
+        "deregistration-skips-redelivered-leases",
         "fail-update-closes-again",
         "query-failed-task-retried",
         "query-leased-failed-on-run-close",

@@ -72,7 +72,40 @@ def test_the_sweep_plans_only_cold_reachable_cells_and_ends_each_instance_with_i
             assert len(calls) == 1  # every further change gets an instance of its own
     # Nobody can name a task never leased: only a poll, a signal and a close reach it.
     assert {op for inst in plan["ready"] for op, _ in inst} == {"poll", "signal", "close_run"}
-    assert "requeued" not in plan  # needs a deregistration, which the sweep does not make
+    # Ready again after its holder left: the reports of the holder that left and of another worker, a poll by
+    # each (each takes the task over: an instance of its own), a signal and the run's close.
+    requeued = plan["requeued"]
+    assert {(op, a) for inst in requeued for op, a in inst} == {
+        *(
+            (op, a)
+            for op in ("history", "heartbeat", "complete", "fail", "poll")
+            for a in (Actor.FORMER_HOLDER, Actor.OTHER_WORKER)
+        ),
+        ("signal", Actor.OPERATOR),
+        ("close_run", Actor.OPERATOR),
+    }
+    assert all(len(inst) == 1 for inst in requeued[1:])
+    # The holder deregisters in every state it holds or held the task in, each time last in its instance.
+    for state in ("leased", "lease_expired", "redelivered", "completed", "failed", "run_closed"):
+        assert any(inst[-1] == ("deregister", Actor.HOLDER) for inst in plan[state]), state
+
+
+def test_a_task_its_holder_left_is_ready_again_and_its_holder_a_former_one() -> None:
+    from suite.machines.workflow_sweep import recovered_counts
+
+    task, run = _task()
+    assert recovered_counts(task, run, T0, 1.0) == {1}  # a live lease: recovered
+    assert recovered_counts(task, run, task.expires - timedelta(milliseconds=500), 1.0) == {0, 1}  # about to lapse
+    assert recovered_counts(task, run, task.expires + timedelta(seconds=5), 1.0) == {0, 1}  # lapsed: maybe recovered
+    task.step(TaskEvent.ABANDON)
+    assert task_state(task, run, T0, 1.0) == "requeued"
+    assert task_actor(task, "w1") is Actor.FORMER_HOLDER  # nobody holds a ready task
+    assert task_actor(task, "w2") is Actor.OTHER_WORKER
+    assert recovered_counts(task, run, T0, 1.0) == {0}
+    done, _ = _task()
+    done.step(TaskEvent.COMPLETE)
+    assert recovered_counts(done, run, T0, 1.0) == {0}
+    assert task_actor(done, "w1") is Actor.HOLDER  # the holder of a closed task is still its holder
 
 
 def _attempt(number: int = 1, task_id: str = "at1", owner: str = "w1") -> Any:
@@ -237,3 +270,16 @@ def test_the_run_sweep_plans_every_cold_call_but_the_clocks_and_one_change_per_i
     first, *further = plan["pending"]
     assert first[0] == "read_history"  # a read leaves the run as it is: first
     assert all(len(ops) == 1 for ops in further)  # every further batch or close on a run of its own
+
+
+def test_the_run_sweep_times_out_a_run_in_each_live_state_whose_timeout_cell_is_cold() -> None:
+    from suite.machines.run_sweep import PAUSE, SLACK, TIMEOUT, timeout_plan
+    from suite.protocol.coverage import cell_key, cells
+
+    entity = next(e for e in ENTITIES if e.name == "run")
+    reachable = {c.state for c in cells(entity) if c.ruled_out is None and c.operation == "time_out"}
+    assert set(timeout_plan({})) == reachable == {"pending", "running", "waiting", "continued"}
+    assert timeout_plan({cell_key("run", "waiting", "time_out", Actor.CLOCK): 1}) == ["pending", "running", "continued"]
+    # A continued run counting its execution's timeout from its own start would still be open when judged.
+    assert PAUSE > SLACK
+    assert PAUSE < TIMEOUT
