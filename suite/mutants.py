@@ -413,6 +413,13 @@ def judge_run(result: MutantResult, results: dict[str, Any]) -> None:
                 "seconds": round(seconds, 3),
             }
             break
+    time_plan = (results.get("target") or {}).get("time") or {}
+    if result.first_failure is not None and time_plan.get("test_clock_used") is False:
+        # Waiting in real time the items overlap (suite.overlap): their durations add up to more than the time
+        # that passed. Under -x the run ends at its first failure, so its span is the time until it.
+        span = _seconds_between(results.get("started_at"), results.get("finished_at"))
+        if span is not None:
+            result.first_failure["seconds"] = span
     if result.failed:
         result.verdict = "killed"
     elif errors or result.exit_code not in (0, 1):
@@ -420,6 +427,13 @@ def judge_run(result: MutantResult, results: dict[str, Any]) -> None:
         result.note = f"harness errors on {', '.join(errors) or 'the run'} (pytest exit {result.exit_code})"
     else:
         result.verdict = "survived"
+
+
+def _seconds_between(start: object, end: object) -> float | None:
+    """The seconds from one ISO 8601 time of a results.json to another; None when either is missing."""
+    if not isinstance(start, str) or not isinstance(end, str):
+        return None
+    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
 
 
 # -- the matrix -------------------------------------------------------------------------------------------
@@ -526,7 +540,8 @@ class FirstFailures:
                 "not_caught": sorted(r.name for r in self.runs if r.first_failure is None and r.verdict != "error"),
                 # These runs stopped at a harness error before any failure: no verdict on how soon one comes.
                 "no_verdict": sorted(r.name for r in self.runs if r.first_failure is None and r.verdict == "error"),
-                # Until the failing item's verdict: the items run before it and its own duration, as recorded.
+                # Until the failing item's verdict: with a test clock the items run before it and its own
+                # duration, as recorded; waiting in real time (items overlap) the run's span, which -x ends there.
                 "first_failure_seconds": _spread(in_suite),
                 # The whole `pytest -x` process: start-up, target probe, the items, the reports.
                 "run_seconds": _spread(wall),

@@ -11,6 +11,8 @@ machines are the longest items of a run, so they start as soon as the run does r
 Each item then waits only for its own result. Items still report one by one in the run's order, so ``-x`` stops
 at the same first failure and the records are the ones a serial run would write; the checks started ahead of an
 item that stopped the run are cancelled, and the machines started ahead are told to stop at their next request.
+Under ``-x`` (or ``--maxfail``) the run wants its first failure soon, not in order: :meth:`Overlap.next_item`
+lets an item started ahead that has already failed report before the item whose turn it is.
 
 With the target's test clock nothing is overlapped: an item that moves the clock would expire the leases of
 the others (see :mod:`suite.timing`), and there the waits take no time anyway.
@@ -23,13 +25,14 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .outcomes import Kind, Record
 from .registry import Check
 
-__all__ = ["DEFAULT_LIMIT", "Overlap", "one_parse_at_a_time"]
+__all__ = ["DEFAULT_LIMIT", "STOPPING", "Overlap", "Stopped", "one_parse_at_a_time"]
 
 # Checks in flight at once by default: enough to overlap the waits of the time-driven checks (each holds at
 # most a few requests open), few enough that a small server is not flooded. The protocol advertises no
@@ -57,6 +60,16 @@ def one_parse_at_a_time() -> None:
 
     locked.dw_locked = True  # type: ignore[attr-defined]
     ast.parse = locked
+
+
+# Set when the run stops (``-x``, an interrupt) while machines and fuzz groups started ahead of their turn are
+# still running: each then ends at its next request instead of running out its budget for nobody.
+STOPPING = threading.Event()
+
+
+class Stopped(BaseException):
+    """Raised by a machine's or fuzz group's next request once the run has stopped. Not an ``Exception``:
+    Hypothesis lets it through at once, as it does an interrupt, without shrinking or replaying anything."""
 
 
 Start = Callable[[Check], Awaitable[list[Record]]]
@@ -107,6 +120,22 @@ class Overlap:
             raise KeyError(test_id)
         return future.result()
 
+    def next_item(self, ids: Sequence[str], fails: Callable[[list[Record]], bool]) -> str:
+        """Which of ``ids`` (the items not yet reported, in the run's order) reports next: the first one started
+        ahead that has already finished and ``fails``, as soon as there is one, else ``ids[0]`` once it has
+        finished (or at once when it has not been started: taking it starts it)."""
+        while True:
+            with self._lock:
+                head = self._futures.get(ids[0])
+                rest = [(i, self._futures[i]) for i in ids[1:] if i in self._futures]
+            for other_id, future in rest:
+                if future.done() and not future.cancelled() and future.exception() is None and fails(future.result()):
+                    return other_id
+            if head is None or head.done() or self._closing.is_set():
+                return ids[0]
+            pending = [head, *(f for _, f in rest if not f.done())]
+            concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+
     def blocks(self) -> bool:
         """Whether machines and fuzz groups run ahead of their turn too."""
         return self._block is not None
@@ -127,8 +156,9 @@ class Overlap:
             threads = list(self._threads)
         if self._stop is not None:
             self._stop()
-        for thread in threads:  # each ends at its next request (a long poll's hold at most)
-            thread.join(timeout=30)
+        deadline = time.monotonic() + 30
+        for thread in threads:  # each ends at its next request (a long poll's hold at most): 30 s for them all
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         if self._loop.is_running():
 
             async def cancel_rest() -> None:

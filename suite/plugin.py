@@ -56,6 +56,7 @@ from .run import (
     SuiteCollector,
     check_records,
     records_of,
+    run_first_failures_first,
     stored_failure_machines,
     stored_failures_first,
 )
@@ -563,7 +564,7 @@ def _blocking_overlap(config: pytest.Config, target: TargetInfo) -> tuple[Any, A
     settings = config.stash[SETTINGS_KEY]
     if settings.campaign_seconds is not None or settings.example_db is not None:
         return None, None
-    from .machines.base import STOPPING
+    from .overlap import STOPPING
 
     STOPPING.clear()
 
@@ -659,6 +660,12 @@ def _stop_embedded(config: pytest.Config) -> None:
     if server is not None:
         server.stop()
         del config.stash[_EMBEDDED_KEY]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Under ``-x`` while items overlap, the first failure in time reports first (suite.run)."""
+    return run_first_failures_first(session)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "judge",
     "records_of",
     "run_check",
+    "run_first_failures_first",
 ]
 
 RECORD_KEY = "dw_record"
@@ -223,10 +224,44 @@ def records_of(report: pytest.TestReport) -> list[Record]:
     return [Record.from_json(json.loads(str(v))) for k, v in report.user_properties if k == RECORD_KEY]
 
 
+def _failing(records: list[Record], target: TargetInfo) -> list[Record]:
+    """The records that fail their item: a broken rule (a SHOULD too, under ``--strict``)."""
+    return [r for r in records if r.verdict is Verdict.FAILED or (r.verdict is Verdict.NON_STRICT and target.strict)]
+
+
+def run_first_failures_first(session: pytest.Session) -> bool | None:
+    """The run loop under ``-x`` / ``--maxfail`` while items overlap (suite.overlap): pytest's own, except that
+    an item started ahead which has already failed (a broken rule or a harness error) reports before the item
+    whose turn it is, so the run stops at the first failure in time rather than the first in the run's order.
+    None (pytest's loop) otherwise, and in an xdist worker, which runs its own loop."""
+    config = session.config
+    overlap = config.stash.get(OVERLAP_KEY, None)
+    if overlap is None or not config.option.maxfail or getattr(config, "workerinput", None) is not None:
+        return None
+    if session.testsfailed and not config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{plural(session.testsfailed, 'error')} during collection")
+    target = config.stash[TARGET_KEY]
+
+    def fails(records: list[Record]) -> bool:
+        return bool(_failing(records, target)) or any(r.verdict is Verdict.ERROR for r in records)
+
+    rest = list(session.items)
+    while rest:
+        chosen = overlap.next_item([item.nodeid for item in rest], fails)
+        item = next(i for i in rest if i.nodeid == chosen)
+        rest.remove(item)
+        config.hook.pytest_runtest_protocol(item=item, nextitem=rest[0] if rest else None)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+    return True
+
+
 def _conclude(entry: Check, records: list[Record], target: TargetInfo, settings: RunSettings) -> None:
     """The item's pytest outcome: failed for a broken rule, failed (marked harness error) for an error, skipped
     when nothing was judged."""
-    failing = [r for r in records if r.verdict is Verdict.FAILED or (r.verdict is Verdict.NON_STRICT and target.strict)]
+    failing = _failing(records, target)
     seed = f"\nseed: {settings.seed}" if entry.kind is not Kind.CHECK else ""
     if failing:
         lines = [f"[{r.failed_requirement}] {r.check}: {r.message}" for r in failing]

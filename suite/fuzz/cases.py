@@ -18,6 +18,7 @@ from schemathesis.core import NotSet
 from suite.client import CONTROL_HEADER, REDACTED, WORKER_HEADER
 from suite.context import TargetInfo
 from suite.exchange import Exchange
+from suite.overlap import STOPPING, Stopped
 from suite.text import plural
 
 from .document import Operation
@@ -182,6 +183,8 @@ class CaseRunner:
         """Send ``case`` and judge the answer; with a ``world``, a 4xx must leave it unchanged."""
         if self.aborted:
             return None
+        if STOPPING.is_set():  # the run stopped (-x) while this group ran ahead of its turn: nobody will take it
+            raise Stopped
         r = self.result
         before = None
         if world is not None:

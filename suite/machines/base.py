@@ -47,6 +47,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 from suite.client import Reply
 from suite.context import CheckContext, TargetInfo, target_client
 from suite.outcomes import CheckFailure, HarnessError, Indeterminate
+from suite.overlap import STOPPING, Stopped
 from suite.protocol.coverage import Actor, cell_key, known_cell
 from suite.protocol.errors import Violation
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome
@@ -112,16 +113,6 @@ class ThisThread(threading.local):
 
 
 RUN = ThisThread()
-# Set when the run stops (``-x``, an interrupt) while machines started ahead of their turn are still running:
-# each then ends at its next request instead of running out its budget for nobody.
-STOPPING = threading.Event()
-
-
-class Stopped(BaseException):
-    """Raised by a machine's next request once the run has stopped. Not an ``Exception``: Hypothesis lets it
-    through at once, as it does an interrupt, without shrinking or replaying anything."""
-
-
 # A step line as Hypothesis prints it: the machine built, a rule called, its results assigned.
 STEP_LINE = re.compile(r"^(state = \w+\(\)$|state\.\w+\(|\(?[\w, ]+,?\)? = state\.\w+\()")
 

@@ -36,7 +36,8 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from .base import CELLS, LEDGER, RUN, MachineBase, Stopped, record_step
+from ..overlap import Stopped
+from .base import CELLS, LEDGER, RUN, MachineBase, record_step
 
 __all__ = ["Campaign", "MachineBudget", "MachineResult", "judged_cells", "run_machine"]
 

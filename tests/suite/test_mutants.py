@@ -221,6 +221,29 @@ def test_the_cost_of_a_first_failure_counts_a_machine_once() -> None:
     assert result.first_failure == {"check": "machine:m", "requirement": "FENCE-OWNER", "requests": 4, "seconds": 11.0}
 
 
+def test_waiting_in_real_time_the_first_failure_is_the_runs_span_not_its_items_added_up() -> None:
+    """In real time the items overlap: ten seconds of items may pass in three. Under -x the run's span ends at
+    its first failure."""
+    records = [
+        {"test_id": "dw::A::a", "check": "a", "verdict": "passed", "requests": 4, "duration_seconds": 6.0},
+        {"test_id": "dw::B::b", "check": "b", "verdict": "failed", "failed_requirement": "B", "duration_seconds": 4.0},
+    ]
+    results: dict[str, Any] = {
+        "requirements": [{"id": "B", "verdict": "failed"}],
+        "checks": records,
+        "started_at": "2026-12-07T15:42:23.500000+00:00",
+        "finished_at": "2026-12-07T15:42:26.750000+00:00",
+        "target": {"time": {"test_clock_used": False}},
+    }
+    result = MutantResult(name="m", description="", expected=["B"], verdict="", exit_code=1)
+    judge_run(result, results)
+    assert result.first_failure is not None
+    assert result.first_failure["seconds"] == 3.25
+    results["target"]["time"]["test_clock_used"] = True  # one by one: the items before it and its own
+    judge_run(result, results)
+    assert result.first_failure["seconds"] == 10.0
+
+
 def test_first_failures_name_a_fault_the_whole_suite_passes() -> None:
     correct = MutantResult(name="m", description="", expected=["X"], verdict="survived")
     caught = _result("c", "killed", ["FENCE-OWNER"], ["FENCE-OWNER"])

@@ -7,12 +7,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from suite.outcomes import Kind, Record
-from suite.overlap import Overlap
+from suite.outcomes import Kind, Record, Verdict
+from suite.overlap import STOPPING, Overlap, Stopped
 from suite.registry import Check
 
 
@@ -199,3 +200,73 @@ def test_a_parse_run_from_inside_a_parse_on_the_same_thread_does_not_wait_for_it
     thread.start()
     thread.join(timeout=10)
     assert done.is_set(), "the nested parse waited for the lock its own thread holds"
+
+
+class _FailsFast:
+    """Checks of which ``slow`` waits until released and every other ends at once, failing when named in
+    ``failing``: what reports first under -x is seen, not timed."""
+
+    def __init__(self, failing: set[str]) -> None:
+        self.failing = failing
+        self.release = threading.Event()
+
+    async def __call__(self, check: Check) -> list[Record]:
+        while check.name == "slow" and not self.release.is_set():
+            await asyncio.sleep(0.005)
+        verdict = Verdict.FAILED if check.name in self.failing else Verdict.PASSED
+        return [replace(Record(Kind.CHECK, check.name, f"dw::{check.name}", check.requirements), verdict=verdict)]
+
+
+def _fails(records: list[Record]) -> bool:
+    return any(r.verdict is Verdict.FAILED for r in records)
+
+
+def test_under_x_a_failure_found_ahead_reports_before_the_item_whose_turn_it_is() -> None:
+    checks = _FailsFast({"late"})
+    overlap = Overlap(checks, limit=4)
+    ahead = [(f"dw::{n}", _check(n)) for n in ("first", "slow", "fine", "late")]
+    ids = [test_id for test_id, _ in ahead]
+    try:
+        assert overlap.next_item(ids, _fails) == "dw::first"  # nothing started yet: the head, which starts all
+        overlap.take("dw::first", ahead)
+        # "slow" has not finished and "fine" passed: the failing "late" goes first, without waiting for "slow".
+        assert overlap.next_item(ids[1:], _fails) == "dw::late"
+        assert not checks.release.is_set()
+        assert [r.verdict for r in overlap.take("dw::late", [])] == [Verdict.FAILED]
+    finally:
+        checks.release.set()
+        overlap.close()
+
+
+def test_without_a_failure_ahead_the_items_report_in_the_runs_order() -> None:
+    checks = _FailsFast(set())
+    overlap = Overlap(checks, limit=4)
+    ahead = [(f"dw::{n}", _check(n)) for n in ("first", "slow", "fine")]
+    ids = [test_id for test_id, _ in ahead]
+    try:
+        overlap.take("dw::first", ahead)
+        answer: list[str] = []
+        waiter = threading.Thread(target=lambda: answer.append(overlap.next_item(ids[1:], _fails)), daemon=True)
+        waiter.start()
+        _wait_for(lambda: overlap.started == 3)
+        waiter.join(timeout=0.2)
+        assert answer == []  # "fine" passed: the head's turn is awaited
+        checks.release.set()
+        waiter.join(timeout=10)
+        assert answer == ["dw::slow"]
+    finally:
+        checks.release.set()
+        overlap.close()
+
+
+def test_a_fuzz_group_started_ahead_ends_at_its_next_request_once_the_run_stops() -> None:
+    from suite.fuzz.cases import CaseRunner
+
+    nothing: Any = None  # send() looks at no target, result or lab before the stop
+    runner = CaseRunner(nothing, nothing, nothing)
+    STOPPING.set()
+    try:
+        with pytest.raises(Stopped):
+            runner.send(nothing, nothing)
+    finally:
+        STOPPING.clear()
