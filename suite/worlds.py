@@ -24,7 +24,7 @@ from suite.text import plural
 
 from .client import Reply
 from .context import CheckContext, fenced_body
-from .outcomes import CheckFailure
+from .outcomes import CheckFailure, Indeterminate
 from .protocol.errors import Violation
 from .protocol.fencing import parse_rfc3339
 from .protocol.lifecycles import RUN_LIVE_STATUSES
@@ -100,9 +100,11 @@ __all__ = [
     "schedule_activities",
     "send_poll",
     "settle",
+    "shortest_lease",
     "side_effect_cmd",
     "start_query",
     "started_with_activities",
+    "still_within",
     "task_key",
     "task_of",
     "task_summary",
@@ -248,6 +250,26 @@ def advertised_lease(ctx: CheckContext) -> float | None:
     """The workflow-task lease the target advertises (test_profile.workflow_task_lease_seconds), or None."""
     value = ctx.target.test_profile.get("workflow_task_lease_seconds")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) -> None:
+    """Timing evidence for a judgement: the server's clock cannot have moved more than ``ctx.now()`` (the local
+    clock, plus every test-clock advance) since ``since`` (taken before the request that started the clock).
+    When that bound reaches ``seconds`` the lease or timeout in question may have lapsed on its own — delays
+    (a loaded machine, a distant target), not the target, decide the answer, so the check cannot judge and runs
+    again in a fresh world."""
+    if (ctx.now() - since).total_seconds() >= seconds:
+        raise Indeterminate(f"{what} may have lapsed on its own: {seconds:g}s passed before the probe answered")
+
+
+def shortest_lease(ctx: CheckContext) -> float:
+    """The shorter of the workflow-task and activity-task leases the target advertises (300 s when it
+    advertises neither, the protocol's default)."""
+    values = [
+        ctx.target.test_profile.get(key) for key in ("workflow_task_lease_seconds", "activity_task_lease_seconds")
+    ]
+    leases = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
+    return min(leases, default=300.0)
 
 
 # -- a lease two workers contend for -----------------------------------------------------------------------

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 from suite.client import Reply
 from suite.context import CheckContext
-from suite.outcomes import Indeterminate, NotCovered
+from suite.outcomes import NotCovered
 from suite.protocol.fencing import parse_rfc3339
 from suite.protocol.requirements import Area
 from suite.registry import check
-from suite.worlds import ACTIVITY_TYPE, lease_task, lease_wf, poll_activity
+from suite.worlds import ACTIVITY_TYPE, lease_task, lease_wf, poll_activity, still_within
 
 # The registry's areas whose checks live here (tests/architecture/test_check_areas.py).
 AREAS = (Area.SESSIONS,)
@@ -89,15 +88,6 @@ async def lease_within(ctx: CheckContext, worker: str, queue: str, requirement: 
     what = f"an in-session activity task for {worker}"
     task, _reply = await lease_task(ctx, "activity", worker, queue, what=what, requirement=requirement)
     return task
-
-
-def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) -> None:
-    """Timing evidence for a judgement: the server's clock cannot have moved more than ``ctx.now()`` (the local
-    clock, plus every test-clock advance) since ``since`` (taken before the request that started the clock).
-    When that bound reaches ``seconds`` the lease in question may have lapsed on its own — delays, not the
-    target, decide the answer, so the check cannot judge (under --faults it runs again)."""
-    if (ctx.now() - since).total_seconds() >= seconds:
-        raise Indeterminate(f"{what} may have lapsed on its own: {seconds:g}s passed before the probe answered")
 
 
 def attempt_lease(ctx: CheckContext) -> float:
