@@ -480,6 +480,31 @@ FAULTS: dict[str, Fault] = {
         ("RUN-TIMEOUT-CLOSES-RUN",),
         machine="workflow_leases",
     ),
+    # -- children and cooperative cancellation in the cells only the child sweep reaches ------------------
+    "abandon-child-cancelled-with-parent": Fault(
+        "A parent cancelled from the control plane cancels its abandon children with it (a parent that closes"
+        " itself leaves them running).",
+        ("CHILD-PARENT-CLOSE-DEFAULT",),
+        machine="workflow_leases",
+    ),
+    "second-child-wake-names-first": Fault(
+        "The parent task woken by its second child's result carries the first child's resume context"
+        " (child_call_id and child_workflow_run_id of the first child).",
+        ("CHILD-RESULT-WAKES-PARENT",),
+        machine="workflow_leases",
+    ),
+    "cancellation-dropped-after-delivery": Fault(
+        "Once a child's worker committed the delivery of a cooperative cancellation request, the child's later"
+        " workflow tasks no longer carry cancel_requested and the request, though the child is still open.",
+        ("CANCEL-COOPERATIVE-REQUEST",),
+        machine="workflow_leases",
+    ),
+    "delivered-child-terminated-at-deadline": Fault(
+        "A child still open past its cleanup deadline after its delivery was committed is terminated, not closed"
+        " as cancelled (an undelivered one is cancelled as it must be).",
+        ("CANCEL-COOPERATIVE-DEADLINE",),
+        machine="workflow_leases",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

@@ -122,3 +122,55 @@ def _no_run_timeout(
 @wraps("child-execution-timeout-per-run", engine, "child_execution_deadline")
 def _deadline_per_run(original: Callable[[T, sqlite3.Row], int | None], t: T, call: sqlite3.Row) -> int | None:
     return None  # each retry of a child starts its execution_timeout_seconds afresh
+
+
+# -- bugs only the child sweep's cells show (a parent cancelled by the operator, a second child result, a later
+# task of a child asked to clean up, a delivered request's deadline) ----------------------------------------
+
+
+@wraps("abandon-child-cancelled-with-parent", closing, "close_what_it_leaves")
+def _abandon_cancelled(
+    original: Callable[..., None], t: T, run_id: str, event: RunEvent, run: sqlite3.Row, *args: Any
+) -> None:
+    original(t, run_id, event, run, *args)
+    if event is not RunEvent.CANCEL:
+        return  # a parent that closes itself leaves its abandon children running, as it must
+    for call in t.all("SELECT * FROM children WHERE parent_run_id = ? AND parent_close_policy = 'abandon'", run_id):
+        child_run_id = call["current_run_id"]
+        if child_run_id and t.run(child_run_id)["status"] not in engine.TERMINAL_RUN_STATUSES:
+            closing.cancel_child_at_once(t, child_run_id, {"reason": "parent_closed", "parent_close_policy": "abandon"})
+
+
+# Per parent run, the resume context of the first child result that woke it.
+_FIRST_WAKE: dict[str, dict[str, Any]] = {}
+
+
+@wraps("second-child-wake-names-first", closing, "child_wake_context")
+def _first_child_context(
+    original: Callable[..., dict[str, Any]], call: sqlite3.Row, child_run: sqlite3.Row
+) -> dict[str, Any]:
+    context = original(call, child_run)
+    # Every later child result names the first child's call and run.
+    return _FIRST_WAKE.setdefault(call["parent_run_id"], context)
+
+
+@wraps("cancellation-dropped-after-delivery", cancellation, "observation")
+def _dropped_once_delivered(original: Callable[[T, str], dict[str, Any] | None], t: T, run_id: str) -> Any:
+    row = cancellation._open_request(t, run_id)
+    if row is not None and row["delivery"] is not None:
+        return None  # once a delivery is committed, the child's later tasks no longer carry the request
+    return original(t, run_id)
+
+
+@wraps("delivered-child-terminated-at-deadline", closing, "close_past_cleanup_deadline")
+def _delivered_terminated(original: Callable[[T], None], t: T) -> None:
+    """A child whose delivery was committed is terminated at its deadline, not cancelled."""
+    for row in t.all(
+        "SELECT * FROM cancellation_requests WHERE status != 'resolved' AND delivery IS NOT NULL"
+        " AND cleanup_deadline_at <= ? LIMIT 100",
+        t.now,
+    ):
+        if t.run(row["run_id"])["status"] not in engine.TERMINAL_RUN_STATUSES:
+            payload = {"reason": "cleanup_deadline_exceeded", "request_id": row["request_id"]}
+            closing.close_run(t, row["run_id"], RunEvent.TERMINATE, event_type="WorkflowTerminated", payload=payload)
+    original(t)

@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from suite.protocol.coverage import ENTITIES, Actor, cells
-from suite.protocol.lifecycles import AttemptStatus, RunStatus, TaskStatus
+from suite.protocol.lifecycles import AttemptStatus, CancellationRequestStatus, ChildStatus, RunStatus, TaskStatus
 from suite.protocol.sessions import SessionEvent, SessionStatus
 
-from .world import RunShadow, TaskShadow
+from .world import ChildShadow, RequestShadow, RunShadow, TaskShadow
 
 if TYPE_CHECKING:
     from .activity_oracle import Attempt
@@ -31,6 +31,8 @@ __all__ = [
     "SweepInstance",
     "attempt_actor",
     "attempt_state",
+    "cancellation_state",
+    "child_state",
     "one_change_each",
     "plan_cold_cells",
     "run_state",
@@ -171,6 +173,35 @@ def update_state(run: MessageRun, update_id: str) -> str | None:
     if update_id in run.open_updates:
         return "accepted" if run.open else "rejected"
     return None
+
+
+def child_state(child: ChildShadow) -> str | None:
+    """The child call's cover state: its parent closed with it open (under the policy it was started with), then
+    by its own status; a completed child is the parent's second result when another child of that parent closed
+    before it. None when a request about the parent or the child went unanswered."""
+    if child.uncertain:
+        return None
+    if child.closing is not None:
+        return f"parent_closing_{child.closing}"
+    if child.status is ChildStatus.COMPLETED and child.second:
+        return "second_result"
+    return child.status.value
+
+
+def cancellation_state(request: RequestShadow, now: datetime, margin: float) -> str | None:
+    """The cooperative cancellation request's cover state when a call left at ``now``: resolved by the child or
+    by its deadline (past_deadline), else by whether a delivery was committed and a later child task carried it.
+    Within ``margin`` of the cleanup deadline either side may hold (no cell); past it, an unresolved request is one
+    the model has not yet seen resolved (no cell either)."""
+    if request.uncertain:
+        return None
+    if request.status is CancellationRequestStatus.RESOLVED:
+        return "past_deadline" if request.by_deadline else "resolved"
+    if (request.deadline - now).total_seconds() < margin:
+        return None
+    if request.status is CancellationRequestStatus.REQUESTED:
+        return "requested"
+    return "delivered_again" if request.later else "delivered"
 
 
 def one_change_each(state: str, keep: Calls, ending: Calls) -> list[Calls]:

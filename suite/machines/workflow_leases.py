@@ -30,6 +30,7 @@ from suite.protocol.oracle import Applied, Kind
 
 from .base import MachineBase, Polled
 from .cells import run_state, task_actor, task_state
+from .child_sweep import CHILD_REQUIREMENTS, sweep_child_cells
 from .run_sweep import sweep_run_cells
 from .workflow_sweep import sweep_cold_cells
 from .world import RunShadow, TaskShadow, workflow_view
@@ -110,6 +111,7 @@ class WorkflowLeaseMachine(MachineBase):
         "RUN-TIMEOUT-CLOSES-RUN": "run_timed_out",
         # The workflow-task sweep's deregistrations: the holder's count judged, its task leased again at once.
         "DEREGISTER-RELEASES-LEASES": "requeued_leased_at_once",
+        **CHILD_REQUIREMENTS,  # the child sweep's
     }
 
     runs = Bundle("runs")
@@ -631,15 +633,16 @@ class WorkflowLeaseMachine(MachineBase):
 
     def sweep(self) -> None:
         """After the examples: every workflow-task cell they left cold, made deterministically
-        (:mod:`suite.machines.workflow_sweep`), then every run cell they left cold (:mod:`suite.machines.run_sweep`)."""
-        try:
-            sweep_cold_cells(self)
-        except Indeterminate:
-            # A fault left an outcome of the workflow-task sweep unknown: its runs are not judged further, and
-            # the run sweep (queues and runs of its own) goes on.
-            self.ledger["sweep_stopped_by_faults"] += 1
-            self.touched.clear()
-        self.sweep_rounds(lambda: sweep_run_cells(self))
+        (:mod:`suite.machines.workflow_sweep`), then every run cell they left cold (:mod:`suite.machines.run_sweep`),
+        then every child and cooperative-cancellation cell (:mod:`suite.machines.child_sweep`)."""
+        for phase in (sweep_cold_cells, sweep_run_cells, sweep_child_cells):
+            try:
+                self.sweep_rounds(partial(phase, self), 1 if phase is sweep_cold_cells else 3)
+            except Indeterminate:
+                # A fault left an outcome of this phase unknown: its runs are not judged further, and the next
+                # phase (queues and runs of its own) goes on.
+                self.ledger["sweep_stopped_by_faults"] += 1
+                self.touched.clear()
 
     # -- invariants ----------------------------------------------------------------------------------
 

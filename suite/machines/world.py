@@ -20,10 +20,16 @@ from typing import Any, TypeVar
 
 from suite.protocol.fencing import WorkflowTaskView
 from suite.protocol.lifecycles import (
+    CANCELLATION_REQUEST,
+    CHILD,
     RUN,
     RUN_CLOSED_REASONS,
     RUN_LIVE_STATUSES,
     WORKFLOW_TASK,
+    CancellationRequestEvent,
+    CancellationRequestStatus,
+    ChildEvent,
+    ChildStatus,
     Lifecycle,
     RunEvent,
     RunStatus,
@@ -31,7 +37,15 @@ from suite.protocol.lifecycles import (
     TaskStatus,
 )
 
-__all__ = ["CLOSE_EVENTS", "RunShadow", "TaskShadow", "advance", "workflow_view"]
+__all__ = [
+    "CLOSE_EVENTS",
+    "ChildShadow",
+    "RequestShadow",
+    "RunShadow",
+    "TaskShadow",
+    "advance",
+    "workflow_view",
+]
 
 S = TypeVar("S", bound=StrEnum)
 
@@ -119,3 +133,50 @@ def workflow_view(task: TaskShadow, run: RunShadow) -> WorkflowTaskView:
     return WorkflowTaskView(
         task.task_id, task.status, task.attempt, task.owner, task.expires, run.status, run.closed_reason, None
     )
+
+
+@dataclass(eq=False, kw_only=True)
+class ChildShadow:
+    """One ``start_child_workflow`` call: a ``CHILD`` state, its parent's run and its current child run.
+    ``closing`` is the parent-close policy under which the parent closed while the child run was open (None: the
+    parent is open, or closed after the child); ``second``: another child of the same parent closed before it."""
+
+    parent: RunShadow
+    policy: str
+    workflow_id: str = ""
+    call_id: str = ""
+    run: RunShadow | None = None
+    status: ChildStatus = CHILD.initial
+    closing: str | None = None
+    second: bool = False
+    unsure: bool = False
+
+    @property
+    def uncertain(self) -> bool:
+        return self.unsure or self.parent.uncertain or self.run is None or self.run.uncertain
+
+    def step(self, event: ChildEvent) -> None:
+        self.status = advance(CHILD, self.status, event, self.uncertain)
+
+
+@dataclass(eq=False, kw_only=True)
+class RequestShadow:
+    """One cooperative cancellation request to a child: a ``CANCELLATION_REQUEST`` state, its identity and
+    deadline as the child's history recorded them, and what the model knows of its deliveries. ``later``: a child
+    task after the one the delivery was committed on has carried it; ``by_deadline``: the server resolved it by
+    closing the child at its cleanup deadline."""
+
+    child: ChildShadow
+    request_id: str
+    deadline: datetime
+    status: CancellationRequestStatus = CANCELLATION_REQUEST.initial
+    delivered_on: str | None = None
+    later: bool = False
+    by_deadline: bool = False
+
+    @property
+    def uncertain(self) -> bool:
+        return self.child.uncertain
+
+    def step(self, event: CancellationRequestEvent) -> None:
+        self.status = advance(CANCELLATION_REQUEST, self.status, event, self.uncertain)

@@ -424,7 +424,14 @@ CANCELLATION_REQUEST_ENTITY: Final = Entity(
         _st("requested", {CANCELLATION_REQUEST.name: _X.REQUESTED}, (_H,), "asked, no child task carried it yet"),
         _st("delivered", {CANCELLATION_REQUEST.name: _X.DELIVERED}, (_H,), "the first child task carrying it"),
         _st("delivered_again", {CANCELLATION_REQUEST.name: _X.DELIVERED}, (_H,), "a later child task, still open"),
-        _st("past_deadline", {CANCELLATION_REQUEST.name: _X.DELIVERED}, (_H,), "delivered, its cleanup deadline past"),
+        # Past its cleanup deadline the request is resolved by the deadline itself (the server closes the child
+        # then): the deadline fires once, counted in the state the request was in when it passed.
+        _st(
+            "past_deadline",
+            {CANCELLATION_REQUEST.name: _X.RESOLVED},
+            (_H,),
+            "its cleanup deadline passed with the child open, and the server closed the child",
+        ),
         _st("resolved", {CANCELLATION_REQUEST.name: _X.RESOLVED}, (_H,), "the child closed"),
     ),
     (

@@ -48,6 +48,7 @@ __all__ = [
     "CHILD",
     "CHILD_CLOSED_EVENTS",
     "CONDITION_WAIT",
+    "PARENT_CLOSE_EFFECTS",
     "QUERY_TASK",
     "RUN",
     "RUN_CLOSED_REASONS",
@@ -733,6 +734,19 @@ CHILD_CLOSED_EVENTS: Mapping[RunStatus, ChildEvent] = MappingProxyType(
     }
 )
 """The call's event for each status its child run closed with (§8.7.1 ``ChildRun{Completed,Failed,…}``)."""
+
+PARENT_CLOSE_EFFECTS: Mapping[str, RunEvent | None] = MappingProxyType(
+    {
+        "abandon": None,
+        "request_cancellation": None,
+        "request_cancel": RunEvent.CANCEL,
+        "terminate": RunEvent.TERMINATE,
+    }
+)
+"""What a parent's close does to an open child run, by the policy the child was started with (worker protocol
+1.20, start_child_workflow): ``terminate`` terminates it and ``request_cancel`` "closes the child at once" as
+cancelled; ``abandon`` leaves it running, and ``request_cancellation`` asks it to clean up (it stays open until it
+closes itself or its cleanup deadline passes). None: the child run stays open."""
 
 _C = ChildStatus
 CHILD: Lifecycle[ChildStatus, ChildEvent] = Lifecycle(

@@ -68,6 +68,19 @@ class Kind(StrEnum):
     TERMINATE = "terminate"
     CONTINUE_AS_NEW = "continue_as_new"
     TIME_OUT = "time_out"  # the run's (or its execution's) timeout closed it, as seen on describe
+    # Children and cooperative cancellation: what a parent's or a child's history records of them.
+    CHILD_SCHEDULED = "child_scheduled"  # key: child_workflow_id; fields: the parent_close_policy recorded
+    CHILD_COMPLETED = "child_completed"  # key: the child run (child_workflow_run_id) that closed with its parent open
+    CHILD_FAILED = "child_failed"
+    CHILD_CANCELLED = "child_cancelled"
+    CHILD_TERMINATED = "child_terminated"
+    CHILD_RETRY = "child_retry"  # key: the failed child run a retry follows (and no ChildRunFailed for it)
+    PARENT_CANCELLED = "parent_cancelled"  # a child's close by its parent's request_cancel policy
+    PARENT_TERMINATED = "parent_terminated"  # a child's close by its parent's terminate policy
+    COOPERATIVE_REQUESTED = "cooperative_requested"  # key: the request id (workflow_command_id)
+    COOPERATIVE_DELIVERED = "cooperative_delivered"  # key: the request id
+    DEADLINE_CANCEL = "deadline_cancel"  # the child closed by the server past its cleanup deadline
+    CANCELLATION_RESOLVED = "cancellation_resolved"  # key: the request id; fields: outcome, closed_by
 
 
 class Applied(StrEnum):
@@ -85,6 +98,7 @@ class Accepted:
     number: int | None = None  # an attempt's attempt_number
     applied: Applied = Applied.YES
     copies: int = 1  # deliveries that may each have applied it (a request the network delivered twice)
+    fields: tuple[tuple[str, str], ...] = ()  # further payload fields its event must carry (e.g. a child's outcome)
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,33 @@ _RECORDS: dict[Kind, tuple[str, str, str | None]] = {
     Kind.TERMINATE: ("WorkflowTerminated", "CONTROL-CANCEL-CLOSES-RUN", None),
     Kind.CONTINUE_AS_NEW: ("WorkflowContinuedAsNew", "COMMANDS-CONTINUE-AS-NEW", None),
     Kind.TIME_OUT: ("WorkflowTimedOut", "RUN-TIMEOUT-CLOSES-RUN", None),
+    Kind.CHILD_SCHEDULED: ("ChildWorkflowScheduled", "CHILD-POLICY-RECORDED", "child_workflow_id"),
+    # §8.7.1 ChildRun{Completed,Failed,…}: the parent is told of its child's close, once.
+    Kind.CHILD_COMPLETED: ("ChildRunCompleted", "CHILD-RESULT-WAKES-PARENT", "child_workflow_run_id"),
+    Kind.CHILD_FAILED: ("ChildRunFailed", "CHILD-RESULT-WAKES-PARENT", "child_workflow_run_id"),
+    Kind.CHILD_CANCELLED: ("ChildRunCancelled", "CHILD-RESULT-WAKES-PARENT", "child_workflow_run_id"),
+    Kind.CHILD_TERMINATED: ("ChildRunTerminated", "CHILD-RESULT-WAKES-PARENT", "child_workflow_run_id"),
+    Kind.CHILD_RETRY: ("ChildWorkflowRetryScheduled", "CHILD-RETRY-BACKOFF", "failed_child_run_id"),
+    Kind.PARENT_CANCELLED: ("WorkflowCancelled", "CHILD-PARENT-CLOSE-POLICIES", "reason"),
+    Kind.PARENT_TERMINATED: ("WorkflowTerminated", "CHILD-PARENT-CLOSE-POLICIES", "reason"),
+    Kind.COOPERATIVE_REQUESTED: (
+        "CooperativeCancellationRequested",
+        "CANCEL-COOPERATIVE-REQUEST",
+        "workflow_command_id",
+    ),
+    Kind.COOPERATIVE_DELIVERED: (
+        "CooperativeCancellationDelivered",
+        "CANCEL-COOPERATIVE-DELIVERY",
+        "workflow_command_id",
+    ),
+    Kind.DEADLINE_CANCEL: ("WorkflowCancelled", "CANCEL-COOPERATIVE-DEADLINE", "reason"),
+    Kind.CANCELLATION_RESOLVED: ("ChildCancellationResolved", "CANCEL-COOPERATIVE-OUTCOME", "request_id"),
+}
+# The reason a child's closing event names, for the kinds that close a child on its parent's or the clock's behalf.
+CLOSING_REASONS: dict[Kind, str] = {
+    Kind.PARENT_CANCELLED: "parent_closed",
+    Kind.PARENT_TERMINATED: "parent_closed",
+    Kind.DEADLINE_CANCEL: "cleanup_deadline_exceeded",
 }
 _CONTROL_EVENTS = frozenset({"SignalReceived", "UpdateAccepted"})
 _UPDATE_CLOSING = frozenset({"UpdateApplied", "UpdateCompleted"})
@@ -164,8 +205,14 @@ def expected_history(accepted: Sequence[Accepted], *, seen_before: int | None = 
         counts = _allowed(a, required=required)
         if a.kind is Kind.UPDATE_CLOSED:
             counts = frozenset({0, 1})  # §8.7.1 names UpdateApplied / UpdateCompleted; at most one close each
-        match = ((field_name, a.key),) if field_name else ()
+        key = CLOSING_REASONS.get(a.kind, a.key)
+        match = (((field_name, key),) if field_name else ()) + a.fields
         out.append(Expected(event_type, match, counts, requirement, f"{a.kind.value} {a.key}".strip()))
+        if a.kind is Kind.CHILD_RETRY:
+            # §14.2: a child run that is retried is not reported to its parent as failed.
+            no_failure = (("child_workflow_run_id", a.key),)
+            why = f"the retried child run {a.key}"
+            out.append(Expected("ChildRunFailed", no_failure, frozenset({0}), requirement, why))
     if timers != [0, 0]:
         counts = frozenset(range(timers[0], timers[0] + timers[1] + 1))
         out.append(Expected("TimerScheduled", (), counts, "COMMANDS-ATOMIC", f"{timers[0]} accepted start_timer"))

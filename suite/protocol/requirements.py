@@ -2395,8 +2395,9 @@ _REQUIREMENTS: Final[tuple[Requirement, ...]] = (
         _A.CANCELLATION,
         "When a parent closes with a child under parent_close_policy request_cancellation, the child is not "
         "closed at once: its history records CooperativeCancellationRequested with the request identity "
-        "(workflow_command_id) and a cleanup_deadline_at after the request, and its next workflow task carries "
-        "cancel_requested true and cancellation_request {request_id, requested_at, cleanup_deadline_at}.",
+        "(workflow_command_id) and a cleanup_deadline_at after the request, and its next workflow task — and every "
+        "later one while the child is open, a delivery committed or not — carries cancel_requested true and "
+        "cancellation_request {request_id, requested_at, cleanup_deadline_at}.",
         cites=(
             _wp("Command types", "start_child_workflow request_cancellation"),
             _sdk("Child workflow cancellation", "event and field names"),

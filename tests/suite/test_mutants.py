@@ -130,14 +130,18 @@ def test_report_html_gets_the_matrix_when_mutants_json_is_beside_it(tmp_path: Pa
 # cells finds them (docs/coverage.md), and no plain check does.
 COLD_CELL_BUGS = frozenset(
     {
+        "abandon-child-cancelled-with-parent",
         "activity-closed-run-skips-owner-check",
         "activity-former-holder-reports",
+        "cancellation-dropped-after-delivery",
         "continue-as-new-restarts-execution-timeout",
         "continued-run-fail-recorded-completed",
+        "delivered-child-terminated-at-deadline",
         "deregistration-skips-redelivered-leases",
         "fail-update-closes-again",
         "query-failed-task-retried",
         "query-leased-failed-on-run-close",
+        "second-child-wake-names-first",
         "session-former-holder-closes",
         "session-reacquire-resets-ttl",
         "signal-to-failed-run-accepted",
