@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 
 from suite.protocol import coverage
+from suite.protocol.commands import PARENT_CLOSE_POLICIES
 from suite.protocol.coverage import ENTITIES, Actor, Channel, cell_key, cells, matrix, not_reached
-from suite.protocol.lifecycles import LeaseState, TaskStatus
+from suite.protocol.lifecycles import PARENT_CLOSE_EFFECTS, LeaseState, RunEvent, TaskStatus
 from suite.protocol.sessions import SessionStatus
 
 
@@ -75,6 +76,15 @@ RULED_OUT: list[tuple[tuple[str, str, str, Actor], str | None]] = [
     # A call in a closed state is answered (fenced), and that answer is judged: a reachable cell.
     (("workflow_task", "run_closed", "complete", Actor.HOLDER), None),
     (("worker_session", "reacquired", "heartbeat", Actor.FORMER_HOLDER), None),
+    # Past its cleanup deadline a request is resolved by the deadline itself: the deadline cannot fire again there,
+    # and it fires in the state the request was in when it passed.
+    (("cancellation_request", "past_deadline", "deadline", Actor.CLOCK), "no row for resolve in resolved"),
+    (("cancellation_request", "delivered_again", "deadline", Actor.CLOCK), None),
+    (("cancellation_request", "past_deadline", "child_task", Actor.HOLDER), None),
+    # Only a child waiting out its backoff restarts; every child state is reachable by the parent's worker.
+    (("child", "backoff", "restart", Actor.CLOCK), None),
+    (("child", "parent_closing_abandon", "restart", Actor.CLOCK), "no row for restart in running"),
+    (("child", "second_result", "parent_reads_result", Actor.HOLDER), None),
 ]
 
 
@@ -139,3 +149,11 @@ def test_a_state_rules_out_an_operation_its_own_rules_make_impossible_with_the_s
     assert lost.ruled_out is not None
     assert "never failed" in lost.ruled_out
     assert by_key[cell_key("worker_session", "active", "lost", Actor.CLOCK)].ruled_out is None
+
+
+def test_every_parent_close_policy_says_what_it_does_to_an_open_child() -> None:
+    assert set(PARENT_CLOSE_EFFECTS) == set(PARENT_CLOSE_POLICIES)
+    assert PARENT_CLOSE_EFFECTS["terminate"] is RunEvent.TERMINATE
+    assert PARENT_CLOSE_EFFECTS["request_cancel"] is RunEvent.CANCEL  # "closes the child at once"
+    assert PARENT_CLOSE_EFFECTS["abandon"] is None
+    assert PARENT_CLOSE_EFFECTS["request_cancellation"] is None  # asked to clean up: it stays open

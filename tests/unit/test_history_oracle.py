@@ -323,3 +323,65 @@ def test_a_page_is_read_by_either_cursor_style_plain_or_compressed() -> None:
         with pytest.raises(Violation) as v:
             page_of(body, after=0, page_size=10)
         assert v.value.requirement == requirement
+
+
+def test_a_parents_history_records_each_child_once_and_a_retried_run_never_as_failed() -> None:
+    scheduled = Accepted(Kind.CHILD_SCHEDULED, "c1", fields=(("parent_close_policy", "abandon"),))
+    retried = Accepted(Kind.CHILD_RETRY, "cr1")
+    completed = Accepted(Kind.CHILD_COMPLETED, "cr2")
+    good = history(
+        "StartAccepted",
+        "WorkflowStarted",
+        ("ChildWorkflowScheduled", {"child_workflow_id": "c1", "parent_close_policy": "abandon"}),
+        ("ChildWorkflowRetryScheduled", {"failed_child_run_id": "cr1"}),
+        ("ChildRunCompleted", {"child_workflow_run_id": "cr2"}),
+    )
+    judge_history(good, [START, scheduled, retried, completed])
+    terminate = history(
+        "StartAccepted",
+        "WorkflowStarted",
+        ("ChildWorkflowScheduled", {"child_workflow_id": "c1", "parent_close_policy": "terminate"}),
+    )
+    assert broken(terminate, [START, scheduled]) == "CHILD-POLICY-RECORDED"
+    failed_too = [*good, *history(("ChildRunFailed", {"child_workflow_run_id": "cr1"}))]
+    failed_too[-1].update(id="e6", sequence=6)
+    assert broken(failed_too, [START, scheduled, retried, completed]) == "CHILD-RETRY-BACKOFF"
+    assert broken(good[:4], [START, scheduled, retried, completed]) == "CHILD-RESULT-WAKES-PARENT"
+
+
+def test_a_child_closed_by_its_parents_policy_or_its_deadline_names_why() -> None:
+    by_parent = history("StartAccepted", "WorkflowStarted", ("WorkflowTerminated", {"reason": "parent_closed"}))
+    judge_history(by_parent, [START, Accepted(Kind.PARENT_TERMINATED)])
+    by_operator = history("StartAccepted", "WorkflowStarted", ("WorkflowTerminated", {"reason": "conformance"}))
+    assert broken(by_operator, [START, Accepted(Kind.PARENT_TERMINATED)]) == "CHILD-PARENT-CLOSE-POLICIES"
+    at_deadline = history(
+        "StartAccepted",
+        "WorkflowStarted",
+        ("CooperativeCancellationRequested", {"workflow_command_id": "q1"}),
+        ("CooperativeCancellationDelivered", {"workflow_command_id": "q1"}),
+        ("WorkflowCancelled", {"reason": "cleanup_deadline_exceeded"}),
+    )
+    acks = [
+        START,
+        Accepted(Kind.COOPERATIVE_REQUESTED, "q1"),
+        Accepted(Kind.COOPERATIVE_DELIVERED, "q1"),
+        Accepted(Kind.DEADLINE_CANCEL),
+    ]
+    judge_history(at_deadline, acks)
+    twice = [*at_deadline, *history(("CooperativeCancellationDelivered", {"workflow_command_id": "q1"}))]
+    twice[-1].update(id="e6", sequence=6)
+    assert broken(twice, acks) == "CANCEL-COOPERATIVE-DELIVERY"
+    terminated = [*at_deadline[:4], *history(("WorkflowTerminated", {"reason": "cleanup_deadline_exceeded"}))]
+    terminated[-1].update(id="e5", sequence=5)
+    assert broken(terminated, acks) == "CANCEL-COOPERATIVE-DEADLINE"
+
+
+def test_a_cooperative_requests_outcome_names_how_the_child_closed_and_may_follow_the_parents_end() -> None:
+    resolved = Accepted(
+        Kind.CANCELLATION_RESOLVED, "q1", fields=(("outcome", "cancelled"), ("closed_by", "cleanup_deadline"))
+    )
+    payload = {"request_id": "q1", "outcome": "cancelled", "closed_by": "cleanup_deadline"}
+    events = history("StartAccepted", "WorkflowStarted", "WorkflowCancelled", ("ChildCancellationResolved", payload))
+    judge_history(events, [START, Accepted(Kind.CANCEL), resolved])
+    events[-1]["payload"] = {**payload, "closed_by": "child"}
+    assert broken(events, [START, Accepted(Kind.CANCEL), resolved]) == "CANCEL-COOPERATIVE-OUTCOME"

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from suite.machines.cells import run_state, task_actor, task_state
-from suite.machines.world import RunShadow, TaskShadow
-from suite.protocol.coverage import ENTITIES, Actor
-from suite.protocol.lifecycles import RunEvent, TaskEvent
+from suite.machines.cells import cancellation_state, child_state, run_state, task_actor, task_state
+from suite.machines.child_sweep import cancellation_plan, child_plan
+from suite.machines.world import ChildShadow, RequestShadow, RunShadow, TaskShadow
+from suite.protocol.commands import PARENT_CLOSE_POLICIES
+from suite.protocol.coverage import ENTITIES, Actor, cells
+from suite.protocol.lifecycles import CancellationRequestEvent, ChildEvent, RunEvent, TaskEvent
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -283,3 +285,76 @@ def test_the_run_sweep_times_out_a_run_in_each_live_state_whose_timeout_cell_is_
     # A continued run counting its execution's timeout from its own start would still be open when judged.
     assert PAUSE > SLACK
     assert PAUSE < TIMEOUT
+
+
+def _child(policy: str = "abandon") -> ChildShadow:
+    parent = RunShadow(workflow_id="p", run_id="pr")
+    return ChildShadow(
+        parent=parent, policy=policy, workflow_id="c", call_id="k", run=RunShadow(workflow_id="c", run_id="cr")
+    )
+
+
+def test_a_child_running_then_closed_then_its_parents_second_result() -> None:
+    child = _child()
+    assert child_state(child) == "running"
+    child.step(ChildEvent.RETRY)
+    assert child_state(child) == "backoff"
+    child.step(ChildEvent.RESTART)
+    child.step(ChildEvent.CHILD_COMPLETED)
+    assert child_state(child) == "completed"
+    child.second = True
+    assert child_state(child) == "second_result"
+    failed = _child()
+    failed.step(ChildEvent.CHILD_FAILED)
+    failed.second = True  # only a completed result is the parent's second result the model tells apart
+    assert child_state(failed) == "failed"
+
+
+def test_a_child_whose_parent_closed_with_it_open_is_in_that_policys_closing_state_whatever_follows() -> None:
+    names = {s.name for s in next(e for e in ENTITIES if e.name == "child").states}
+    for policy in PARENT_CLOSE_POLICIES:
+        child = _child(policy)
+        child.closing = policy
+        assert child_state(child) == f"parent_closing_{policy}"
+        assert child_state(child) in names
+        child.step(ChildEvent.CHILD_CANCELLED)
+        assert child_state(child) == f"parent_closing_{policy}"
+    unsure = _child()
+    assert unsure.run is not None
+    unsure.run.uncertain = True
+    assert child_state(unsure) is None
+
+
+def test_a_cancellation_request_requested_delivered_carried_again_then_resolved() -> None:
+    request = RequestShadow(child=_child("request_cancellation"), request_id="r1", deadline=T0 + timedelta(seconds=10))
+    assert cancellation_state(request, T0, 1.0) == "requested"
+    request.step(CancellationRequestEvent.DELIVER)
+    request.delivered_on = "t1"
+    assert cancellation_state(request, T0, 1.0) == "delivered"
+    request.later = True
+    assert cancellation_state(request, T0, 1.0) == "delivered_again"
+    # About the deadline the model cannot say which side of it a call landed on; past it, unresolved, neither.
+    assert cancellation_state(request, T0 + timedelta(seconds=9.5), 1.0) is None
+    assert cancellation_state(request, T0 + timedelta(seconds=20), 1.0) is None
+    request.step(CancellationRequestEvent.RESOLVE)
+    assert cancellation_state(request, T0 + timedelta(seconds=20), 1.0) == "resolved"
+    request.by_deadline = True
+    assert cancellation_state(request, T0 + timedelta(seconds=20), 1.0) == "past_deadline"
+
+
+def test_the_child_sweep_plans_every_cold_reachable_cell_once_each_instance_ending_at_its_one_change() -> None:
+    for entity, plan in (("child", child_plan({})), ("cancellation_request", cancellation_plan({}))):
+        model = next(e for e in ENTITIES if e.name == entity)
+        reachable = {(c.state, c.operation, c.actor) for c in cells(model) if c.ruled_out is None}
+        planned = [
+            (state, op, actor) for state, instances in plan.items() for calls in instances for op, actor in calls
+        ]
+        assert sorted(planned) == sorted(reachable), entity  # every reachable cell, once
+    # A running child: the parent's read leaves it as it is; each call that closes it is an instance of its own.
+    running = child_plan({})["running"]
+    assert running[0][0] == ("parent_reads_result", Actor.HOLDER)
+    assert all(len(calls) == 1 for calls in running[1:])
+    # A closed parent's calls change nothing: one instance makes them all.
+    assert len(child_plan({})["parent_closing_terminate"]) == 1
+    hits = {"child/running/parent_reads_result/holder": 1}
+    assert child_plan(hits)["running"][0] == [("child_completes", Actor.HOLDER)]
