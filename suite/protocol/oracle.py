@@ -17,6 +17,11 @@ The rules, each from the spec:
   external history change"; a redelivery shows it too, §9). One acknowledged later may or may not be there
   (pages are read after the poll), but never twice.
 - a "maybe applied" acceptance (its answer was lost) may be there or not: 0 up to the number of deliveries.
+- children and cooperative cancellation: a parent's history records each child it started (ChildWorkflowScheduled,
+  with the parent_close_policy the command gave or ``abandon``), each child close it was open for (ChildRun*), a
+  retried child run as ChildWorkflowRetryScheduled and never as ChildRunFailed, and a cooperative request's outcome
+  (ChildCancellationResolved, with how and by whom the child closed); a child's history the close its parent's
+  policy or its cleanup deadline made (with that reason), the request and its one committed delivery.
 - activity attempt numbers (§11.1, §11.6, §16.55): the leases of one execution are numbered 1, 2, 3, …; every
   event of an attempt carries its lease's number; in sequence order an execution's numbers never go back.
 
