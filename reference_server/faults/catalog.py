@@ -505,6 +505,12 @@ FAULTS: dict[str, Fault] = {
         ("CANCEL-COOPERATIVE-DEADLINE",),
         machine="workflow_leases",
     ),
+    "session-expired-revived-by-activity-heartbeat": Fault(
+        "A heartbeat of an in-session activity by the last holder of an expired session makes the session active"
+        " again, where only a reacquisition brings it back.",
+        ("SESSION-LEASE-EXPIRY",),
+        machine="worker_sessions",
+    ),
     # -- durability ---------------------------------------------------------------------------------------
     "completion-commit-deferred": Fault(
         "A workflow-task complete is acknowledged before it is committed: its transaction stays open (the later"

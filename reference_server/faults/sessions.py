@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.protocol import sessions as model
-from suite.protocol.sessions import Admission, SessionEvent, SessionOptions, SessionView
+from suite.protocol.sessions import Admission, SessionEvent, SessionOptions, SessionStatus, SessionView
 
 from .. import sessions
 from ..tx import T
@@ -66,6 +66,28 @@ def _no_limit(
 @wraps("session-heartbeat-not-renewed", sessions, "renew_from_activity")
 def _not_renewed(original: Callable[..., None], t: T, task_id: str, lease_owner: str) -> None:
     return None  # activity heartbeats leave the session lease to lapse
+
+
+@wraps("session-expired-revived-by-activity-heartbeat", sessions, "renew_from_activity")
+def _revived(original: Callable[..., None], t: T, task_id: str, lease_owner: str) -> None:
+    """An activity heartbeat of the last holder of an expired session makes it active again, renewed, where only a
+    reacquisition (by a create or a claim) brings an expired session back."""
+    linked = sessions._link(t, task_id)
+    if linked is not None:
+        link, options = linked
+        row = sessions._settle(t, sessions._row(t, link["namespace"], options.session_id))
+        if row is not None and row["status"] == SessionStatus.EXPIRED.value and row["lease_owner"] == lease_owner:
+            t.db.execute(
+                "UPDATE worker_sessions SET status = ?, failure_reason = NULL, lease_expires_at = ?"
+                " WHERE namespace = ? AND session_id = ?",
+                (
+                    SessionStatus.ACTIVE.value,
+                    t.now + int(row["lease_seconds"]) * 1_000_000,
+                    link["namespace"],
+                    options.session_id,
+                ),
+            )
+    original(t, task_id, lease_owner)
 
 
 @wraps("session-stale-holder-renews", sessions, "renewal_decision")

@@ -150,7 +150,9 @@ def session_state(session: ShadowSession) -> str | None:
     if session.unsure:
         return None
     if session.status is SessionStatus.ACTIVE:
-        return "reacquired" if session.reacquired else "active"
+        if session.reacquired:
+            return "reacquired"
+        return "active_cancelled_activity" if session.cancelled_activity else "active"
     return session.status.value
 
 

@@ -26,6 +26,7 @@ class ShadowSession:
     ttl_until: datetime | None = None
     holders: list[str] = field(default_factory=list)  # every worker that held it, in order
     ttl_closed: bool = False  # its absolute TTL closed it
+    cancelled_activity: bool = False  # the run of one of its in-session activities was closed
     clock_cells: list[tuple[str, str]] = field(default_factory=list)  # clock events due, not yet shown by an answer
 
     @property

@@ -53,6 +53,11 @@ class SessionMachine(MachineBase):
         # Reached by the sweep: its sessions lapse and reach their absolute TTL.
         "SESSION-LEASE-EXPIRY": "expired",
         "SESSION-TTL-TERMINAL": "ttl",
+        # Reached by the sweep's in-session activities: a claim creates a session; a heartbeat renews it; one of a
+        # closed run's activity still stops it.
+        "SESSION-LAZY-CREATE": "lazily_created",
+        "SESSION-ACTIVITY-HEARTBEAT-RENEWS": "activity_heartbeat_renewed",
+        "SESSION-ATTEMPT-LEASE-INDEPENDENT": "in_session_cancel_seen",
     }
     REQUIREMENT_CELLS: ClassVar[dict[str, tuple[str, ...]]] = {
         "SESSION-TTL-TERMINAL": ("worker_session/*/ttl_expire/clock",),
@@ -122,6 +127,8 @@ class SessionMachine(MachineBase):
         }.get(decision.reason or "", "SESSION-EXPLICIT-LIFECYCLE")
         if session.ttl_closed and decision.reason in ("session_not_active", "session_closed"):
             requirement = "SESSION-TTL-TERMINAL"  # what its TTL closed stays closed
+        elif decision.reason == "session_not_active" and session.status is SessionStatus.EXPIRED:
+            requirement = "SESSION-LEASE-EXPIRY"  # a lapsed session's holder is refused until it is reacquired
         if decision.admitted:
             ok = reply.status in (200, 201) and body.get("outcome") == decision.outcome
             expected: Any = f"2xx outcome {decision.outcome}"

@@ -142,6 +142,7 @@ COLD_CELL_BUGS = frozenset(
         "query-failed-task-retried",
         "query-leased-failed-on-run-close",
         "second-child-wake-names-first",
+        "session-expired-revived-by-activity-heartbeat",
         "session-former-holder-closes",
         "session-reacquire-resets-ttl",
         "signal-to-failed-run-accepted",

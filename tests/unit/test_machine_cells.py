@@ -192,7 +192,60 @@ def test_the_session_sweep_plans_every_cold_explicit_and_clock_cell_and_no_impos
     # Every reachable clock cell has a recipe, its own or that of the state its event leads to.
     clock = {(c.state, c.operation) for c in cells(entity) if c.actor is Actor.CLOCK and c.ruled_out is None}
     recipes = set(CLOCK_RECIPES) | {cell for recipe, _, _ in cold_plan({}) for cell in recipe.clock}
-    assert clock - recipes <= {(s, o) for s, o in clock if s == "active_cancelled_activity"}
+    assert clock <= recipes
+
+
+def test_the_session_sweep_plans_the_in_session_cells_and_makes_the_refused_claims_last_together() -> None:
+    from suite.machines.session_activities import claim_refused
+    from suite.machines.session_sweep import RECIPES, cold_plan, deferred
+    from suite.protocol.coverage import cells
+
+    entity = next(e for e in ENTITIES if e.name == "worker_session")
+    in_session = {"claim_in_session", "activity_heartbeat_in_session", "close_run"}
+    reachable = {
+        (c.state, c.operation, c.actor)
+        for c in cells(entity)
+        if c.ruled_out is None
+        and (c.operation in in_session or c.state == "active_cancelled_activity")
+        and c.actor is not Actor.CLOCK
+    }
+    plan = cold_plan({})
+    planned = {(state, op, actor) for _, state, calls in plan if state in RECIPES for op, actor in calls}
+    assert reachable <= planned
+    for _, state, calls in plan:
+        refused = [(op, a) for op, a in calls if op == "claim_in_session" and claim_refused(state, a)]
+        # A refused claim is an empty poll that holds the clock: only in an instance of such claims alone.
+        assert not refused or deferred(state, calls), (state, calls)
+        # The run's close leaves no in-session task to claim: nothing follows it.
+        assert ("close_run", Actor.OPERATOR) not in calls[:-1], (state, calls)
+    assert claim_refused("active", Actor.OTHER_WORKER)
+    assert not claim_refused("active", Actor.HOLDER)
+    assert claim_refused("reacquired", Actor.FORMER_HOLDER)
+    assert claim_refused("closed", Actor.HOLDER)
+    assert not claim_refused("expired", Actor.OTHER_WORKER)  # it reacquires
+    assert not claim_refused("orphaned", Actor.HOLDER)  # refused at once: the holder that left is not registered
+
+
+def test_a_session_whose_in_session_run_closed_and_what_a_heartbeat_may_show() -> None:
+    from suite.machines.cells import session_state
+    from suite.machines.session_activities import shown_requirement
+    from suite.machines.session_shadow import ShadowSession
+    from suite.protocol.sessions import SessionStatus
+
+    s = ShadowSession("s", status=SessionStatus.ACTIVE, owner="w1", holders=["w1"])
+    assert session_state(s) == "active"
+    s.cancelled_activity = True
+    assert session_state(s) == "active_cancelled_activity"
+    assert shown_requirement(s, "w1") == "SESSION-ACTIVITY-HEARTBEAT-RENEWS"
+    s.holders.append("w2")
+    s.owner = "w2"
+    assert session_state(s) == "reacquired"  # taken over: its former holder is told apart there
+    assert shown_requirement(s, "w1") == "SESSION-STALE-HOLDER-FENCED"
+    s.status = SessionStatus.EXPIRED
+    assert session_state(s) == "expired"
+    assert shown_requirement(s, "w2") == "SESSION-LEASE-EXPIRY"  # no heartbeat brings it back
+    s.status = SessionStatus.CLOSED
+    assert shown_requirement(s, "w2") == "SESSION-CLOSE-TERMINAL"
 
 
 def test_an_update_accepted_then_closed_or_left_open_by_its_runs_close() -> None:
