@@ -29,7 +29,7 @@ import platform
 import shlex
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
@@ -338,7 +338,8 @@ def _check_run(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> None:
             raise Rejected(f"{row['id']} is declared {declared[row['id']]} but its records say {row['verdict']}")
     capabilities = capability_ledger(results["target"].get("capabilities") or {}, records, int(certified.split(".")[1]))
     summary = summarize(rows, records, capabilities, document_matrix(results))
-    verdict, _ = decide(summary, completeness, strict=bool(options.get("strict")))
+    # A bundle is a certification: it must have reached every applicable coverage cell, whatever its run says.
+    verdict, _ = decide(summary, replace(completeness, certify=True), strict=bool(options.get("strict")))
     if verdict.value != results["summary"]["verdict"] or verdict.value != manifest["verdict"]:
         raise Rejected(
             f"the verdict is declared {results['summary']['verdict']} but the records make it {verdict.value}"

@@ -827,6 +827,7 @@ class Recorder:
             reduced=tuple(self.settings.reductions()),
             not_run=tuple(i for i in self.entries if i not in self.ran),
             items=len(self.entries),
+            certify=self.settings.certify,
         )
         self.results = build_results(
             target, self.records, run, options=_options(self.config), completeness=completeness

@@ -167,6 +167,8 @@ def coverage_lines(results: dict[str, Any]) -> list[str]:
             f"coverage {row['entity']}: {len(reached)}/{total} cells reached ({plural(sum(reached.values()), 'hit')}), "
             f"{len(row['ruled_out'])} ruled out, {len(row['not_reached'])} not reached"
         )
+        if row.get("not_applicable"):
+            line += f", {len(row['not_applicable'])} not applicable to this target"
         if row.get("impossible_hits"):
             line += f"; hit though ruled out (a classifier bug of the suite): {', '.join(row['impossible_hits'])}"
         out.append(line)
@@ -516,6 +518,11 @@ def _coverage_section(results: dict[str, Any]) -> str:
         cells = [(k, "reached", str(n), "#1a7f37") for k, n in row["reached"].items()]
         cells += [(k, "not reached", "", "#cf222e") for k in row["not_reached"]]
         cells += [(k, "ruled out", why, "#57606a") for k, why in row["ruled_out"].items() if k not in row["reached"]]
+        cells += [
+            (k, "not applicable here", why, "#57606a")
+            for k, why in (row.get("not_applicable") or {}).items()
+            if k not in row["reached"]
+        ]
         body = "".join(
             f"<tr><td><code>{e(k)}</code></td><td style='color:{color};font-weight:600'>{e(state)}</td>"
             f"<td>{e(detail)}</td></tr>"

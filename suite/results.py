@@ -59,13 +59,15 @@ CHECKED = frozenset({Verdict.PASSED, Verdict.FAILED, Verdict.NON_STRICT, Verdict
 @dataclass(frozen=True)
 class Completeness:
     """What of the suite the run executed: the options that narrowed it, budgets below their defaults, the
-    items that did not run (ids), how many items the suite has."""
+    items that did not run (ids), how many items the suite has, and whether it is a certification run (which must
+    also reach every applicable coverage cell)."""
 
     narrowed_by: tuple[str, ...] = ()
     reduced: tuple[str, ...] = ()
     not_run: tuple[str, ...] = ()
     items: int = 0
     collect_only: bool = False
+    certify: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class Completeness:
             "items": self.items,
             "items_run": self.items - len(self.not_run),
             "collect_only": self.collect_only,
+            "certify": self.certify,
         }
 
     @classmethod
@@ -85,6 +88,7 @@ class Completeness:
             not_run=tuple(doc.get("not_run", ())),
             items=int(doc.get("items", 0)),
             collect_only=bool(doc.get("collect_only", False)),
+            certify=bool(doc.get("certify", False)),
         )
 
 
@@ -171,14 +175,16 @@ def capability_ledger(
     return ledger(capabilities, counts, certified_minor, unused)
 
 
-def coverage_matrix(capabilities: Mapping[str, Any], records: Iterable[Record]) -> tuple[EntityRow, ...]:
+def coverage_matrix(
+    capabilities: Mapping[str, Any], records: Iterable[Record], profile: Mapping[str, Any] | None = None
+) -> tuple[EntityRow, ...]:
     """The coverage matrix of a run (``suite.protocol.coverage``): the cells every machine hit, summed over
     machines (each machine's records all carry its whole run, so one record per machine counts)."""
     per_machine = {r.check: r.cells for r in records if r.cells is not None}
     hits: Counter[str] = Counter()
     for cells in per_machine.values():
         hits.update({k: int(v) for k, v in cells.items()})
-    return matrix(hits, capabilities)
+    return matrix(hits, capabilities, profile)
 
 
 def document_matrix(results: Mapping[str, Any]) -> tuple[EntityRow, ...]:
@@ -187,7 +193,8 @@ def document_matrix(results: Mapping[str, Any]) -> tuple[EntityRow, ...]:
     hits: Counter[str] = Counter()
     for row in results.get("coverage_matrix") or ():
         hits.update({str(k): int(v) for k, v in (row.get("reached") or {}).items()})
-    return matrix(hits, results["target"].get("capabilities") or {})
+    target = results["target"]
+    return matrix(hits, target.get("capabilities") or {}, target.get("test_profile") or {})
 
 
 def _unexercised_lines(rows: Iterable[CapabilityRow]) -> list[str]:
@@ -204,6 +211,7 @@ def summarize(
     capabilities: Iterable[CapabilityRow] = (),
     cells: Iterable[EntityRow] = (),
 ) -> dict[str, Any]:
+    cells = tuple(cells)
     counts = Counter(r["verdict"] for r in rows)
     applicable_rows = [r for r in rows if r["verdict"] != Verdict.NOT_APPLICABLE.value]
     unchecked = [r for r in applicable_rows if Verdict(r["verdict"]) not in CHECKED]
@@ -230,6 +238,12 @@ def summarize(
         "unexercised_capabilities": _unexercised_lines(capabilities),
         # Reachable coverage cells of the entities the target's capabilities bring in that no machine reached.
         "cells_not_reached": len(not_reached(cells)),
+        # Per entity with cells not reached: [not reached, applicable reachable cells].
+        "cells_not_reached_by_entity": {
+            row.entity: [len(row.not_reached), len(row.reached) + len(row.not_reached)]
+            for row in cells
+            if row.applicable and row.not_reached
+        },
     }
 
 
@@ -248,6 +262,8 @@ def decide(summary: Mapping[str, Any], completeness: Completeness, *, strict: bo
             f"{plural(summary['not_covered'], 'requirement')} not covered ({summary['not_covered_must']} MUST; "
             "see Not covered)"
         )
+    if completeness.certify and summary.get("cells_not_reached"):
+        gaps.append(_cells_gap(summary))
     missing = [line.split(" (")[0] for line in summary.get("unexercised_capabilities") or ()]
     if missing and summary["checks_run"]:  # a run that ran nothing says that alone
         gaps.append(
@@ -261,6 +277,17 @@ def decide(summary: Mapping[str, Any], completeness: Completeness, *, strict: bo
     if gaps or summary["checked"] < summary["applicable"]:
         return RunVerdict.INCOMPLETE, gaps
     return RunVerdict.CONFORMANT, gaps
+
+
+def _cells_gap(summary: Mapping[str, Any]) -> str:
+    """A certification run's coverage cells not reached, per entity (``entity n of m not reached``)."""
+    by_entity = summary.get("cells_not_reached_by_entity") or {}
+    parts = [f"{entity} {n} of {total}" for entity, (n, total) in sorted(by_entity.items())]
+    detail = f": {', '.join(parts)}" if parts else ""
+    return (
+        f"{plural(summary['cells_not_reached'], 'applicable coverage cell')} not reached{detail} (a certification "
+        "run reaches every one; see Coverage matrix)"
+    )
 
 
 def headline(results: Mapping[str, Any]) -> str:
@@ -331,7 +358,7 @@ def build_results(
     completeness = completeness or Completeness()
     rows = aggregate(records, target.certified_minor)
     capabilities = capability_ledger(target.server_capabilities, records, target.certified_minor)
-    cells = coverage_matrix(target.server_capabilities, records)
+    cells = coverage_matrix(target.server_capabilities, records, target.test_profile)
     summary = summarize(rows, records, capabilities, cells)
     verdict, gaps = decide(summary, completeness, strict=target.strict)
     summary.update(verdict=verdict.value, conformant=verdict is RunVerdict.CONFORMANT, gaps=gaps)

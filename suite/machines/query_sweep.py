@@ -10,8 +10,10 @@ model as the examples' are; a poll of the queue may lease the task only while it
 never handed out again); the caller's answer is judged as the examples judge it.
 
 A pending task a worker can name (its lease lapsed before the caller's wait ended) needs a query-task lease
-shorter than the query timeout: a target whose two are equal leaves those cells, and the clock's expiry of a
-query lease, not reached (the matrix says so).
+shorter than the query timeout. On a target whose query-task lease is not shorter (the reference server's test
+profile makes the two equal) those cells, and the clock's expiry of a query lease, are impossible: the matrix
+makes them not applicable to that target, with the reason (``suite.protocol.coverage.target_ruled_out``). On a
+target whose lease is shorter they are reachable, and this sweep does not reach them yet.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ which the protocol rules out, and which it never reached.
 A cell is ruled out, with the sentence that says why, when its actor cannot exist in its state (there is no former
 holder of a task nobody has held twice) or when it is a clock event the lifecycle's table has no row for in that
 state. Every other cell is reachable: a worker's call in any state is answered, accepted or fenced, and that answer
-is judged. :func:`cells` is pure; :func:`matrix` folds a run's hit counts into per-entity rows.
+is judged. A few reachable cells are impossible on a target by the values it advertises (its test profile): those
+are not applicable there, with the sentence (:func:`target_ruled_out`), and no run against it is asked to reach
+them. :func:`cells` is pure; :func:`matrix` folds a run's hit counts into per-entity rows.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ __all__ = [
     "known_cell",
     "matrix",
     "not_reached",
+    "target_ruled_out",
     "validate",
 ]
 
@@ -508,6 +511,42 @@ def cells(entity: Entity) -> tuple[Cell, ...]:
 
 
 _ALL_KEYS: Final[frozenset[str]] = frozenset(c.key for e in ENTITIES for c in cells(e))
+_REACHABLE: Final[frozenset[str]] = frozenset(c.key for e in ENTITIES for c in cells(e) if c.ruled_out is None)
+
+
+def _query_lease_never_lapses(profile: Mapping[str, Any]) -> str | None:
+    """Why no query-task lease lapses on a target whose query-task lease is not shorter than its query timeout."""
+    lease, timeout = profile.get("query_task_lease_seconds"), profile.get("query_task_timeout_seconds")
+    if (
+        not isinstance(lease, int | float)
+        or not isinstance(timeout, int | float)
+        or bool in (type(lease), type(timeout))
+    ):
+        return None  # the target does not say
+    if lease < timeout:
+        return None
+    return (
+        f"the target's query-task lease ({lease} s) is not shorter than its query timeout ({timeout} s): a lease runs "
+        "from its claim, which comes after the query was asked, so it never ends before the query's deadline — the "
+        "task times out first, no lease of it lapses, and no worker is ever told of a pending task."
+    )
+
+
+# Reachable cells a target's advertised values can make impossible, and the rule that says when, with the sentence.
+_TARGET_RULES: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        cell_key("query_task", "leased", "expire", Actor.CLOCK): _query_lease_never_lapses,
+        cell_key("query_task", "pending", "complete", Actor.OTHER_WORKER): _query_lease_never_lapses,
+        cell_key("query_task", "pending", "fail", Actor.OTHER_WORKER): _query_lease_never_lapses,
+    }
+)
+
+
+def target_ruled_out(key: str, profile: Mapping[str, Any]) -> str | None:
+    """The sentence that makes reachable cell ``key`` impossible on a target advertising ``profile`` (its
+    ``worker_protocol.test_profile``), or None."""
+    rule = _TARGET_RULES.get(key)
+    return None if rule is None else rule(profile)
 
 
 def known_cell(key: str) -> bool:
@@ -529,11 +568,15 @@ class EntityRow:
     reached: Mapping[str, int]  # cell key -> hits (> 0)
     not_reached: tuple[str, ...]
     ruled_out: Mapping[str, str]  # cell key -> why
+    # Reachable cells this target's advertised values make impossible (cell key -> why): never not reached.
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def impossible_hits(self) -> tuple[str, ...]:
-        """Ruled-out cells a machine said it hit: its classifier is wrong (never the target's failure)."""
-        return tuple(k for k in self.reached if k in self.ruled_out)
+        """Ruled-out cells a machine said it hit: its classifier is wrong (never the target's failure), and cells
+        the target's own values make impossible that a machine said it hit (the target did what it says it
+        cannot)."""
+        return tuple(k for k in self.reached if k in self.ruled_out or k in self.not_applicable)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -542,6 +585,7 @@ class EntityRow:
             "reached": dict(self.reached),
             "not_reached": list(self.not_reached),
             "ruled_out": dict(self.ruled_out),
+            "not_applicable": dict(self.not_applicable),
             "impossible_hits": list(self.impossible_hits),
         }
 
@@ -549,23 +593,36 @@ class EntityRow:
         total = len(self.reached) + len(self.not_reached)
         head = f"{self.entity}: {len(self.reached)}/{total} cells reached ({plural(sum(self.reached.values()), 'hit')})"
         tail = f", {len(self.ruled_out)} ruled out, {len(self.not_reached)} not reached"
+        if self.not_applicable:
+            tail += f", {len(self.not_applicable)} not applicable to this target"
         return head + tail + ("" if self.applicable else " (capability not advertised)")
 
 
-def matrix(hits: Mapping[str, int], capabilities: Mapping[str, Any]) -> tuple[EntityRow, ...]:
-    """The coverage matrix of a run: ``hits`` maps a cell key to how often the run hit it. A hit on a ruled-out
-    cell is kept under ``reached`` (a machine that classifies one there has a bug the unit tests look for)."""
+def matrix(
+    hits: Mapping[str, int], capabilities: Mapping[str, Any], profile: Mapping[str, Any] | None = None
+) -> tuple[EntityRow, ...]:
+    """The coverage matrix of a run: ``hits`` maps a cell key to how often the run hit it; ``profile`` is the
+    target's test profile (the cells its values make impossible are not applicable). A hit on a ruled-out cell is
+    kept under ``reached`` (a machine that classifies one there has a bug the unit tests look for)."""
     applicable = {e.name for e in applicable_entities(capabilities)}
     rows = []
     for entity in ENTITIES:
         all_cells = cells(entity)
+        here = {
+            c.key: why
+            for c in all_cells
+            if c.ruled_out is None and (why := target_ruled_out(c.key, profile or {})) is not None
+        }
         rows.append(
             EntityRow(
                 entity.name,
                 entity.name in applicable,
                 {c.key: int(hits[c.key]) for c in all_cells if hits.get(c.key, 0) > 0},
-                tuple(c.key for c in all_cells if c.ruled_out is None and hits.get(c.key, 0) <= 0),
+                tuple(
+                    c.key for c in all_cells if c.ruled_out is None and hits.get(c.key, 0) <= 0 and c.key not in here
+                ),
                 {c.key: c.ruled_out for c in all_cells if c.ruled_out is not None},
+                MappingProxyType(here),
             )
         )
     return tuple(rows)
@@ -607,6 +664,7 @@ def validate() -> None:
                 problems.append(f"{entity.name}.{op.name}: unknown lifecycle {op.lifecycle}")
             if op.channel is Channel.CLOCK and len(op.events) == 0:
                 problems.append(f"{entity.name}.{op.name}: a clock operation fires no event")
+    problems += [f"target rule for {k}, which is not a reachable cell" for k in _TARGET_RULES if k not in _REACHABLE]
     lease_given = {ev for evs in _LEASE_EVENTS_BY_OPERATION.values() for ev in evs}
     problems += [f"workflow_task: lease event {ev} given to no operation" for ev in LeaseEvent if ev not in lease_given]
     if problems:

@@ -353,3 +353,16 @@ def test_a_certification_run_ends_with_its_bundle_signature_and_verify_command(
     assert f"<tr><th>Certification</th><td><code>yes, signed by {fp} (manifest.intoto.json)" in page
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     assert results["certification"] == {"certify": True, "signed": True, "key_fingerprint": fp}
+
+
+def test_a_bundle_whose_machines_left_applicable_cells_not_reached_is_rejected(tmp_path: Path) -> None:
+    """Its own run said CONFORMANT (it was not a certification run); the bundle's cells, re-derived, make it
+    INCOMPLETE: a certification reaches every applicable coverage cell."""
+    records = complete_records()
+    partial = [
+        replace(r, cells={k: v for k, v in r.cells.items() if not k.startswith("workflow_task/requeued/")})
+        if r.cells is not None
+        else r
+        for r in records
+    ]
+    _rejected(_bundle(tmp_path / "b", partial), "the records make it INCOMPLETE")

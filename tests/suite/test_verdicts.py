@@ -480,3 +480,30 @@ def test_a_server_on_default_settings_is_incomplete_with_the_exact_settings_that
     )
     assert "DW_QUERY_TASK_TIMEOUT" not in json.dumps(run.results)
     assert "NOT COVERED EXPIRY-SELF-RECOVERY (MUST)" in run.stdout
+
+
+def test_a_certification_run_that_left_applicable_cells_not_reached_is_incomplete_and_names_them() -> None:
+    """A run whose machines could not reach every cell (as one against a target without deregistration, or whose
+    waits cannot hold a run's timeout, leaves those): an ordinary run still CONFORMANT; a certification run
+    INCOMPLETE, naming each entity and how many of its cells were not reached."""
+    records = complete_records()
+    kept = next(r for r in records if r.cells is not None).cells or {}
+    cold = {k for k in kept if k.startswith("workflow_task/requeued/") or k.endswith("/time_out/clock")}
+    partial = [
+        replace(r, cells={k: v for k, v in (r.cells or {}).items() if k not in cold}) if r.cells is not None else r
+        for r in records
+    ]
+    items = len(entries())
+    assert _verdict(results_of(partial)) is RunVerdict.CONFORMANT
+    results = results_of(partial, completeness=Completeness(items=items, certify=True))
+    assert _verdict(results) is RunVerdict.INCOMPLETE
+    summary = results["summary"]
+    tasks = sum(1 for k in cold if k.startswith("workflow_task/"))
+    assert summary["cells_not_reached"] == len(cold)
+    assert summary["cells_not_reached_by_entity"] == {"workflow_task": [tasks, 121], "run": [len(cold) - tasks, 76]}
+    gap = next(g for g in summary["gaps"] if "coverage cell" in g)
+    assert f"{len(cold)} applicable coverage cells not reached: run {len(cold) - tasks} of 76, workflow_task" in gap
+    assert f"workflow_task {tasks} of 121" in gap
+    assert gap in summary["headline"]
+    # Every cell reached: the certification run is complete.
+    assert _verdict(results_of(records, completeness=Completeness(items=items, certify=True))) is RunVerdict.CONFORMANT

@@ -157,3 +157,27 @@ def test_every_parent_close_policy_says_what_it_does_to_an_open_child() -> None:
     assert PARENT_CLOSE_EFFECTS["request_cancel"] is RunEvent.CANCEL  # "closes the child at once"
     assert PARENT_CLOSE_EFFECTS["abandon"] is None
     assert PARENT_CLOSE_EFFECTS["request_cancellation"] is None  # asked to clean up: it stays open
+
+
+def test_a_target_whose_query_lease_outlasts_its_timeout_rules_out_the_lapsed_query_lease_cells() -> None:
+    from suite.protocol.coverage import cell_key, matrix, not_reached, target_ruled_out
+
+    lapse = cell_key("query_task", "leased", "expire", "clock")
+    named = cell_key("query_task", "pending", "complete", "other_worker")
+    equal = {"query_task_lease_seconds": 3, "query_task_timeout_seconds": 3}
+    shorter = {"query_task_lease_seconds": 3, "query_task_timeout_seconds": 4}
+    assert target_ruled_out(lapse, equal) is not None
+    assert target_ruled_out(lapse, {**equal, "query_task_lease_seconds": 60}) is not None
+    assert target_ruled_out(lapse, shorter) is None  # its lease can lapse before the deadline: reachable
+    assert target_ruled_out(lapse, {}) is None  # a target that does not say is held to every reachable cell
+    assert target_ruled_out(lapse, {"query_task_lease_seconds": True, "query_task_timeout_seconds": 1}) is None
+    assert target_ruled_out(cell_key("query_task", "leased", "poll", "holder"), equal) is None
+    caps = {"query_tasks": True}
+    rows = {r.entity: r for r in matrix({}, caps, equal)}
+    assert {lapse, named} <= set(rows["query_task"].not_applicable)
+    assert lapse not in not_reached(rows.values())
+    assert "3 not applicable to this target" in rows["query_task"].line()
+    rows = {r.entity: r for r in matrix({}, caps, shorter)}
+    assert lapse in not_reached(rows.values())
+    rows = {r.entity: r for r in matrix({lapse: 1}, caps, equal)}
+    assert lapse in rows["query_task"].impossible_hits  # the target did what its own values rule out
