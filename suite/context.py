@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import math
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -44,6 +45,24 @@ RESTART_SETTING = (
 )
 # The longest wait a test clock covers (one advance of the reference server's route moves at most 366 days).
 TEST_CLOCK_MAX_WAIT = 366 * 86_400.0
+
+
+# Answers saying a task's lease or timeout ran out (CheckContext.lapsed_on_its_own).
+LAPSE_REASONS = frozenset({"lease_expired", "stale_attempt", "stale_task", "query_task_not_leased"})
+_TASK_PATH = re.compile(r"/(workflow-tasks|activity-tasks|query-tasks)/([^/?]+)/")
+
+
+def _lease_seconds(profile: Mapping[str, Any], kind: str) -> float | None:
+    """How long a task of ``kind`` may go unrenewed on the target, by what it advertises (a query task: the
+    shorter of its lease and its timeout); None when it advertises nothing."""
+    keys = {
+        "workflow-tasks": ("workflow_task_lease_seconds",),
+        "activity-tasks": ("activity_task_lease_seconds",),
+        "query-tasks": ("query_task_lease_seconds", "query_task_timeout_seconds"),
+    }[kind]
+    values = [profile.get(k) for k in keys]
+    found = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
+    return min(found, default=None)
 
 
 class Evidence(TypedDict, total=False):
@@ -251,6 +270,9 @@ class CheckContext:
         got_reason = reply.reason
         ok = reply.status in statuses and (reasons is None or got_reason in reasons)
         if not ok:
+            lapsed = self.lapsed_on_its_own(reply)
+            if lapsed is not None:
+                raise Indeterminate(lapsed)
             exp = " or ".join(str(s) for s in sorted(statuses))
             if reasons:
                 exp += " " + " | ".join(sorted(reasons))
@@ -266,6 +288,39 @@ class CheckContext:
             message = f"{what or 'the answer'}: {name} is {json.dumps(value)}"
             self.require_equal(body.get(name), value, message, replies=[reply], requirement=requirement)
         return body
+
+    def lapsed_on_its_own(self, reply: Reply) -> str | None:
+        """Why ``reply``, a task's lease or timeout reported run out, is no evidence: waiting in real time, the
+        check itself may have let it run out — its call may have reached the target a whole lease after the last
+        answered poll or heartbeat of the task (the local clock bounds both ends), as on a loaded machine or
+        across a slow network. None when the lease cannot have run out on a correct target, or with a test
+        clock, where only the check moves time."""
+        if self.target.clock.skips or reply.reason not in LAPSE_REASONS:
+            return None
+        found = _TASK_PATH.search(reply.exchange.url)
+        if found is None:
+            return None
+        kind, task_id = found.group(1), found.group(2)
+        lease = _lease_seconds(self.target.test_profile, kind)
+        renewed = [
+            e
+            for e in self.client.exchanges
+            if e is not reply.exchange
+            and e.status == 200
+            and e.started_at <= reply.exchange.started_at
+            and (
+                f"/{task_id}/heartbeat" in e.url or (e.url.endswith("/poll") and task_id in json.dumps(e.response_body))
+            )
+        ]
+        if lease is None or not renewed:
+            return None
+        gap = reply.exchange.started_at + reply.exchange.elapsed - renewed[-1].started_at
+        if gap < lease:
+            return None
+        return (
+            f"the {kind[:-1].replace('-', ' ')} {task_id} may have run out on its own: the check's call could reach "
+            f"the target {gap:.1f}s after its last answered poll or heartbeat, past its {lease:g}s"
+        )
 
     def require(self, condition: bool, message: str, **evidence: Unpack[Evidence]) -> None:
         """Unless ``condition`` holds, fail with ``message`` and ``evidence`` (what :meth:`fail` takes)."""

@@ -18,6 +18,7 @@ A run ends in one :class:`RunVerdict`, each with its exit status (:data:`EXIT_CO
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -34,6 +35,7 @@ __all__ = [
     "EXIT_NOT_CONFORMANT",
     "EXIT_USAGE",
     "REFERENCE_FLAGS",
+    "STOPPING",
     "VERDICT_ORDER",
     "CheckFailure",
     "FuzzStats",
@@ -43,6 +45,7 @@ __all__ = [
     "NotCovered",
     "Record",
     "RunVerdict",
+    "Stopped",
     "Unimplemented",
     "Verdict",
     "broken",
@@ -284,3 +287,13 @@ class Indeterminate(HarnessError):
     def __init__(self, message: str, *, copies: int = 1) -> None:
         super().__init__(message)
         self.copies = copies
+
+
+# Set when the run stops (``-x``, an interrupt) while machines and fuzz groups started ahead of their turn are
+# still running: each then ends at its next request instead of running out its budget for nobody.
+STOPPING = threading.Event()
+
+
+class Stopped(BaseException):
+    """Raised by a machine's or fuzz group's next request once the run has stopped. Not an ``Exception``:
+    Hypothesis lets it through at once, as it does an interrupt, without shrinking or replaying anything."""

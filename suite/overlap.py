@@ -32,7 +32,7 @@ from typing import Any
 from .outcomes import Kind, Record
 from .registry import Check
 
-__all__ = ["DEFAULT_LIMIT", "STOPPING", "Overlap", "Stopped", "one_parse_at_a_time"]
+__all__ = ["DEFAULT_LIMIT", "Overlap", "one_parse_at_a_time"]
 
 # Checks in flight at once by default: enough to overlap the waits of the time-driven checks (each holds at
 # most a few requests open), few enough that a small server is not flooded. The protocol advertises no
@@ -60,16 +60,6 @@ def one_parse_at_a_time() -> None:
 
     locked.dw_locked = True  # type: ignore[attr-defined]
     ast.parse = locked
-
-
-# Set when the run stops (``-x``, an interrupt) while machines and fuzz groups started ahead of their turn are
-# still running: each then ends at its next request instead of running out its budget for nobody.
-STOPPING = threading.Event()
-
-
-class Stopped(BaseException):
-    """Raised by a machine's or fuzz group's next request once the run has stopped. Not an ``Exception``:
-    Hypothesis lets it through at once, as it does an interrupt, without shrinking or replaying anything."""
 
 
 Start = Callable[[Check], Awaitable[list[Record]]]

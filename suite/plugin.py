@@ -564,7 +564,7 @@ def _blocking_overlap(config: pytest.Config, target: TargetInfo) -> tuple[Any, A
     settings = config.stash[SETTINGS_KEY]
     if settings.campaign_seconds is not None or settings.example_db is not None:
         return None, None
-    from .overlap import STOPPING
+    from .outcomes import STOPPING
 
     STOPPING.clear()
 

@@ -445,10 +445,12 @@ async def parent_events(ctx: CheckContext, world: ChildWorld, event_type: str) -
 
 
 async def fail_child_run(ctx: CheckContext, task: dict[str, Any]) -> datetime:
-    """Fail the child run of ``task`` with fail_workflow; the target's instant once that was acknowledged."""
+    """Fail the child run of ``task`` with fail_workflow; the instant just before it was sent (no later than the
+    target's failure, so a backoff measured from it is never shortened by the answer's own delay)."""
     closing = {"type": "fail_workflow", "message": "child run failed"}
+    sent = ctx.now()
     ctx.expect(await ctx.complete(task, [closing]), 200, what="the child run's fail_workflow")
-    return ctx.now()
+    return sent
 
 
 @check("CHILD-RETRY-BACKOFF", capability="child_workflow_retry_policy", slow=True)

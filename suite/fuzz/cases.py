@@ -18,7 +18,7 @@ from schemathesis.core import NotSet
 from suite.client import CONTROL_HEADER, REDACTED, WORKER_HEADER
 from suite.context import TargetInfo
 from suite.exchange import Exchange
-from suite.overlap import STOPPING, Stopped
+from suite.outcomes import STOPPING, Stopped
 from suite.text import plural
 
 from .document import Operation

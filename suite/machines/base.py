@@ -46,8 +46,7 @@ from hypothesis.stateful import RuleBasedStateMachine
 
 from suite.client import Reply
 from suite.context import CheckContext, TargetInfo, target_client
-from suite.outcomes import CheckFailure, HarnessError, Indeterminate
-from suite.overlap import STOPPING, Stopped
+from suite.outcomes import STOPPING, CheckFailure, HarnessError, Indeterminate, Stopped
 from suite.protocol.coverage import Actor, cell_key, known_cell
 from suite.protocol.errors import Violation
 from suite.protocol.fencing import WorkflowTaskView, guard_workflow_task, outcome

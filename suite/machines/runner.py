@@ -36,7 +36,7 @@ from suite.outcomes import CheckFailure, HarnessError, Indeterminate, Kind, NotC
 from suite.protocol.requirements import REGISTRY, applicable
 from suite.text import plural
 
-from ..overlap import Stopped
+from ..outcomes import Stopped
 from .base import CELLS, LEDGER, RUN, MachineBase, record_step
 
 __all__ = ["Campaign", "MachineBudget", "MachineResult", "judged_cells", "run_machine"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from suite.outcomes import Kind, Record, Verdict
-from suite.overlap import STOPPING, Overlap, Stopped
+from suite.outcomes import STOPPING, Kind, Record, Stopped, Verdict
+from suite.overlap import Overlap
 from suite.registry import Check
 
 
