@@ -636,13 +636,16 @@ class WorkflowLeaseMachine(MachineBase):
         (:mod:`suite.machines.workflow_sweep`), then every run cell they left cold (:mod:`suite.machines.run_sweep`),
         then every child and cooperative-cancellation cell (:mod:`suite.machines.child_sweep`)."""
         for phase in (sweep_cold_cells, sweep_run_cells, sweep_child_cells):
-            try:
-                self.sweep_rounds(partial(phase, self), 1 if phase is sweep_cold_cells else 3)
-            except Indeterminate:
-                # A fault left an outcome of this phase unknown: its runs are not judged further, and the next
-                # phase (queues and runs of its own) goes on.
-                self.ledger["sweep_stopped_by_faults"] += 1
-                self.touched.clear()
+            self.sweep_rounds(partial(self._guarded, phase))
+
+    def _guarded(self, phase: Any) -> None:
+        """One round of a sweep phase. A fault that left an outcome unknown ends the round: its runs are not judged
+        further, and the next round (planned from the cells still cold, on queues and runs of its own) goes on."""
+        try:
+            phase(self)
+        except Indeterminate:
+            self.ledger["sweep_stopped_by_faults"] += 1
+            self.touched.clear()
 
     # -- invariants ----------------------------------------------------------------------------------
 
