@@ -325,6 +325,13 @@ def deregister(m: WorkflowLeaseMachine, inst: Instance, worker: str) -> bool:
     if reply is None:
         task.uncertain = True  # maybe deregistered: the task may be ready again, or not
         return False
+    if reply.resent and reply.status == 404 and reply.reason == "worker_not_found":
+        # Under --faults: an earlier delivery, whose answer was lost, deregistered the worker; this copy finds it
+        # gone. What that delivery recovered is unknown.
+        task.uncertain = True
+        inst.workers = [w for w in inst.workers if w != worker]
+        inst.gone.add(worker)
+        return False
     if reply.status in (404, 405) and reply.reason != "worker_not_found":
         m.reached("deregistration_not_served")
         return False
