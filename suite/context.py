@@ -26,7 +26,7 @@ from .client import Exchange, ProtocolClient, Reply
 from .outcomes import CheckFailure, HarnessError, Indeterminate, NotCovered, profile_setting
 from .timing import HELD_GRACE, TargetClock
 
-__all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body", "target_client"]
+__all__ = ["HELD_GRACE", "SHORT_SPAN", "CheckContext", "TargetInfo", "fenced_body", "lease_seconds", "target_client"]
 
 R = TypeVar("R")
 
@@ -52,7 +52,7 @@ LAPSE_REASONS = frozenset({"lease_expired", "stale_attempt", "stale_task", "quer
 _TASK_PATH = re.compile(r"/(workflow-tasks|activity-tasks|query-tasks)/([^/?]+)/")
 
 
-def _lease_seconds(profile: Mapping[str, Any], kind: str) -> float | None:
+def lease_seconds(profile: Mapping[str, Any], kind: str) -> float | None:
     """How long a task of ``kind`` may go unrenewed on the target, by what it advertises (a query task: the
     shorter of its lease and its timeout); None when it advertises nothing."""
     keys = {
@@ -301,7 +301,7 @@ class CheckContext:
         if found is None:
             return None
         kind, task_id = found.group(1), found.group(2)
-        lease = _lease_seconds(self.target.test_profile, kind)
+        lease = lease_seconds(self.target.test_profile, kind)
         renewed = [
             e
             for e in self.client.exchanges

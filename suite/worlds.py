@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from suite.text import plural
 
 from .client import Reply
-from .context import CheckContext, fenced_body
+from .context import CheckContext, fenced_body, lease_seconds
 from .outcomes import CheckFailure, Indeterminate
 from .protocol.errors import Violation
 from .protocol.fencing import parse_rfc3339
@@ -248,8 +248,7 @@ async def race(coros: Iterable[Awaitable[T]]) -> list[T]:
 
 def advertised_lease(ctx: CheckContext) -> float | None:
     """The workflow-task lease the target advertises (test_profile.workflow_task_lease_seconds), or None."""
-    value = ctx.target.test_profile.get("workflow_task_lease_seconds")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    return lease_seconds(ctx.target.test_profile, "workflow-tasks")
 
 
 def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) -> None:
@@ -265,11 +264,8 @@ def still_within(ctx: CheckContext, since: datetime, seconds: float, what: str) 
 def shortest_lease(ctx: CheckContext) -> float:
     """The shorter of the workflow-task and activity-task leases the target advertises (300 s when it
     advertises neither, the protocol's default)."""
-    values = [
-        ctx.target.test_profile.get(key) for key in ("workflow_task_lease_seconds", "activity_task_lease_seconds")
-    ]
-    leases = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
-    return min(leases, default=300.0)
+    leases = [lease_seconds(ctx.target.test_profile, kind) for kind in ("workflow-tasks", "activity-tasks")]
+    return min((v for v in leases if v is not None), default=300.0)
 
 
 # -- a lease two workers contend for -----------------------------------------------------------------------
